@@ -1,0 +1,67 @@
+# Sluice: every target is idempotent. `make demo` and `make test` install what they need.
+SHELL := /bin/bash
+BUILD := build
+CLANG ?= clang
+BPF_CFLAGS := -O2 -g -target bpf -Wall -Werror -I$(BUILD) -Inative -Ibpf
+BPF_SRCS := $(wildcard bpf/*.bpf.c)
+BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BUILD)/%.bpf.o,$(BPF_SRCS))
+BPF_HDRS := $(wildcard bpf/lib/*.h) native/sluice_abi.h
+TS_SRCS := $(shell find src test bench -name '*.ts' 2>/dev/null)
+NATIVE_BINS := $(patsubst native/%.c,$(BUILD)/%,$(wildcard native/*.c))
+
+.PHONY: all deps build bpf ts native abi abi-check test test-unit demo bench clean
+
+all: build
+
+deps:
+	@./scripts/deps.sh
+
+build: deps bpf abi-check ts native
+
+$(BUILD)/vmlinux.h:
+	@mkdir -p $(BUILD)
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/%.bpf.o: bpf/%.bpf.c $(BPF_HDRS) $(BUILD)/vmlinux.h
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+bpf: $(BPF_OBJS)
+
+# The TypeScript codecs in src/abi/generated.ts are generated from the BTF of
+# the compiled objects (native/sluice_abi.h is the one source of truth). The
+# build fails when the committed file no longer matches the C layout;
+# `make abi` regenerates it.
+abi: $(BPF_OBJS)
+	node scripts/gen-abi.js $(BPF_OBJS) > $(BUILD)/generated.ts && cp $(BUILD)/generated.ts src/abi/generated.ts
+
+abi-check: $(BPF_OBJS)
+	@node scripts/gen-abi.js $(BPF_OBJS) > $(BUILD)/generated.ts
+	@cmp -s $(BUILD)/generated.ts src/abi/generated.ts || { \
+	  echo "abi: src/abi/generated.ts does not match the BTF of $(BPF_OBJS)"; \
+	  echo "abi: native/sluice_abi.h changed; run 'make abi' and commit the result"; \
+	  diff -u src/abi/generated.ts $(BUILD)/generated.ts | head -40; exit 1; }
+
+ts: dist/.stamp
+dist/.stamp: $(TS_SRCS) tsconfig.json package.json
+	npx tsc -p tsconfig.json
+	@touch $@
+
+$(BUILD)/%: native/%.c native/sluice_abi.h
+	$(CC) -O2 -Wall -Werror -o $@ $<
+
+native: $(NATIVE_BINS)
+
+test: build
+	@./scripts/test-tiers.sh $(TIERS)
+
+test-unit: build
+	@./scripts/test-tiers.sh unit abi
+
+demo: build
+	@./bin/sluice demo $(DEMO_ARGS)
+
+bench: build
+	@node dist/bench/main.js $(if $(QUICK),--quick,)
+
+clean:
+	rm -rf $(BUILD) dist

@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sluice_abi.h: the one description of everything the kernel programs (bpf/)
+ * and the agent (src/) share: map names, key/value layouts, flags and limits.
+ *
+ * The TypeScript codecs in src/abi/generated.ts are generated from the BTF of
+ * the compiled BPF objects (scripts/gen-abi.js); the build fails when that file
+ * no longer matches, so a field moved here cannot silently be misread.
+ *
+ * Rules for this file:
+ *  - Explicit padding; every struct size is a multiple of 4 and asserted below.
+ *  - Network byte order (__be32/__be16) wherever the kernel hands us network
+ *    order; the generator reads those typedef names to pick the byte order.
+ *  - Id 0 is "invalid" for backends and rev-NAT entries (BPF arrays and
+ *    zeroed values then never point at a real object by accident).
+ *  - A layout change gets a new map name (..._v2), so an old agent and a new
+ *    object never misread each other's pinned maps.
+ *  - Map names are at most 15 characters (BPF_OBJ_NAME_LEN).
+ *
+ * This header is included by BPF C (with vmlinux.h types) and by host C (with
+ * linux/types.h); it must not depend on either beyond the __u8..__u64/__be types.
+ */
+#ifndef SLUICE_ABI_H
+#define SLUICE_ABI_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+/* ---- Map names (pinned under <bpffs>/<name>) -------------------------------- */
+
+#define SLUICE_MAP_SERVICES4 sluice_svc4      /* lb4_service_key -> lb4_service */
+#define SLUICE_MAP_BACKENDS4 sluice_be4       /* __u32 backend id -> lb4_backend */
+#define SLUICE_MAP_REVNAT4   sluice_revnat4   /* __u32 rev-NAT id -> lb4_reverse_nat */
+#define SLUICE_MAP_SOCKREV4  sluice_sk_rev4   /* lb4_sock_rev_key -> lb4_sock_rev (LRU) */
+#define SLUICE_MAP_AFFINITY4 sluice_affin4    /* lb4_affinity_key -> lb_affinity (LRU) */
+#define SLUICE_MAP_COUNTERS  sluice_counters  /* enum lb_counter -> __u64, per CPU */
+
+/* ---- Default capacities (the agent may raise them before load) -------------- */
+
+#define SLUICE_MAX_SERVICE_ENTRIES  262144 /* master entries + backend slots */
+#define SLUICE_MAX_BACKENDS         131072
+#define SLUICE_MAX_REVNAT           65536
+#define SLUICE_MAX_SOCKREV          262144
+#define SLUICE_MAX_AFFINITY         131072
+#define SLUICE_MAX_SLOTS_PER_SERVICE 65535 /* backend_slot is a __u16; slot 0 is the master */
+
+/* ---- Enumerations (the generator reads these #defines through clang -dM) ----- */
+
+/* Protocols, as IPPROTO_* numbers. */
+#define LB_PROTO_TCP 6
+#define LB_PROTO_UDP 17
+
+/*
+ * Frontend scope. A Service whose external frontends have
+ * externalTrafficPolicy: Local needs two backend sets for the same frontend:
+ * traffic from outside the node (TC) uses only local backends
+ * (LB_SCOPE_EXTERNAL), traffic that starts inside the cluster (socket hooks)
+ * may use every backend (LB_SCOPE_INTERNAL), as kube-proxy short-circuits
+ * in-cluster traffic to external addresses. Only such frontends have
+ * LB_SVC_FLAG_TWO_SCOPES and internal-scope entries.
+ */
+#define LB_SCOPE_EXTERNAL 0
+#define LB_SCOPE_INTERNAL 1
+
+/* Master-entry flags (lb4_service.flags). */
+#define LB_SVC_FLAG_CLUSTER_IP   (1 << 0) /* a ClusterIP frontend */
+#define LB_SVC_FLAG_NODEPORT     (1 << 1) /* a node address + nodePort frontend */
+#define LB_SVC_FLAG_EXTERNAL_IP  (1 << 2) /* a spec.externalIPs frontend */
+#define LB_SVC_FLAG_LOADBALANCER (1 << 3) /* a status.loadBalancer.ingress frontend */
+#define LB_SVC_FLAG_EXT_LOCAL    (1 << 4) /* externalTrafficPolicy: Local */
+#define LB_SVC_FLAG_INT_LOCAL    (1 << 5) /* internalTrafficPolicy: Local */
+#define LB_SVC_FLAG_TWO_SCOPES   (1 << 6) /* internal-scope entries exist, see LB_SCOPE_* */
+#define LB_SVC_FLAG_AFFINITY     (1 << 7) /* sessionAffinity: ClientIP */
+#define LB_SVC_FLAG_SOURCE_RANGE (1 << 8) /* loadBalancerSourceRanges apply */
+
+/* Backend selection algorithm (lb4_service.algorithm). */
+#define LB_ALG_RANDOM 0
+
+/* Backend flags (lb4_backend.flags). */
+#define LB_BACKEND_FLAG_LOCAL       (1 << 0) /* runs on this node */
+#define LB_BACKEND_FLAG_TERMINATING (1 << 1) /* serving but terminating (fallback set) */
+
+/* Counters (index into SLUICE_MAP_COUNTERS), read by the agent for metrics. */
+#define LB_CNT_SOCK_TRANSLATED   0 /* connect/sendmsg rewritten to a backend */
+#define LB_CNT_SOCK_NO_BACKEND   1 /* refused: the frontend has no backends */
+#define LB_CNT_SOCK_SLOT_MISSING 2 /* a slot or backend entry was missing (agent mid-update) */
+#define LB_CNT_SOCK_REV_XLATED   3 /* recvmsg/getpeername shown the frontend again */
+#define LB_CNT_SOCK_REV_FAILED   4 /* sock reverse entry could not be stored */
+#define LB_CNT_MAX               16
+
+/* ---- Services: frontend -> master entry and backend slots -------------------- */
+
+/*
+ * One frontend (address, port, protocol, scope) owns slots 0..count:
+ * slot 0 is the master entry (count, flags, rev-NAT id, affinity), slots
+ * 1..count each name one backend id. The agent writes backends, then slots,
+ * then the master (make-before-break), so a program that finds the master
+ * always finds its slots.
+ */
+struct lb4_service_key {
+	__be32 address;      /* frontend address */
+	__be16 port;         /* frontend port */
+	__u8   proto;        /* LB_PROTO_TCP or LB_PROTO_UDP */
+	__u8   scope;        /* LB_SCOPE_EXTERNAL or LB_SCOPE_INTERNAL */
+	__u16  backend_slot; /* 0: master entry; 1..count: one backend each */
+	__u8   pad[2];
+};
+
+struct lb4_service {
+	__u32 backend_id;       /* slots > 0: key in the backends map; master: 0 */
+	__u16 count;            /* master: number of backend slots; 0 refuses connections */
+	__u16 flags;            /* master: LB_SVC_FLAG_* */
+	__u32 rev_nat_id;       /* master: key in the rev-NAT map (what replies show) */
+	__u32 affinity_timeout; /* master: ClientIP affinity timeout in seconds (0: none) */
+	__u8  algorithm;        /* master: LB_ALG_* */
+	__u8  pad[3];
+};
+
+/* ---- Backends: id -> address ------------------------------------------------- */
+
+struct lb4_backend {
+	__be32 address; /* backend (pod) address */
+	__be16 port;    /* backend port */
+	__u8   proto;   /* LB_PROTO_* */
+	__u8   flags;   /* LB_BACKEND_FLAG_* */
+	__u32  zone;    /* topology zone id assigned by the agent (0: unknown) */
+};
+
+/* ---- Reverse NAT: id -> the frontend replies must come from ------------------ */
+
+struct lb4_reverse_nat {
+	__be32 address; /* frontend address */
+	__be16 port;    /* frontend port */
+	__u8   pad[2];
+};
+
+/*
+ * Socket reverse translation: after connect()/sendmsg() sent a socket to a
+ * backend, recvmsg() and getpeername() must show the frontend again. Keyed by
+ * the socket cookie and the backend the socket talks to.
+ */
+struct lb4_sock_rev_key {
+	__u64  cookie;  /* bpf_get_socket_cookie() */
+	__be32 address; /* backend address */
+	__be16 port;    /* backend port */
+	__u8   proto;   /* LB_PROTO_* */
+	__u8   pad;
+};
+
+struct lb4_sock_rev {
+	__be32 address;    /* frontend address */
+	__be16 port;       /* frontend port */
+	__u8   pad[2];
+	__u32  rev_nat_id; /* rev-NAT id the entry was made for; checked before use */
+};
+
+/* ---- Session affinity (sessionAffinity: ClientIP) ----------------------------- */
+
+/*
+ * The socket hooks see no client address before connect() binds one, so, as
+ * Cilium does, they key affinity by the network namespace cookie (one pod =
+ * one client). TC keys it by the client's IPv4 address.
+ */
+struct lb4_affinity_key {
+	__u64 client_id;    /* netns cookie (socket hooks) or client IPv4 (TC) */
+	__u32 rev_nat_id;   /* the frontend's rev-NAT id */
+	__u8  netns_cookie; /* 1: client_id is a netns cookie */
+	__u8  pad[3];
+};
+
+struct lb_affinity {
+	__u64 last_used_ns; /* bpf_ktime_get_ns() of the last use */
+	__u32 backend_id;   /* backend chosen for this client */
+	__u32 pad;
+};
+
+_Static_assert(sizeof(struct lb4_service_key) == 12, "lb4_service_key layout");
+_Static_assert(sizeof(struct lb4_service) == 20, "lb4_service layout");
+_Static_assert(sizeof(struct lb4_backend) == 12, "lb4_backend layout");
+_Static_assert(sizeof(struct lb4_reverse_nat) == 8, "lb4_reverse_nat layout");
+_Static_assert(sizeof(struct lb4_sock_rev_key) == 16, "lb4_sock_rev_key layout");
+_Static_assert(sizeof(struct lb4_sock_rev) == 12, "lb4_sock_rev layout");
+_Static_assert(sizeof(struct lb4_affinity_key) == 16, "lb4_affinity_key layout");
+_Static_assert(sizeof(struct lb_affinity) == 16, "lb_affinity layout");
+
+#endif /* SLUICE_ABI_H */

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Run every test tier this machine supports; say which tier was skipped and why.
+# Each tier is a directory test/<tier>/ of node:test files, compiled to dist/.
+# Ends with one line "N passed, N failed, N skipped" summed over the tiers.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p build/test-results
+
+tiers=("$@")
+[ ${#tiers[@]} -eq 0 ] && tiers=(unit abi bpf e2e cluster)
+
+skip_reason() {
+  local tier=$1
+  case $tier in
+    unit) ;;
+    abi) command -v bpftool >/dev/null || echo "bpftool is not installed" ;;
+    bpf|e2e)
+      [ "$(id -u)" = 0 ] || { echo "needs root (BPF programs, cgroups, network namespaces)"; return; }
+      grep -qs ' bpf ' /proc/mounts || echo "bpffs is not mounted" ;;
+    cluster)
+      [ "$(id -u)" = 0 ] || { echo "needs root"; return; }
+      command -v go >/dev/null || echo "Go is not installed (needed to build etcd, kube-apiserver, kube-controller-manager, kube-proxy)" ;;
+  esac
+}
+
+total_pass=0; total_fail=0; total_skip=0; failed_tiers=(); summary=()
+for tier in "${tiers[@]}"; do
+  files=$(ls dist/test/$tier/*.test.js 2>/dev/null)
+  if [ -z "$files" ]; then
+    summary+=("$tier: skipped (no tests in test/$tier yet)"); continue
+  fi
+  why=$(skip_reason "$tier")
+  if [ -n "$why" ]; then
+    summary+=("$tier: skipped ($why)"); echo "== tier $tier: SKIPPED: $why"; continue
+  fi
+  echo "== tier $tier"
+  tap=build/test-results/$tier.tap
+  start=$(date +%s)
+  # One file at a time in the tiers that touch the kernel: they share bpffs and cgroup v2.
+  conc=1; [ "$tier" = unit ] && conc=2
+  node --test --test-concurrency=$conc \
+    --test-reporter=spec --test-reporter-destination=stdout \
+    --test-reporter=tap --test-reporter-destination="$tap" $files
+  rc=$?
+  pass=$(grep -E '^# pass ' "$tap" | awk '{s+=$3} END {print s+0}')
+  fail=$(grep -E '^# fail ' "$tap" | awk '{s+=$3} END {print s+0}')
+  skip=$(grep -E '^# skipped ' "$tap" | awk '{s+=$3} END {print s+0}')
+  [ $rc -ne 0 ] && [ "$fail" = 0 ] && fail=1   # the runner itself failed
+  total_pass=$((total_pass+pass)); total_fail=$((total_fail+fail)); total_skip=$((total_skip+skip))
+  [ "$fail" != 0 ] && failed_tiers+=("$tier")
+  summary+=("$tier: $pass passed, $fail failed, $skip skipped in $(( $(date +%s) - start ))s")
+done
+
+echo
+echo "== test tiers"
+for line in "${summary[@]}"; do echo "  $line"; done
+[ ${#failed_tiers[@]} -gt 0 ] && echo "  failing tiers: ${failed_tiers[*]}"
+echo "$total_pass passed, $total_fail failed, $total_skip skipped"
+[ "$total_fail" = 0 ]
