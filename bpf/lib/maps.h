@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * maps.h: every BPF map Sluice owns, in one place. Names, key and value types
+ * come from native/sluice_abi.h; each map is BTF-typed (so `bpftool map dump`
+ * prints named fields) and pinned by name under the agent's bpffs directory
+ * (the loader sets the pin path), so maps outlive the agent.
+ */
+#ifndef SLUICE_BPF_MAPS_H
+#define SLUICE_BPF_MAPS_H
+
+#include "sluice_abi.h"
+
+/* Services and backends are written only by the agent: no preallocation, so
+ * memory follows the number of Services instead of the configured maximum. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb4_service_key);
+	__type(value, struct lb4_service);
+	__uint(max_entries, SLUICE_MAX_SERVICE_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_SERVICES4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lb4_backend);
+	__uint(max_entries, SLUICE_MAX_BACKENDS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_BACKENDS4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lb4_reverse_nat);
+	__uint(max_entries, SLUICE_MAX_REVNAT);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_REVNAT4 SEC(".maps");
+
+/* Written from the data path on every translated socket: LRU, so a busy node
+ * recycles the oldest entries instead of failing connects. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lb4_sock_rev_key);
+	__type(value, struct lb4_sock_rev);
+	__uint(max_entries, SLUICE_MAX_SOCKREV);
+} SLUICE_MAP_SOCKREV4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lb4_affinity_key);
+	__type(value, struct lb_affinity);
+	__uint(max_entries, SLUICE_MAX_AFFINITY);
+} SLUICE_MAP_AFFINITY4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, LB_CNT_MAX);
+} SLUICE_MAP_COUNTERS SEC(".maps");
+
+static __always_inline void lb_count(__u32 counter)
+{
+	__u64 *value = bpf_map_lookup_elem(&SLUICE_MAP_COUNTERS, &counter);
+
+	if (value)
+		*value += 1;
+}
+
+/* ==== TC / north-south (issue 4) =============================================== */
+
+/* Written per new external flow by the data path: LRU, so a flood of flows
+ * recycles the oldest entries instead of failing new ones. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lb4_ct_key);
+	__type(value, struct lb4_ct_entry);
+	__uint(max_entries, SLUICE_MAX_CT4);
+} SLUICE_MAP_CT4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct lb4_src_range_key);
+	__type(value, __u8);
+	__uint(max_entries, SLUICE_MAX_SRCRANGE4);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_SRCRANGE4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lb4_tc_config);
+	__uint(max_entries, 1);
+} SLUICE_MAP_TC_CONFIG SEC(".maps");
+
+/* ==== end of TC / north-south ================================================== */
+
+#endif /* SLUICE_BPF_MAPS_H */

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
+/*
+ * sock_lb: Service load balancing at the socket layer (cgroup v2 hooks).
+ * Entry points only; the logic is in lib/sock.h and lib/lb.h.
+ */
+#include "lib/sock.h"
+
+SEC("cgroup/connect4")
+int sluice_connect4(struct bpf_sock_addr *ctx)
+{
+	return lb4_sock_forward(ctx);
+}
+
+SEC("cgroup/sendmsg4")
+int sluice_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return lb4_sock_forward(ctx);
+}
+
+SEC("cgroup/recvmsg4")
+int sluice_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	lb4_sock_xlate_rev(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/getpeername4")
+int sluice_getpeer4(struct bpf_sock_addr *ctx)
+{
+	lb4_sock_xlate_rev(ctx);
+	return SYS_PROCEED;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

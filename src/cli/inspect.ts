@@ -1,0 +1,115 @@
+// Read-only views of the pinned maps: what `sluice services|backends|status`
+// print. They need no agent: everything comes from bpffs.
+import * as abi from '../abi/generated';
+import { openSockLbMaps, readCounter, type SockLbMaps } from '../datapath/maps';
+import { LbProgrammer } from '../datapath/programmer';
+import { sockLbStatus, type AttachmentStatus } from '../datapath/sockLb';
+import { MAP_SPECS } from '../abi/generated';
+
+export function flagNames(flags: number): string[] {
+  const names: Array<[number, string]> = [
+    [abi.LB_SVC_FLAG_CLUSTER_IP, 'ClusterIP'],
+    [abi.LB_SVC_FLAG_NODEPORT, 'NodePort'],
+    [abi.LB_SVC_FLAG_EXTERNAL_IP, 'ExternalIP'],
+    [abi.LB_SVC_FLAG_LOADBALANCER, 'LoadBalancer'],
+    [abi.LB_SVC_FLAG_EXT_LOCAL, 'externalTrafficPolicy=Local'],
+    [abi.LB_SVC_FLAG_INT_LOCAL, 'internalTrafficPolicy=Local'],
+    [abi.LB_SVC_FLAG_TWO_SCOPES, 'two-scopes'],
+    [abi.LB_SVC_FLAG_AFFINITY, 'sessionAffinity=ClientIP'],
+    [abi.LB_SVC_FLAG_SOURCE_RANGE, 'sourceRanges'],
+  ];
+  return names.filter(([bit]) => flags & bit).map(([, name]) => name);
+}
+
+export function backendFlagNames(flags: number): string[] {
+  const out: string[] = [];
+  if (flags & abi.LB_BACKEND_FLAG_LOCAL) out.push('local');
+  if (flags & abi.LB_BACKEND_FLAG_TERMINATING) out.push('terminating');
+  return out;
+}
+
+export interface ServiceView {
+  frontend: string;
+  address: string;
+  port: number;
+  protocol: string;
+  scope: string;
+  flags: string[];
+  revNatId: number;
+  affinityTimeoutSeconds: number;
+  backends: Array<{ id: number; address: string; port: number; flags: string[] }>;
+}
+
+export function servicesView(maps: SockLbMaps): ServiceView[] {
+  const state = LbProgrammer.adopt(maps);
+  const byId = new Map(state.programmedBackends().map((b) => [b.id, b]));
+  return state
+    .programmedFrontends()
+    .sort((a, b) => a.id.localeCompare(b.id, 'en'))
+    .map((f) => ({
+      frontend: `${f.address}:${f.port}/${f.proto}`,
+      address: f.address,
+      port: f.port,
+      protocol: f.proto,
+      scope: f.scope,
+      flags: flagNames(f.flags),
+      revNatId: f.revNatId,
+      affinityTimeoutSeconds: f.affinityTimeout,
+      backends: f.backendIds.map((id) => {
+        const b = byId.get(id);
+        return b
+          ? { id, address: b.address, port: b.port, flags: backendFlagNames(b.flags) }
+          : { id, address: '?', port: 0, flags: ['missing'] };
+      }),
+    }));
+}
+
+export interface MapFill {
+  name: string;
+  entries: number;
+  maxEntries: number;
+}
+
+export interface StatusView {
+  bpffs: string;
+  attachments: AttachmentStatus[];
+  maps: MapFill[];
+  counters: Record<string, string>;
+}
+
+export function statusView(bpffs: string, maps: SockLbMaps): StatusView {
+  const fill = (name: string, count: number, max: number): MapFill => ({ name, entries: count, maxEntries: max });
+  const counters: Record<string, string> = {};
+  for (const [name, index] of Object.entries(abi).filter(([n]) => n.startsWith('LB_CNT_') && n !== 'LB_CNT_MAX')) {
+    counters[name.slice('LB_CNT_'.length).toLowerCase()] = readCounter(maps.counters, index as number).toString();
+  }
+  return {
+    bpffs,
+    attachments: sockLbStatus(bpffs),
+    maps: [
+      fill(maps.services.name, count(maps.services.map), maps.services.map.maxEntries),
+      fill(maps.backends.name, count(maps.backends.map), maps.backends.map.maxEntries),
+      fill(maps.revNat.name, count(maps.revNat.map), maps.revNat.map.maxEntries),
+      fill(maps.sockRev.name, count(maps.sockRev.map), maps.sockRev.map.maxEntries),
+      fill(maps.affinity.name, count(maps.affinity.map), maps.affinity.map.maxEntries),
+    ],
+    counters,
+  };
+}
+
+function count(map: { keys(): Iterable<Buffer> }): number {
+  let n = 0;
+  for (const _ of map.keys()) n++;
+  return n;
+}
+
+export function withMaps<T>(bpffs: string, fn: (maps: SockLbMaps) => T): T {
+  const maps = openSockLbMaps(bpffs);
+  try {
+    return fn(maps);
+  } finally {
+    maps.close();
+  }
+}
+
+export const knownMaps = () => Object.keys(MAP_SPECS);

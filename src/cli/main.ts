@@ -1,0 +1,199 @@
+// `sluice`: the command line. Every command that reads state reads the pinned
+// maps under --bpffs, so it works with no agent running.
+import { parseArgs, table, UsageError, type ParsedArgs } from './args';
+import { servicesView, statusView, withMaps, backendFlagNames } from './inspect';
+import { DEFAULT_BPFFS } from '../datapath/maps';
+import { installSockLb, detachSockLb, uninstall } from '../datapath/sockLb';
+import { LbProgrammer, type FrontendSpec } from '../datapath/programmer';
+import { parseEndpoint, formatEndpoint } from '../datapath/addr';
+import * as abi from '../abi/generated';
+
+type Command = { summary: string; values: string[]; booleans?: string[]; run(args: ParsedArgs): Promise<number> | number };
+
+const bpffsOf = (a: ParsedArgs) => a.flags.get('bpffs') ?? DEFAULT_BPFFS;
+const json = (a: ParsedArgs) => {
+  const o = a.flags.get('output') ?? 'table';
+  if (o !== 'json' && o !== 'table') throw new UsageError(`-o ${o}: use json or table`);
+  return o === 'json';
+};
+const print = (s: string) => process.stdout.write(s);
+const printJson = (v: unknown) => print(JSON.stringify(v, null, 2) + '\n');
+
+function requireFlag(a: ParsedArgs, name: string): string {
+  const v = a.flags.get(name);
+  if (v === undefined || v === '') throw new UsageError(`--${name} is required`);
+  return v;
+}
+
+const commands: Record<string, Command> = {
+  services: {
+    summary: 'list frontends with their backends (from the pinned maps)',
+    values: ['bpffs', 'output'],
+    run(a) {
+      const view = withMaps(bpffsOf(a), servicesView);
+      if (json(a)) printJson(view);
+      else {
+        print(table(
+          ['FRONTEND', 'SCOPE', 'FLAGS', 'BACKENDS'],
+          view.map((s) => [s.frontend, s.scope, s.flags.join(',') || '-', s.backends.map((b) => `${b.address}:${b.port}`).join(',') || '(none: refused)']),
+        ));
+      }
+      return 0;
+    },
+  },
+  backends: {
+    summary: 'list backends by id',
+    values: ['bpffs', 'output'],
+    run(a) {
+      const rows = withMaps(bpffsOf(a), (maps) => LbProgrammer.adopt(maps).programmedBackends().sort((x, y) => x.id - y.id));
+      const view = rows.map((b) => ({ id: b.id, address: b.address, port: b.port, protocol: b.proto, flags: backendFlagNames(b.flags), zone: b.zone }));
+      if (json(a)) printJson(view);
+      else print(table(['ID', 'BACKEND', 'FLAGS'], view.map((b) => [String(b.id), formatEndpoint({ ...b, proto: b.protocol }), b.flags.join(',') || '-'])));
+      return 0;
+    },
+  },
+  status: {
+    summary: 'programs attached and where, map fill levels, data-path counters',
+    values: ['bpffs', 'output'],
+    run(a) {
+      const bpffs = bpffsOf(a);
+      const view = withMaps(bpffs, (maps) => statusView(bpffs, maps));
+      if (json(a)) {
+        printJson(view);
+        return 0;
+      }
+      print(`bpffs: ${view.bpffs}\n\n`);
+      print(table(['HOOK', 'PROGRAM', 'ATTACHED', 'CGROUP', 'LINK'], view.attachments.map((s) => [
+        s.hook, s.program, s.attached ? 'yes' : 'no', s.cgroupPath ?? (s.cgroupId !== undefined ? `id ${s.cgroupId}` : '-'), s.linkId !== undefined ? String(s.linkId) : '-',
+      ])));
+      print('\n');
+      print(table(['MAP', 'ENTRIES', 'MAX', 'FILL'], view.maps.map((m) => [m.name, String(m.entries), String(m.maxEntries), `${((100 * m.entries) / m.maxEntries).toFixed(1)}%`])));
+      print('\n');
+      print(table(['COUNTER', 'VALUE'], Object.entries(view.counters)));
+      return 0;
+    },
+  },
+  service: {
+    summary: 'service upsert --frontend A:P/proto --backends A:P,... | service delete --frontend A:P/proto',
+    values: ['bpffs', 'frontend', 'backends', 'affinity-timeout'],
+    run(a) {
+      const verb = a.positional[0];
+      const frontend = parseEndpoint(requireFlag(a, 'frontend'));
+      return withMaps(bpffsOf(a), (maps) => {
+        const programmer = LbProgrammer.adopt(maps);
+        if (verb === 'delete') {
+          const n = programmer.remove(frontend.address, frontend.port, frontend.proto);
+          if (n === 0) throw new Error(`no frontend ${formatEndpoint(frontend)} in ${bpffsOf(a)}`);
+          print(`deleted ${formatEndpoint(frontend)}\n`);
+          return 0;
+        }
+        if (verb !== 'upsert') throw new UsageError('service needs a verb: upsert or delete');
+        const list = a.flags.get('backends') ?? '';
+        const backends = list === '' ? [] : list.split(',').map((b) => parseEndpoint(b, frontend.proto));
+        for (const b of backends) {
+          if (b.proto !== frontend.proto) throw new UsageError(`backend ${formatEndpoint(b)}: protocol differs from the frontend's`);
+        }
+        const affinity = Number(a.flags.get('affinity-timeout') ?? '0');
+        if (!Number.isInteger(affinity) || affinity < 0) throw new UsageError('--affinity-timeout takes whole seconds');
+        const spec: FrontendSpec = {
+          ...frontend,
+          scope: 'external',
+          flags: abi.LB_SVC_FLAG_CLUSTER_IP | (affinity > 0 ? abi.LB_SVC_FLAG_AFFINITY : 0),
+          affinityTimeout: affinity,
+          backends,
+          owner: `frontend ${formatEndpoint(frontend)}`,
+        };
+        const result = programmer.apply([spec], { prune: false });
+        const failure = result.failures[0];
+        if (failure) throw failure.error;
+        print(`${formatEndpoint(frontend)} -> ${backends.length ? backends.map(formatEndpoint).join(', ') : '(no backends: connections refused)'}\n`);
+        return 0;
+      });
+    },
+  },
+  attach: {
+    summary: 'load the socket-LB programs, pin maps and attach them to --cgroup',
+    values: ['bpffs', 'cgroup'],
+    run(a) {
+      const r = installSockLb({ bpffs: bpffsOf(a), cgroupPath: requireFlag(a, 'cgroup') });
+      print(`attached: ${r.attached.join(', ') || '-'}; replaced in place: ${r.replaced.join(', ') || '-'}\n`);
+      return 0;
+    },
+  },
+  detach: {
+    summary: 'detach the socket-LB programs (maps stay pinned)',
+    values: ['bpffs'],
+    run(a) {
+      const removed = detachSockLb(bpffsOf(a));
+      print(removed.length ? `detached: ${removed.join(', ')}\n` : 'nothing attached\n');
+      return 0;
+    },
+  },
+  uninstall: {
+    summary: 'detach everything and remove the pinned maps under --bpffs',
+    values: ['bpffs'],
+    run(a) {
+      uninstall(bpffsOf(a));
+      print(`removed ${bpffsOf(a)}\n`);
+      return 0;
+    },
+  },
+};
+
+/** Commands registered by other modules (agent, apiserver, demo, ct). */
+export function registerCommand(name: string, command: Command): void {
+  commands[name] = command;
+}
+
+function usage(): string {
+  const lines = Object.entries(commands).map(([name, c]) => `  ${name.padEnd(12)} ${c.summary}`);
+  return `usage: sluice COMMAND [flags]\n\ncommands:\n${lines.join('\n')}\n\nflags: --bpffs DIR (default ${DEFAULT_BPFFS}), -o json|table\n`;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === 'help' || name === '--help' || name === '-h') {
+    print(usage());
+    return name ? 0 : 2;
+  }
+  loadExtraCommands();
+  const command = commands[name];
+  if (!command) {
+    process.stderr.write(`sluice: unknown command ${JSON.stringify(name)}\n${usage()}`);
+    return 2;
+  }
+  try {
+    const args = parseArgs(rest, { values: command.values, booleans: command.booleans });
+    return await command.run(args);
+  } catch (err) {
+    const e = err as Error;
+    process.stderr.write(`sluice ${name}: ${e.message}\n`);
+    return e instanceof UsageError ? 2 : 1;
+  }
+}
+
+/** Commands that live with their feature; loaded only when present. */
+function loadExtraCommands(): void {
+  for (const mod of ['../agent/command', '../k8s/apiserver/command', '../demo/command', '../datapath/tc/command']) {
+    try {
+      // eslint-disable-next-line @typescript-eslint/no-var-requires
+      const m = require(mod) as { commands?: Record<string, Command> };
+      for (const [n, c] of Object.entries(m.commands ?? {})) commands[n] = c;
+    } catch (err) {
+      const missing = (err as NodeJS.ErrnoException).code === 'MODULE_NOT_FOUND' && (err as Error).message.includes(mod.slice(3));
+      if (!missing) throw err;
+    }
+  }
+}
+
+export type { Command };
+
+if (require.main === module || process.argv[1]?.endsWith('bin/sluice')) {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (err) => {
+      process.stderr.write(`sluice: ${(err as Error).stack ?? err}\n`);
+      process.exit(1);
+    },
+  );
+}

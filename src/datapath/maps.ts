@@ -1,0 +1,59 @@
+// The socket-LB maps, opened from their pins under the bpffs directory and
+// typed with the generated codecs. Works without the agent (the CLI uses it).
+import * as path from 'node:path';
+import * as fs from 'node:fs';
+import { BpfMap } from '../bpf/map';
+import * as abi from '../abi/generated';
+import { TypedMap, u32Codec } from './typedMap';
+
+export const DEFAULT_BPFFS = '/sys/fs/bpf/sluice';
+
+export interface SockLbMaps {
+  services: TypedMap<abi.Lb4ServiceKey, abi.Lb4Service>;
+  backends: TypedMap<number, abi.Lb4Backend>;
+  revNat: TypedMap<number, abi.Lb4ReverseNat>;
+  sockRev: TypedMap<abi.Lb4SockRevKey, abi.Lb4SockRev>;
+  affinity: TypedMap<abi.Lb4AffinityKey, abi.LbAffinity>;
+  counters: BpfMap;
+  close(): void;
+}
+
+export function mapPinPath(bpffs: string, name: string): string {
+  return path.join(bpffs, name);
+}
+
+/** Open every pinned map, or fail naming the one missing and what to run. */
+export function openSockLbMaps(bpffs: string): SockLbMaps {
+  const opened: BpfMap[] = [];
+  const open = (name: string): BpfMap => {
+    const pin = mapPinPath(bpffs, name);
+    if (!fs.existsSync(pin)) {
+      for (const m of opened) m.close();
+      throw new Error(`no pinned map ${pin}: Sluice is not installed under ${bpffs} (run \`sluice attach --cgroup PATH --bpffs ${bpffs}\` or start the agent)`);
+    }
+    const m = BpfMap.fromPinned(pin);
+    opened.push(m);
+    return m;
+  };
+  try {
+    const maps: SockLbMaps = {
+      services: new TypedMap(open(abi.SLUICE_MAP_SERVICES4), abi.lb4_service_keyCodec, abi.lb4_serviceCodec),
+      backends: new TypedMap(open(abi.SLUICE_MAP_BACKENDS4), u32Codec, abi.lb4_backendCodec),
+      revNat: new TypedMap(open(abi.SLUICE_MAP_REVNAT4), u32Codec, abi.lb4_reverse_natCodec),
+      sockRev: new TypedMap(open(abi.SLUICE_MAP_SOCKREV4), abi.lb4_sock_rev_keyCodec, abi.lb4_sock_revCodec),
+      affinity: new TypedMap(open(abi.SLUICE_MAP_AFFINITY4), abi.lb4_affinity_keyCodec, abi.lb_affinityCodec),
+      counters: open(abi.SLUICE_MAP_COUNTERS),
+      close: () => opened.forEach((m) => m.close()),
+    };
+    return maps;
+  } catch (err) {
+    for (const m of opened) m.close();
+    throw err;
+  }
+}
+
+/** Sum a per-CPU counter (LB_CNT_*). */
+export function readCounter(counters: BpfMap, index: number): bigint {
+  const key = u32Codec.encode(index);
+  return (counters.lookupPerCpu(key) ?? []).reduce((sum, cpu) => sum + cpu.readBigUInt64LE(0), 0n);
+}

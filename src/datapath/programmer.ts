@@ -1,0 +1,370 @@
+// The apply step: make the socket-LB maps hold exactly the frontends asked for.
+//
+// State is read back from the pinned maps at start (adopt, never flush), ids of
+// backends and rev-NAT entries are stable for as long as the object exists, and
+// every change is make-before-break: backends and rev-NAT first, then slots,
+// then the master entry that makes them visible; deletes in reverse. A program
+// that finds a master entry therefore always finds its slots and backends.
+import * as abi from '../abi/generated';
+import type { SockLbMaps } from './maps';
+import { ip4ToNumber, numberToIp4, protoName, protoNumber, type ProtoName } from './addr';
+import { IdAllocator } from './ids';
+
+export type ScopeName = 'external' | 'internal';
+
+export interface BackendSpec {
+  address: string;
+  port: number;
+  proto: ProtoName;
+  local?: boolean;
+  terminating?: boolean;
+  zone?: number;
+}
+
+export interface FrontendSpec {
+  address: string;
+  port: number;
+  proto: ProtoName;
+  scope: ScopeName;
+  flags: number; // LB_SVC_FLAG_*
+  affinityTimeout: number; // seconds, 0 = none
+  backends: BackendSpec[];
+  /** Who asked for it ("Service default/web port http"), for errors. */
+  owner?: string;
+}
+
+export interface ProgrammedFrontend {
+  id: string;
+  address: string;
+  port: number;
+  proto: ProtoName;
+  scope: ScopeName;
+  flags: number;
+  affinityTimeout: number;
+  revNatId: number;
+  backendIds: number[];
+}
+
+export interface ProgrammedBackend {
+  id: number;
+  address: string;
+  port: number;
+  proto: ProtoName;
+  flags: number;
+  zone: number;
+}
+
+export interface ApplyResult {
+  frontendsWritten: number;
+  frontendsDeleted: number;
+  backendsWritten: number;
+  backendsDeleted: number;
+  unchanged: number;
+  failures: Array<{ frontend: string; owner?: string; error: Error }>;
+}
+
+export function frontendId(f: { address: string; port: number; proto: string; scope: ScopeName }): string {
+  return `${f.address}:${f.port}/${f.proto}${f.scope === 'internal' ? '#internal' : ''}`;
+}
+
+const backendKeyOf = (b: { address: string; port: number; proto: string }) => `${b.address}:${b.port}/${b.proto}`;
+const revNatKeyOf = (f: { address: string; port: number; proto: string }) => `${f.address}:${f.port}/${f.proto}`;
+const scopeNumber = (s: ScopeName) => (s === 'internal' ? abi.LB_SCOPE_INTERNAL : abi.LB_SCOPE_EXTERNAL);
+
+function backendFlags(b: BackendSpec): number {
+  return (b.local ? abi.LB_BACKEND_FLAG_LOCAL : 0) | (b.terminating ? abi.LB_BACKEND_FLAG_TERMINATING : 0);
+}
+
+function serviceKey(f: { address: string; port: number; proto: string; scope: ScopeName }, slot: number): abi.Lb4ServiceKey {
+  return {
+    address: ip4ToNumber(f.address),
+    port: f.port,
+    proto: protoNumber(f.proto),
+    scope: scopeNumber(f.scope),
+    backend_slot: slot,
+  };
+}
+
+export class LbProgrammer {
+  private readonly frontends = new Map<string, ProgrammedFrontend>();
+  private readonly backends = new Map<string, ProgrammedBackend>();
+  private readonly backendRefs = new Map<number, number>();
+  private readonly revNats = new Map<string, number>();
+  private readonly revNatUsers = new Map<string, number>();
+  private readonly backendIds: IdAllocator;
+  private readonly revNatIds: IdAllocator;
+
+  private constructor(private readonly maps: SockLbMaps) {
+    this.backendIds = new IdAllocator('backend');
+    this.revNatIds = new IdAllocator('rev-NAT');
+  }
+
+  /** Read what the pinned maps hold: a restarted agent continues from there. */
+  static adopt(maps: SockLbMaps): LbProgrammer {
+    const p = new LbProgrammer(maps);
+    for (const [id, b] of maps.backends.readAll()) {
+      const backend: ProgrammedBackend = {
+        id, address: numberToIp4(b.address), port: b.port, proto: protoName(b.proto) as ProtoName, flags: b.flags, zone: b.zone,
+      };
+      p.backends.set(backendKeyOf(backend), backend);
+      p.backendIds.reserve(id);
+    }
+    for (const [id, r] of maps.revNat.readAll()) {
+      // rev-NAT entries are per frontend address:port; the protocol is not
+      // stored, so recover it from the master entries below.
+      p.revNatIds.reserve(id);
+      void r;
+    }
+    const slots = new Map<string, Map<number, number>>();
+    const masters: Array<[abi.Lb4ServiceKey, abi.Lb4Service]> = [];
+    for (const [k, v] of maps.services.readAll()) {
+      if (k.backend_slot === 0) {
+        masters.push([k, v]);
+      } else {
+        const id = frontendId(keyToFrontend(k));
+        let m = slots.get(id);
+        if (!m) slots.set(id, (m = new Map()));
+        m.set(k.backend_slot, v.backend_id);
+      }
+    }
+    for (const [k, v] of masters) {
+      const f = keyToFrontend(k);
+      const id = frontendId(f);
+      const s = slots.get(id) ?? new Map<number, number>();
+      const backendIds: number[] = [];
+      for (let slot = 1; slot <= v.count; slot++) backendIds.push(s.get(slot) ?? 0);
+      const fe: ProgrammedFrontend = { ...f, id, flags: v.flags, affinityTimeout: v.affinity_timeout, revNatId: v.rev_nat_id, backendIds };
+      p.frontends.set(id, fe);
+      p.revNats.set(revNatKeyOf(f), v.rev_nat_id);
+      p.revNatUsers.set(revNatKeyOf(f), (p.revNatUsers.get(revNatKeyOf(f)) ?? 0) + 1);
+      for (const b of backendIds) p.ref(b, +1);
+    }
+    return p;
+  }
+
+  programmedFrontends(): ProgrammedFrontend[] {
+    return [...this.frontends.values()];
+  }
+
+  programmedBackends(): ProgrammedBackend[] {
+    return [...this.backends.values()];
+  }
+
+  backendById(id: number): ProgrammedBackend | undefined {
+    for (const b of this.backends.values()) if (b.id === id) return b;
+    return undefined;
+  }
+
+  /**
+   * Make the maps hold exactly `desired` (prune: true) or add/replace just
+   * these frontends (prune: false). Frontends are applied in batches; when a
+   * batch fails (a full map, a rejected value) the frontends of that batch are
+   * retried one by one so one bad frontend cannot block the others, and each
+   * failure is returned with its frontend.
+   */
+  apply(desired: FrontendSpec[], opts: { prune: boolean }): ApplyResult {
+    const result: ApplyResult = { frontendsWritten: 0, frontendsDeleted: 0, backendsWritten: 0, backendsDeleted: 0, unchanged: 0, failures: [] };
+    const wanted = new Map<string, FrontendSpec>();
+    for (const f of desired) wanted.set(frontendId(f), f);
+
+    const changed: FrontendSpec[] = [];
+    for (const [id, f] of wanted) {
+      if (this.isUnchanged(id, f)) result.unchanged++;
+      else changed.push(f);
+    }
+    try {
+      this.writeFrontends(changed, result);
+    } catch {
+      for (const f of changed) {
+        try {
+          this.writeFrontends([f], result);
+        } catch (error) {
+          result.failures.push({ frontend: frontendId(f), owner: f.owner, error: error as Error });
+        }
+      }
+    }
+    if (opts.prune) {
+      const stale = [...this.frontends.keys()].filter((id) => !wanted.has(id));
+      for (const id of stale) {
+        this.deleteFrontend(id);
+        result.frontendsDeleted++;
+      }
+    }
+    result.backendsDeleted += this.collectGarbage();
+    return result;
+  }
+
+  /** Remove one frontend (both scopes when scope is not given). */
+  remove(address: string, port: number, proto: ProtoName): number {
+    let n = 0;
+    for (const scope of ['internal', 'external'] as const) {
+      const id = frontendId({ address, port, proto, scope });
+      if (this.frontends.has(id)) {
+        this.deleteFrontend(id);
+        n++;
+      }
+    }
+    this.collectGarbage();
+    return n;
+  }
+
+  private isUnchanged(id: string, f: FrontendSpec): boolean {
+    const cur = this.frontends.get(id);
+    if (!cur || cur.flags !== f.flags || cur.affinityTimeout !== f.affinityTimeout) return false;
+    if (cur.backendIds.length !== f.backends.length) return false;
+    return f.backends.every((b, i) => {
+      const known = this.backends.get(backendKeyOf(b));
+      return known !== undefined && known.id === cur.backendIds[i] && known.flags === backendFlags(b) && known.zone === (b.zone ?? 0);
+    });
+  }
+
+  private writeFrontends(frontends: FrontendSpec[], result: ApplyResult): void {
+    if (frontends.length === 0) return;
+    // 1. backends and rev-NAT entries (new or changed).
+    const backendWrites: Array<[number, abi.Lb4Backend]> = [];
+    const newBackends: ProgrammedBackend[] = [];
+    const idsFor = new Map<FrontendSpec, number[]>();
+    const seen = new Set<string>();
+    for (const f of frontends) {
+      const ids: number[] = [];
+      for (const b of f.backends) {
+        if (b.proto !== f.proto) throw new Error(`${frontendId(f)}: backend ${backendKeyOf(b)} has another protocol`);
+        const key = backendKeyOf(b);
+        let known = this.backends.get(key);
+        const flags = backendFlags(b);
+        const zone = b.zone ?? 0;
+        if (!known || known.flags !== flags || known.zone !== zone) {
+          const id = known?.id ?? this.backendIds.allocate();
+          known = { id, address: b.address, port: b.port, proto: b.proto, flags, zone };
+          if (!seen.has(key)) {
+            backendWrites.push([id, { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone }]);
+            newBackends.push(known);
+            seen.add(key);
+          }
+        }
+        ids.push(known.id);
+      }
+      idsFor.set(f, ids);
+    }
+    const revNatWrites: Array<[number, abi.Lb4ReverseNat]> = [];
+    const newRevNats: Array<[string, number]> = [];
+    for (const f of frontends) {
+      const key = revNatKeyOf(f);
+      if (!this.revNats.has(key) && !newRevNats.some(([k]) => k === key)) {
+        const id = this.revNatIds.allocate();
+        newRevNats.push([key, id]);
+        revNatWrites.push([id, { address: ip4ToNumber(f.address), port: f.port }]);
+      }
+    }
+    try {
+      this.maps.backends.setMany(backendWrites);
+      this.maps.revNat.setMany(revNatWrites);
+    } catch (err) {
+      // Ids allocated for entries that never landed go back to the pool.
+      for (const b of newBackends) if (!this.backends.has(backendKeyOf(b))) this.backendIds.release(b.id);
+      for (const [, id] of newRevNats) this.revNatIds.release(id);
+      throw err;
+    }
+    for (const b of newBackends) this.backends.set(backendKeyOf(b), b);
+    for (const [k, id] of newRevNats) this.revNats.set(k, id);
+    result.backendsWritten += backendWrites.length;
+
+    // 2. slots, 3. masters, 4. shrink: slots beyond the new count.
+    const slotWrites: Array<[abi.Lb4ServiceKey, abi.Lb4Service]> = [];
+    const masterWrites: Array<[abi.Lb4ServiceKey, abi.Lb4Service]> = [];
+    const slotDeletes: abi.Lb4ServiceKey[] = [];
+    const updates: ProgrammedFrontend[] = [];
+    for (const f of frontends) {
+      const id = frontendId(f);
+      const ids = idsFor.get(f)!;
+      if (ids.length > abi.SLUICE_MAX_SLOTS_PER_SERVICE) {
+        throw new Error(`${id}: ${ids.length} backends exceed the ${abi.SLUICE_MAX_SLOTS_PER_SERVICE} slots of one frontend`);
+      }
+      const cur = this.frontends.get(id);
+      const revNatId = this.revNats.get(revNatKeyOf(f))!;
+      ids.forEach((backendId, i) => {
+        if (cur?.backendIds[i] !== backendId) {
+          slotWrites.push([serviceKey(f, i + 1), { backend_id: backendId, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 }]);
+        }
+      });
+      masterWrites.push([serviceKey(f, 0), {
+        backend_id: 0, count: ids.length, flags: f.flags, rev_nat_id: revNatId, affinity_timeout: f.affinityTimeout, algorithm: abi.LB_ALG_RANDOM,
+      }]);
+      for (let slot = ids.length + 1; slot <= (cur?.backendIds.length ?? 0); slot++) slotDeletes.push(serviceKey(f, slot));
+      updates.push({ id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, revNatId, backendIds: ids });
+    }
+    this.maps.services.setMany(slotWrites);
+    this.maps.services.setMany(masterWrites);
+    this.maps.services.deleteMany(slotDeletes);
+
+    for (const u of updates) {
+      const cur = this.frontends.get(u.id);
+      for (const b of u.backendIds) this.ref(b, +1);
+      if (!cur) this.revNatUsers.set(revNatKeyOf(u), (this.revNatUsers.get(revNatKeyOf(u)) ?? 0) + 1);
+      if (cur) {
+        for (const b of cur.backendIds) this.ref(b, -1);
+        this.forgetAffinity(u, cur.backendIds.filter((b) => !u.backendIds.includes(b)));
+      }
+      this.frontends.set(u.id, u);
+      result.frontendsWritten++;
+    }
+  }
+
+  private deleteFrontend(id: string): void {
+    const cur = this.frontends.get(id);
+    if (!cur) return;
+    // Master first: the frontend disappears at once, then its slots.
+    this.maps.services.delete(serviceKey(cur, 0));
+    const slots: abi.Lb4ServiceKey[] = [];
+    for (let slot = 1; slot <= cur.backendIds.length; slot++) slots.push(serviceKey(cur, slot));
+    this.maps.services.deleteMany(slots);
+    for (const b of cur.backendIds) this.ref(b, -1);
+    this.forgetAffinity(cur, cur.backendIds);
+    this.frontends.delete(id);
+    const rnKey = revNatKeyOf(cur);
+    const users = (this.revNatUsers.get(rnKey) ?? 1) - 1;
+    this.revNatUsers.set(rnKey, users);
+    if (users <= 0) {
+      this.revNatUsers.delete(rnKey);
+      this.maps.revNat.delete(cur.revNatId);
+      this.revNatIds.release(cur.revNatId);
+      this.revNats.delete(rnKey);
+    }
+  }
+
+  /** Backends no frontend points at any more are deleted last. */
+  private collectGarbage(): number {
+    let n = 0;
+    for (const [key, b] of this.backends) {
+      if ((this.backendRefs.get(b.id) ?? 0) > 0) continue;
+      this.maps.backends.delete(b.id);
+      this.backends.delete(key);
+      this.backendIds.release(b.id);
+      this.backendRefs.delete(b.id);
+      n++;
+    }
+    return n;
+  }
+
+  /** ClientIP affinity must not keep sending clients to a removed backend. */
+  private forgetAffinity(f: ProgrammedFrontend, removed: number[]): void {
+    if (removed.length === 0 || (f.flags & abi.LB_SVC_FLAG_AFFINITY) === 0) return;
+    const gone = new Set(removed);
+    for (const [k, v] of this.maps.affinity.entries()) {
+      if (k.rev_nat_id === f.revNatId && gone.has(v.backend_id)) this.maps.affinity.delete(k);
+    }
+  }
+
+  private ref(backendId: number, delta: number): void {
+    this.backendRefs.set(backendId, (this.backendRefs.get(backendId) ?? 0) + delta);
+  }
+}
+
+function keyToFrontend(k: abi.Lb4ServiceKey): { address: string; port: number; proto: ProtoName; scope: ScopeName } {
+  return {
+    address: numberToIp4(k.address),
+    port: k.port,
+    proto: protoName(k.proto) as ProtoName,
+    scope: k.scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external',
+  };
+}

@@ -1,0 +1,181 @@
+// Load the socket-LB object, pin its maps, and attach its programs to a cgroup
+// with pinned bpf_links, so the data path outlives the process that set it up.
+//
+// On a second install (agent restart or upgrade) the pinned maps are reused
+// (libbpf re-opens them by pin path) and each pinned link is updated in place
+// to the new program (bpf_link_update: an atomic swap, no moment without a
+// program), instead of detach-then-attach.
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { BpfObject } from '../bpf/object';
+import { BpfLink, attachCgroup, linkInfo, progInfo } from '../bpf/link';
+import { AttachType } from '../bpf/constants';
+import { ensureBpffsDir } from '../bpf/bpffs';
+
+/** Program name in sock_lb.bpf.c -> the cgroup hook it serves. */
+export const SOCK_LB_PROGRAMS: Record<string, { attachType: number; hook: string }> = {
+  sluice_connect4: { attachType: AttachType.CGROUP_INET4_CONNECT, hook: 'connect4' },
+  sluice_sendmsg4: { attachType: AttachType.CGROUP_UDP4_SENDMSG, hook: 'sendmsg4' },
+  sluice_recvmsg4: { attachType: AttachType.CGROUP_UDP4_RECVMSG, hook: 'recvmsg4' },
+  sluice_getpeer4: { attachType: AttachType.CGROUP_INET4_GETPEERNAME, hook: 'getpeername4' },
+};
+
+/** Where compiled BPF objects are: SLUICE_BPF_DIR, else the repository's build/. */
+export function bpfObjectPath(name: string): string {
+  const dir = process.env.SLUICE_BPF_DIR ?? path.resolve(__dirname, '..', '..', '..', 'build');
+  const file = path.join(dir, name);
+  if (!fs.existsSync(file)) throw new Error(`BPF object ${file} not found: run \`make build\` (or set SLUICE_BPF_DIR)`);
+  return file;
+}
+
+export const linkDir = (bpffs: string) => path.join(bpffs, 'links');
+const linkPin = (bpffs: string, prog: string) => path.join(linkDir(bpffs), prog);
+
+export interface InstallResult {
+  attached: string[]; // new links
+  replaced: string[]; // pinned links updated in place
+}
+
+export interface InstallOptions {
+  bpffs: string;
+  cgroupPath: string;
+  maxEntries?: Record<string, number>;
+}
+
+/** Load, pin maps, attach (or swap) every socket-LB program. Idempotent. */
+export function installSockLb(opts: InstallOptions): InstallResult {
+  ensureBpffsDir(opts.bpffs);
+  fs.mkdirSync(linkDir(opts.bpffs), { recursive: true });
+  const cgroupId = cgroupIdOf(opts.cgroupPath);
+  const obj = BpfObject.open(bpfObjectPath('sock_lb.bpf.o'), { pinDir: opts.bpffs, maxEntries: opts.maxEntries });
+  const result: InstallResult = { attached: [], replaced: [] };
+  try {
+    obj.load();
+    for (const [name, { attachType, hook }] of Object.entries(SOCK_LB_PROGRAMS)) {
+      const prog = obj.program(name);
+      const pin = linkPin(opts.bpffs, name);
+      if (fs.existsSync(pin)) {
+        const link = BpfLink.fromPinned(pin);
+        try {
+          const info = linkInfo(link.fd);
+          if (info.cgroupId !== undefined && info.cgroupId !== cgroupId) {
+            throw new Error(
+              `${hook} is already attached to another cgroup (id ${info.cgroupId}) from ${opts.bpffs}: ` +
+                `run \`sluice detach --bpffs ${opts.bpffs}\` first, or use another --bpffs`,
+            );
+          }
+          link.update(prog.fd);
+          result.replaced.push(hook);
+        } finally {
+          link.close();
+        }
+      } else {
+        const link = attachCgroup(prog, opts.cgroupPath, attachType);
+        try {
+          link.pin(pin);
+          result.attached.push(hook);
+        } finally {
+          link.close();
+        }
+      }
+    }
+  } finally {
+    // Maps and links are pinned: closing our descriptors detaches nothing.
+    obj.close();
+  }
+  return result;
+}
+
+/** Remove the pinned links: the programs detach once no one holds them. */
+export function detachSockLb(bpffs: string): string[] {
+  const removed: string[] = [];
+  for (const name of Object.keys(SOCK_LB_PROGRAMS)) {
+    const pin = linkPin(bpffs, name);
+    if (fs.existsSync(pin)) {
+      fs.unlinkSync(pin);
+      removed.push(SOCK_LB_PROGRAMS[name]!.hook);
+    }
+  }
+  return removed;
+}
+
+/** Detach and remove every pinned map and the directory itself. */
+export function uninstall(bpffs: string): void {
+  detachSockLb(bpffs);
+  if (!fs.existsSync(bpffs)) return;
+  fs.rmSync(bpffs, { recursive: true, force: true });
+}
+
+export interface AttachmentStatus {
+  hook: string;
+  program: string;
+  programId?: number;
+  linkId?: number;
+  cgroupId?: number;
+  cgroupPath?: string;
+  attached: boolean;
+}
+
+/** What is attached where, read from the pinned links alone. */
+export function sockLbStatus(bpffs: string, cgroupRoot?: string): AttachmentStatus[] {
+  return Object.entries(SOCK_LB_PROGRAMS).map(([name, { hook }]) => {
+    const pin = linkPin(bpffs, name);
+    if (!fs.existsSync(pin)) return { hook, program: name, attached: false };
+    const link = BpfLink.fromPinned(pin);
+    try {
+      const info = linkInfo(link.fd);
+      const prog = info.progId ? progInfo(info.progId) : undefined;
+      return {
+        hook,
+        program: prog?.name ?? name,
+        programId: info.progId,
+        linkId: info.id,
+        cgroupId: info.cgroupId,
+        cgroupPath: info.cgroupId !== undefined ? findCgroupById(info.cgroupId, cgroupRoot) : undefined,
+        attached: true,
+      };
+    } finally {
+      link.close();
+    }
+  });
+}
+
+/** A cgroup v2 id is the inode number of its directory. */
+export function cgroupIdOf(cgroupPath: string): number {
+  const st = fs.statSync(cgroupPath);
+  if (!st.isDirectory()) throw new Error(`${cgroupPath} is not a cgroup directory`);
+  return Number(st.ino);
+}
+
+export function cgroup2Mount(): string {
+  const mounts = fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n');
+  for (const line of mounts) {
+    const [pre, post] = line.split(' - ');
+    if (post?.startsWith('cgroup2 ')) return pre!.split(' ')[4]!;
+  }
+  throw new Error('no cgroup v2 mount found in /proc/self/mountinfo');
+}
+
+/** Bounded walk of the cgroup v2 tree to turn a cgroup id back into a path. */
+function findCgroupById(id: number, root = cgroup2Mount(), budget = { dirs: 5000 }): string | undefined {
+  let st: fs.Stats;
+  try {
+    st = fs.statSync(root);
+  } catch {
+    return undefined;
+  }
+  if (Number(st.ino) === id) return root;
+  if (--budget.dirs <= 0) return undefined;
+  let entries: fs.Dirent[];
+  try {
+    entries = fs.readdirSync(root, { withFileTypes: true });
+  } catch {
+    return undefined;
+  }
+  for (const e of entries) {
+    if (!e.isDirectory()) continue;
+    const found = findCgroupById(id, path.join(root, e.name), budget);
+    if (found) return found;
+  }
+  return undefined;
+}

@@ -1,0 +1,80 @@
+// A BPF map seen through the generated codecs: typed keys and values instead
+// of bytes, with the layout checked against the kernel's view before use.
+import type { BpfMap } from '../bpf/map';
+import type { Codec } from '../abi/types';
+
+export const u32Codec: Codec<number> = {
+  size: 4,
+  encode(value, buf = Buffer.alloc(4), off = 0) {
+    buf.writeUInt32LE(value >>> 0, off);
+    return buf;
+  },
+  decode: (buf, off = 0) => buf.readUInt32LE(off),
+};
+
+export class TypedMap<K, V> {
+  constructor(
+    readonly map: BpfMap,
+    readonly keyCodec: Codec<K>,
+    readonly valueCodec: Codec<V>,
+  ) {
+    // The agent checks sizes before its first write (DESIGN: one source of truth).
+    if (map.keySize !== keyCodec.size || map.valueSize !== valueCodec.size) {
+      throw new Error(
+        `map ${map.name}: kernel layout key ${map.keySize}/value ${map.valueSize} bytes, ` +
+          `this build expects key ${keyCodec.size}/value ${valueCodec.size}: ` +
+          'the pinned map was created by another Sluice version (remove it or use its matching agent)',
+      );
+    }
+  }
+
+  get name(): string {
+    return this.map.name;
+  }
+
+  get(key: K): V | undefined {
+    const raw = this.map.lookup(this.keyCodec.encode(key));
+    return raw ? this.valueCodec.decode(raw) : undefined;
+  }
+
+  set(key: K, value: V): void {
+    this.map.update(this.keyCodec.encode(key), this.valueCodec.encode(value));
+  }
+
+  delete(key: K): boolean {
+    return this.map.delete(this.keyCodec.encode(key));
+  }
+
+  /** Write many entries with one syscall per batch. */
+  setMany(entries: Array<[K, V]>): void {
+    if (entries.length === 0) return;
+    const ks = this.keyCodec.size;
+    const vs = this.valueCodec.size;
+    const keys = Buffer.alloc(ks * entries.length);
+    const values = Buffer.alloc(vs * entries.length);
+    entries.forEach(([k, v], i) => {
+      this.keyCodec.encode(k, keys, i * ks);
+      this.valueCodec.encode(v, values, i * vs);
+    });
+    this.map.updateBatch(keys, values, entries.length);
+  }
+
+  /** Delete many keys; keys that are already gone are not an error. */
+  deleteMany(keys: K[]): void {
+    for (const key of keys) this.delete(key);
+  }
+
+  *entries(): Generator<[K, V]> {
+    for (const [k, v] of this.map.entries()) yield [this.keyCodec.decode(k), this.valueCodec.decode(v)];
+  }
+
+  /** All entries, read in batches where the map type allows it. */
+  readAll(): Array<[K, V]> {
+    const { keys, values, count } = this.map.lookupBatch();
+    const out: Array<[K, V]> = [];
+    for (let i = 0; i < count; i++) {
+      out.push([this.keyCodec.decode(keys, i * this.keyCodec.size), this.valueCodec.decode(values, i * this.valueCodec.size)]);
+    }
+    return out;
+  }
+}

@@ -1,0 +1,126 @@
+// Socket LB in the real kernel: programs attached to a throwaway child cgroup,
+// backends and clients in a throwaway network namespace, real sockets.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import * as path from 'node:path';
+import { Sandbox, sh, sluiceBin, waitFor } from '../helpers/sandbox';
+
+const helpers = path.join(__dirname, '..', 'helpers');
+const VIP = '10.96.0.10';
+const BACKENDS = ['192.0.2.2', '192.0.2.3', '192.0.2.4'];
+
+let sb: Sandbox;
+
+function sluice(args: string[]): string {
+  return sh(sluiceBin, [...args, '--bpffs', sb.bpffs]);
+}
+
+async function client(mode: 'tcp' | 'udp', address: string, port: number, count: number) {
+  const out = await sb.runInCgroup(['node', path.join(helpers, 'lbClient.js'), mode, address, String(port), String(count)]);
+  return JSON.parse(out) as { results: Array<{ backend?: string; peer?: string; error?: string; ms: number }> };
+}
+
+function histogram(results: Array<{ backend?: string }>): Record<string, number> {
+  const h: Record<string, number> = {};
+  for (const r of results) h[r.backend ?? 'none'] = (h[r.backend ?? 'none'] ?? 0) + 1;
+  return h;
+}
+
+before(async () => {
+  sb = Sandbox.create();
+  // Backends live on the namespace's loopback: a VIP that is not translated has no route.
+  for (const b of BACKENDS) sb.ip(['addr', 'add', `${b}/32`, 'dev', 'lo']);
+  const server = sb.spawnInNetns(['node', path.join(helpers, 'backendServer.js'), ...BACKENDS.flatMap((b) => [`${b}:8080`, `${b}:5353`])]);
+  let ready = false;
+  server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
+  await waitFor('backend servers', () => ready);
+  sluice(['attach', '--cgroup', sb.cgroup]);
+});
+
+after(() => {
+  sb?.close();
+});
+
+test('TCP connections to a VIP reach every backend, roughly uniformly; getpeername shows the VIP', async () => {
+  sluice(['service', 'upsert', '--frontend', `${VIP}:80/tcp`, '--backends', BACKENDS.map((b) => `${b}:8080`).join(',')]);
+  const { results } = await client('tcp', VIP, 80, 300);
+  assert.deepEqual(results.filter((r) => r.error), []);
+  const h = histogram(results);
+  for (const b of BACKENDS) {
+    // 300 draws over 3 backends: 100 expected, sd ~8; below 60 is > 5 sd off.
+    assert.ok((h[`${b}:8080`] ?? 0) >= 60, `backend ${b} got ${h[`${b}:8080`] ?? 0} of 300: ${JSON.stringify(h)}`);
+  }
+  assert.ok(results.every((r) => r.peer === `${VIP}:80`), `getpeername must show the VIP: ${results[0]?.peer}`);
+});
+
+test('UDP request/reply through a VIP with sendto/recvfrom comes back from the VIP', async () => {
+  sluice(['service', 'upsert', '--frontend', `${VIP}:53/udp`, '--backends', BACKENDS.map((b) => `${b}:5353`).join(',')]);
+  const { results } = await client('udp', VIP, 53, 60);
+  assert.deepEqual(results.filter((r) => r.error), []);
+  assert.ok(results.every((r) => r.peer === `${VIP}:53`), `reply source must be the VIP, got ${results.map((r) => r.peer).join(',')}`);
+  assert.ok(Object.keys(histogram(results)).length >= 2, 'replies come from more than one backend');
+});
+
+test('after a backend is removed no new connection reaches it', async () => {
+  sluice(['service', 'upsert', '--frontend', `${VIP}:80/tcp`, '--backends', BACKENDS.slice(0, 2).map((b) => `${b}:8080`).join(',')]);
+  const { results } = await client('tcp', VIP, 80, 150);
+  const h = histogram(results);
+  assert.equal(h[`${BACKENDS[2]}:8080`], undefined, `removed backend still reached: ${JSON.stringify(h)}`);
+  assert.equal((h[`${BACKENDS[0]}:8080`] ?? 0) + (h[`${BACKENDS[1]}:8080`] ?? 0), 150);
+});
+
+test('a frontend with zero backends refuses connect() at once with ECONNREFUSED', async () => {
+  sluice(['service', 'upsert', '--frontend', `${VIP}:81/tcp`, '--backends', '']);
+  const { results } = await client('tcp', VIP, 81, 5);
+  for (const r of results) {
+    assert.equal(r.error, 'ECONNREFUSED');
+    assert.ok(r.ms < 200, `refusal took ${r.ms} ms`);
+  }
+});
+
+test('a destination that is not a Service passes untouched', async () => {
+  const { results } = await client('tcp', BACKENDS[2]!, 8080, 5);
+  for (const r of results) {
+    assert.equal(r.backend, `${BACKENDS[2]}:8080`);
+    assert.equal(r.peer, `${BACKENDS[2]}:8080`);
+  }
+  // A VIP-range address that is not a frontend has no route: the packet goes nowhere.
+  const { results: none } = await client('tcp', '10.96.0.99', 80, 1);
+  assert.ok(none[0]?.error, 'an unknown VIP must not be reachable');
+});
+
+test('service delete removes the frontend; CLI lists what the maps hold', async () => {
+  const listed = JSON.parse(sluice(['services', '-o', 'json'])) as Array<{ frontend: string; backends: Array<{ address: string }> }>;
+  const tcp = listed.find((s) => s.frontend === `${VIP}:80/tcp`);
+  assert.deepEqual(tcp?.backends.map((b) => b.address).sort(), BACKENDS.slice(0, 2));
+  sluice(['service', 'delete', '--frontend', `${VIP}:80/tcp`]);
+  const after = JSON.parse(sluice(['services', '-o', 'json'])) as Array<{ frontend: string }>;
+  assert.equal(after.find((s) => s.frontend === `${VIP}:80/tcp`), undefined);
+  const { results } = await client('tcp', VIP, 80, 1);
+  assert.ok(results[0]?.error, 'deleted VIP must not be translated any more');
+});
+
+test('bpftool prints the pinned services map with named fields', () => {
+  sluice(['service', 'upsert', '--frontend', `${VIP}:80/tcp`, '--backends', `${BACKENDS[0]}:8080`]);
+  const dump = sh('bpftool', ['map', 'dump', 'pinned', path.join(sb.bpffs, 'sluice_svc4')]);
+  for (const field of ['"address"', '"port"', '"backend_slot"', '"backend_id"', '"count"', '"rev_nat_id"']) {
+    assert.ok(dump.includes(field), `bpftool output lacks ${field}:\n${dump.slice(0, 400)}`);
+  }
+});
+
+test('attach again swaps programs in place and keeps serving; detach stops translation', async () => {
+  const before = JSON.parse(sluice(['status', '-o', 'json'])) as { attachments: Array<{ linkId: number; programId: number }> };
+  const out = sluice(['attach', '--cgroup', sb.cgroup]);
+  assert.match(out, /replaced in place: connect4, sendmsg4, recvmsg4, getpeername4/);
+  const after = JSON.parse(sluice(['status', '-o', 'json'])) as { attachments: Array<{ linkId: number; programId: number; attached: boolean }> };
+  assert.deepEqual(after.attachments.map((a) => a.linkId), before.attachments.map((a) => a.linkId), 'same links');
+  assert.notDeepEqual(after.attachments.map((a) => a.programId), before.attachments.map((a) => a.programId), 'new programs');
+  const { results } = await client('tcp', VIP, 80, 10);
+  assert.ok(results.every((r) => r.backend === `${BACKENDS[0]}:8080`));
+  sluice(['detach']);
+  const { results: detached } = await client('tcp', VIP, 80, 1);
+  assert.ok(detached[0]?.error, 'after detach the VIP is not translated');
+  const attachedCgroup = sh('bpftool', ['cgroup', 'show', sb.cgroup]);
+  assert.doesNotMatch(attachedCgroup, /sluice_/);
+});
+

@@ -1,0 +1,79 @@
+// A client "pod" for the data-path tests. Prints one JSON object.
+//   tcp ADDR PORT COUNT   connect COUNT times; per connection: the backend that
+//                         answered and the peer getpeername() showed
+//   udp ADDR PORT COUNT   unconnected sendto/recvfrom COUNT times; per reply:
+//                         the backend and the source address recvfrom() showed
+//   loop ADDR PORT MS     connect in a loop for MS milliseconds; counts ok/failed
+import * as net from 'node:net';
+import * as dgram from 'node:dgram';
+
+interface Outcome { backend?: string; peer?: string; error?: string; ms: number }
+
+function tcpOnce(address: string, port: number, timeoutMs = 2000): Promise<Outcome> {
+  const start = process.hrtime.bigint();
+  const ms = () => Number(process.hrtime.bigint() - start) / 1e6;
+  return new Promise((resolve) => {
+    const sock = net.connect({ host: address, port });
+    let data = '';
+    let peer: string | undefined;
+    const timer = setTimeout(() => { sock.destroy(); resolve({ error: 'ETIMEDOUT', ms: ms() }); }, timeoutMs);
+    sock.on('connect', () => { peer = `${sock.remoteAddress}:${sock.remotePort}`; });
+    sock.on('data', (d) => (data += d));
+    sock.on('end', () => { clearTimeout(timer); sock.destroy(); resolve({ backend: data.trim().split(' ')[0], peer, ms: ms() }); });
+    sock.on('error', (e: NodeJS.ErrnoException) => { clearTimeout(timer); resolve({ error: e.code ?? e.message, ms: ms() }); });
+  });
+}
+
+async function udpRun(address: string, port: number, count: number): Promise<Outcome[]> {
+  const sock = dgram.createSocket('udp4');
+  const out: Outcome[] = [];
+  await new Promise<void>((r) => sock.bind(0, r));
+  for (let i = 0; i < count; i++) {
+    const start = process.hrtime.bigint();
+    const reply = await new Promise<Outcome>((resolve) => {
+      const timer = setTimeout(() => { sock.removeAllListeners('message'); resolve({ error: 'ETIMEDOUT', ms: 1000 }); }, 1000);
+      sock.once('message', (msg, rinfo) => {
+        clearTimeout(timer);
+        resolve({ backend: msg.toString().trim().split(' ')[0], peer: `${rinfo.address}:${rinfo.port}`, ms: Number(process.hrtime.bigint() - start) / 1e6 });
+      });
+      sock.send(`ping ${i}`, port, address, (err) => {
+        if (err) { clearTimeout(timer); sock.removeAllListeners('message'); resolve({ error: (err as NodeJS.ErrnoException).code ?? err.message, ms: 0 }); }
+      });
+    });
+    out.push(reply);
+  }
+  sock.close();
+  return out;
+}
+
+async function main(): Promise<void> {
+  const [mode, address, portText, countText] = process.argv.slice(2);
+  const port = Number(portText);
+  const n = Number(countText);
+  if (!address || !port || !n) throw new Error('usage: lbClient tcp|udp|loop ADDR PORT COUNT|MS');
+  if (mode === 'tcp') {
+    const results: Outcome[] = [];
+    for (let i = 0; i < n; i++) results.push(await tcpOnce(address, port));
+    process.stdout.write(JSON.stringify({ results }) + '\n');
+  } else if (mode === 'udp') {
+    process.stdout.write(JSON.stringify({ results: await udpRun(address, port, n) }) + '\n');
+  } else if (mode === 'loop') {
+    const end = Date.now() + n;
+    let ok = 0;
+    const errors: Record<string, number> = {};
+    const backends: Record<string, number> = {};
+    while (Date.now() < end) {
+      const r = await tcpOnce(address, port, 1000);
+      if (r.error) errors[r.error] = (errors[r.error] ?? 0) + 1;
+      else { ok++; backends[r.backend ?? '?'] = (backends[r.backend ?? '?'] ?? 0) + 1; }
+    }
+    process.stdout.write(JSON.stringify({ ok, errors, backends }) + '\n');
+  } else {
+    throw new Error(`unknown mode ${mode}`);
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`${(err as Error).message}\n`);
+  process.exit(1);
+});
