@@ -195,9 +195,9 @@ export class LbProgrammer {
   }
 
   /** Remove one frontend (both scopes when scope is not given). */
-  remove(address: string, port: number, proto: ProtoName): number {
+  remove(address: string, port: number, proto: ProtoName, only?: ScopeName): number {
     let n = 0;
-    for (const scope of ['internal', 'external'] as const) {
+    for (const scope of only ? [only] : (['internal', 'external'] as const)) {
       const id = frontendId({ address, port, proto, scope });
       if (this.frontends.has(id)) {
         this.deleteFrontend(id);

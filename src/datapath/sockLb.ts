@@ -8,7 +8,9 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { BpfObject } from '../bpf/object';
-import { BpfLink, attachCgroup, linkInfo, progInfo } from '../bpf/link';
+import { BpfLink, linkInfo } from '../bpf/link';
+import { attachCgroup, cgroupId, cgroupV2Mount } from '../bpf/cgroup';
+import { progInfo } from '../bpf/program';
 import { AttachType } from '../bpf/constants';
 import { ensureBpffsDir } from '../bpf/bpffs';
 
@@ -46,7 +48,7 @@ export interface InstallOptions {
 export function installSockLb(opts: InstallOptions): InstallResult {
   ensureBpffsDir(opts.bpffs);
   fs.mkdirSync(linkDir(opts.bpffs), { recursive: true });
-  const cgroupId = cgroupIdOf(opts.cgroupPath);
+  const target = cgroupIdOf(opts.cgroupPath);
   const obj = BpfObject.open(bpfObjectPath('sock_lb.bpf.o'), { pinDir: opts.bpffs, maxEntries: opts.maxEntries });
   const result: InstallResult = { attached: [], replaced: [] };
   try {
@@ -58,7 +60,7 @@ export function installSockLb(opts: InstallOptions): InstallResult {
         const link = BpfLink.fromPinned(pin);
         try {
           const info = linkInfo(link.fd);
-          if (info.cgroupId !== undefined && info.cgroupId !== cgroupId) {
+          if (info.cgroupId !== undefined && info.cgroupId !== target) {
             throw new Error(
               `${hook} is already attached to another cgroup (id ${info.cgroupId}) from ${opts.bpffs}: ` +
                 `run \`sluice detach --bpffs ${opts.bpffs}\` first, or use another --bpffs`,
@@ -111,14 +113,14 @@ export interface AttachmentStatus {
   program: string;
   programId?: number;
   linkId?: number;
-  cgroupId?: number;
+  cgroupId?: string;
   cgroupPath?: string;
   attached: boolean;
 }
 
 /** What is attached where, read from the pinned links alone. */
 export function sockLbStatus(bpffs: string, cgroupRoot?: string): AttachmentStatus[] {
-  return Object.entries(SOCK_LB_PROGRAMS).map(([name, { hook }]) => {
+  return Object.entries(SOCK_LB_PROGRAMS).map(([name, { hook }]): AttachmentStatus => {
     const pin = linkPin(bpffs, name);
     if (!fs.existsSync(pin)) return { hook, program: name, attached: false };
     const link = BpfLink.fromPinned(pin);
@@ -130,7 +132,7 @@ export function sockLbStatus(bpffs: string, cgroupRoot?: string): AttachmentStat
         program: prog?.name ?? name,
         programId: info.progId,
         linkId: info.id,
-        cgroupId: info.cgroupId,
+        cgroupId: info.cgroupId?.toString(),
         cgroupPath: info.cgroupId !== undefined ? findCgroupById(info.cgroupId, cgroupRoot) : undefined,
         attached: true,
       };
@@ -141,30 +143,28 @@ export function sockLbStatus(bpffs: string, cgroupRoot?: string): AttachmentStat
 }
 
 /** A cgroup v2 id is the inode number of its directory. */
-export function cgroupIdOf(cgroupPath: string): number {
-  const st = fs.statSync(cgroupPath);
-  if (!st.isDirectory()) throw new Error(`${cgroupPath} is not a cgroup directory`);
-  return Number(st.ino);
+export function cgroupIdOf(cgroupPath: string): bigint {
+  if (!fs.existsSync(cgroupPath) || !fs.statSync(cgroupPath).isDirectory()) {
+    throw new Error(`cgroup ${cgroupPath} does not exist (a cgroup v2 directory is needed)`);
+  }
+  return cgroupId(cgroupPath);
 }
 
 export function cgroup2Mount(): string {
-  const mounts = fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n');
-  for (const line of mounts) {
-    const [pre, post] = line.split(' - ');
-    if (post?.startsWith('cgroup2 ')) return pre!.split(' ')[4]!;
-  }
-  throw new Error('no cgroup v2 mount found in /proc/self/mountinfo');
+  const m = cgroupV2Mount();
+  if (!m) throw new Error('no cgroup v2 mount found in /proc/self/mountinfo');
+  return m;
 }
 
 /** Bounded walk of the cgroup v2 tree to turn a cgroup id back into a path. */
-function findCgroupById(id: number, root = cgroup2Mount(), budget = { dirs: 5000 }): string | undefined {
-  let st: fs.Stats;
+function findCgroupById(id: bigint, root = cgroup2Mount(), budget = { dirs: 5000 }): string | undefined {
+  let st: fs.BigIntStats;
   try {
-    st = fs.statSync(root);
+    st = fs.statSync(root, { bigint: true });
   } catch {
     return undefined;
   }
-  if (Number(st.ino) === id) return root;
+  if (st.ino === id) return root;
   if (--budget.dirs <= 0) return undefined;
   let entries: fs.Dirent[];
   try {

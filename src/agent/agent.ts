@@ -1,0 +1,109 @@
+// `sluice agent`: the pieces composed. Install (or adopt) the data path, open
+// the pinned maps, watch the API, keep the maps in sync, serve health and
+// metrics. Stopping leaves maps and programs serving (the kernel keeps
+// forwarding from the pinned maps until a new agent adopts them).
+import type * as http from 'node:http';
+import pino, { type Logger } from 'pino';
+import type { AgentConfig } from './config';
+import { parseHostPort } from './config';
+import { installSockLb } from '../datapath/sockLb';
+import { openSockLbMaps, readCounter, type SockLbMaps } from '../datapath/maps';
+import * as abi from '../abi/generated';
+import { AgentMetrics, startMetricsServer } from './metrics';
+import { ProxyHealth, startHealthServer } from './health';
+import { ClusterState } from './store';
+import { Syncer } from './syncer';
+import { ClusterWatch, loadKubeConfig } from './watch';
+
+export interface AgentHandle {
+  syncer: Syncer;
+  metrics: AgentMetrics;
+  health: ProxyHealth;
+  healthAddress?: string;
+  metricsAddress?: string;
+  synced: Promise<void>;
+  stop(): Promise<void>;
+}
+
+export function makeLogger(level: string): Logger {
+  return pino({ level, base: { component: 'sluice-agent' } });
+}
+
+export async function startAgent(config: AgentConfig, log: Logger = makeLogger(config.logLevel)): Promise<AgentHandle> {
+  const install = installSockLb({ bpffs: config.bpffs, cgroupPath: config.cgroupPath, maxEntries: config.maxEntries });
+  log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, ...install }, 'socket load balancer attached');
+  const maps = openSockLbMaps(config.bpffs);
+  const metrics = new AgentMetrics();
+  const health = new ProxyHealth(2 * config.syncPeriodSeconds * 1000);
+  let syncer: Syncer | undefined;
+  const state = new ClusterState(() => syncer?.trigger());
+  syncer = new Syncer(state, maps, {
+    nodeName: config.nodeName,
+    translate: { nodePortAddresses: config.nodePortAddresses, maxEndpointsPerService: config.maxEndpointsPerService, ipFamilies: ['IPv4'] },
+    minSyncPeriodMs: config.minSyncPeriodMs,
+    syncPeriodMs: config.syncPeriodSeconds * 1000,
+  }, metrics, health, log);
+  const adopted = syncer.programmed().programmedFrontends().length;
+  log.info({ frontends: adopted }, adopted ? 'adopted the frontends already in the pinned maps' : 'maps are empty');
+
+  const servers: http.Server[] = [];
+  const listen = async (what: string, address: string, start: (h: string, p: number) => Promise<http.Server>) => {
+    if (!address) return undefined;
+    const { host, port } = parseHostPort(address, what);
+    const server = await start(host, port);
+    servers.push(server);
+    const a = server.address();
+    return typeof a === 'object' && a ? `${a.address}:${a.port}` : address;
+  };
+  let lastCounters = new Map<number, bigint>();
+  const scrape = () => {
+    lastCounters = exportCounters(maps, metrics, lastCounters);
+    exportFill(maps, syncer!, metrics);
+  };
+  const healthAddress = await listen('--healthz-bind-address', config.healthzBindAddress, (h, p) => startHealthServer(health, h, p));
+  const metricsAddress = await listen('--metrics-bind-address', config.metricsBindAddress, (h, p) => startMetricsServer(metrics, h, p, scrape));
+
+  const kc = loadKubeConfig(config.kubeconfig, config.k8sApiServer);
+  const watch = new ClusterWatch(kc, config.nodeName, state, metrics, log);
+  const synced = new Promise<void>((resolve) => {
+    watch.start(() => {
+      log.info('informers synced; programming the maps');
+      syncer!.start();
+      resolve();
+    });
+  });
+
+  return {
+    syncer, metrics, health, healthAddress, metricsAddress, synced,
+    async stop() {
+      syncer!.stop();
+      await watch.stop();
+      await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
+      maps.close();
+      log.info('agent stopped; the data path keeps serving from the pinned maps');
+    },
+  };
+}
+
+function exportCounters(maps: SockLbMaps, metrics: AgentMetrics, last: Map<number, bigint>): Map<number, bigint> {
+  const next = new Map<number, bigint>();
+  for (const [name, index] of Object.entries(abi)) {
+    if (!name.startsWith('LB_CNT_') || name === 'LB_CNT_MAX') continue;
+    const value = readCounter(maps.counters, index as number);
+    const delta = value - (last.get(index as number) ?? 0n);
+    if (delta > 0n) metrics.datapath.inc({ event: name.slice(7).toLowerCase() }, Number(delta));
+    next.set(index as number, value);
+  }
+  return next;
+}
+
+function exportFill(maps: SockLbMaps, syncer: Syncer, metrics: AgentMetrics): void {
+  const p = syncer.programmed();
+  const frontends = p.programmedFrontends();
+  const slots = frontends.reduce((n, f) => n + 1 + f.backendIds.length, 0);
+  const revNats = new Set(frontends.map((f) => f.revNatId)).size;
+  for (const [map, entries] of [[maps.services, slots], [maps.backends, p.programmedBackends().length], [maps.revNat, revNats]] as const) {
+    metrics.mapEntries.set({ map: map.name }, entries);
+    metrics.mapMaxEntries.set({ map: map.name }, map.map.maxEntries);
+  }
+}

@@ -1,0 +1,112 @@
+// Agent settings: defaults, then the --config YAML file (a ConfigMap in a
+// cluster, like kube-proxy's KubeProxyConfiguration), then flags.
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import YAML from 'yaml';
+import { DEFAULT_BPFFS } from '../datapath/maps';
+import { DEFAULT_MAX_ENDPOINTS_PER_SERVICE } from '../model/frontend';
+
+export interface AgentConfig {
+  kubeconfig?: string; // absent: in-cluster config
+  /** The API server's real address for kube-proxy-free clusters (host:port). */
+  k8sApiServer?: string;
+  nodeName: string;
+  cgroupPath: string; // where the socket hooks attach
+  bpffs: string;
+  healthzBindAddress: string;
+  metricsBindAddress: string;
+  logLevel: string;
+  nodePortAddresses: string[];
+  maxEndpointsPerService: number;
+  /** Full resync period: re-read the maps and repair drift (kube-proxy's syncPeriod). */
+  syncPeriodSeconds: number;
+  /** Shortest interval between two syncs; bursts within it are coalesced (kube-proxy's minSyncPeriod). */
+  minSyncPeriodMs: number;
+  /** Map capacities, by map name (applied when the maps are first created). */
+  maxEntries: Record<string, number>;
+}
+
+export function defaultConfig(): AgentConfig {
+  return {
+    nodeName: process.env.NODE_NAME ?? os.hostname(),
+    cgroupPath: '/sys/fs/cgroup',
+    bpffs: DEFAULT_BPFFS,
+    healthzBindAddress: '0.0.0.0:10256',
+    metricsBindAddress: '127.0.0.1:10249',
+    logLevel: 'info',
+    nodePortAddresses: [],
+    maxEndpointsPerService: DEFAULT_MAX_ENDPOINTS_PER_SERVICE,
+    syncPeriodSeconds: 30,
+    minSyncPeriodMs: 0,
+    maxEntries: {},
+  };
+}
+
+/** Flag name -> config field, and how to read its value. */
+const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => unknown }> = {
+  kubeconfig: { field: 'kubeconfig', parse: String },
+  'k8s-api-server': { field: 'k8sApiServer', parse: String },
+  'node-name': { field: 'nodeName', parse: String },
+  'cgroup-path': { field: 'cgroupPath', parse: String },
+  bpffs: { field: 'bpffs', parse: String },
+  'healthz-bind-address': { field: 'healthzBindAddress', parse: String },
+  'metrics-bind-address': { field: 'metricsBindAddress', parse: String },
+  'log-level': { field: 'logLevel', parse: String },
+  'nodeport-addresses': { field: 'nodePortAddresses', parse: (v) => v.split(',').filter(Boolean) },
+  'max-endpoints-per-service': { field: 'maxEndpointsPerService', parse: positiveInt('max-endpoints-per-service') },
+  'sync-period': { field: 'syncPeriodSeconds', parse: positiveInt('sync-period') },
+  'min-sync-period-ms': { field: 'minSyncPeriodMs', parse: nonNegativeInt('min-sync-period-ms') },
+};
+
+export const AGENT_FLAGS = [...Object.keys(FLAGS), 'config'];
+
+function positiveInt(name: string) {
+  return (v: string) => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n <= 0) throw new Error(`--${name}: ${JSON.stringify(v)} is not a positive integer`);
+    return n;
+  };
+}
+
+function nonNegativeInt(name: string) {
+  return (v: string) => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0) throw new Error(`--${name}: ${JSON.stringify(v)} is not a non-negative integer`);
+    return n;
+  };
+}
+
+/** The YAML file uses the config field names (camelCase), like kube-proxy's. */
+export function loadConfigFile(path: string): Partial<AgentConfig> {
+  let doc: unknown;
+  try {
+    doc = YAML.parse(fs.readFileSync(path, 'utf8'));
+  } catch (err) {
+    throw new Error(`config file ${path}: ${(err as Error).message}`);
+  }
+  if (doc === null || doc === undefined) return {};
+  if (typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`config file ${path}: expected a mapping of settings`);
+  const known = new Set<string>(Object.keys(defaultConfig()).concat(['kubeconfig', 'k8sApiServer']));
+  for (const key of Object.keys(doc)) {
+    if (!known.has(key)) throw new Error(`config file ${path}: unknown setting ${JSON.stringify(key)}`);
+  }
+  return doc as Partial<AgentConfig>;
+}
+
+export function resolveConfig(flags: Map<string, string>): AgentConfig {
+  const config: AgentConfig = defaultConfig();
+  const file = flags.get('config');
+  if (file) Object.assign(config, loadConfigFile(file));
+  for (const [flag, value] of flags) {
+    const spec = FLAGS[flag];
+    if (spec) (config as unknown as Record<string, unknown>)[spec.field] = spec.parse(value);
+  }
+  return config;
+}
+
+export function parseHostPort(text: string, what: string): { host: string; port: number } {
+  const i = text.lastIndexOf(':');
+  const port = Number(text.slice(i + 1));
+  if (i < 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`${what}: expected HOST:PORT, got ${JSON.stringify(text)}`);
+  return { host: text.slice(0, i).replace(/^\[|\]$/g, ''), port };
+}

@@ -1,0 +1,259 @@
+// The sync loop: fold pending changes, translate the changed Services, diff
+// them against what was programmed, apply. One sync at a time; changes that
+// arrive during a sync are coalesced into the next one, which starts as soon
+// as the current one ends (no fixed delay: latency does not grow with bursts).
+// A periodic full sync re-reads the maps and repairs drift.
+import type { Logger } from 'pino';
+import { translateService, nodeContextFromNode } from '../translate';
+import type { NodeContext, TranslateOptions, TranslateProblem } from '../model/frontend';
+import { LbProgrammer, frontendId, type FrontendSpec } from '../datapath/programmer';
+import type { SockLbMaps } from '../datapath/maps';
+import type { ClusterState } from './store';
+import type { AgentMetrics } from './metrics';
+import type { ProxyHealth } from './health';
+import { toFrontendSpec, ZoneIds } from './toSpecs';
+
+const RETRY_DELAY_MS = 1000;
+
+export interface SyncerOptions {
+  nodeName: string;
+  translate: TranslateOptions;
+  minSyncPeriodMs: number;
+  syncPeriodMs: number;
+}
+
+export interface SyncReport {
+  kind: 'partial' | 'full';
+  services: number;
+  written: number;
+  deleted: number;
+  failures: number;
+  durationMs: number;
+}
+
+export class Syncer {
+  private programmer: LbProgrammer;
+  /** serviceKey -> the frontends it last asked for. */
+  private readonly desired = new Map<string, FrontendSpec[]>();
+  /** frontend id -> owning serviceKey: one frontend, one Service. */
+  private readonly owners = new Map<string, string>();
+  private readonly owned = new Map<string, Set<string>>();
+  /** serviceKey -> problems last reported, so a problem is logged once per change. */
+  private readonly reported = new Map<string, string>();
+  private readonly zones = new ZoneIds();
+  private running = false;
+  private again = false;
+  private timer: NodeJS.Timeout | undefined;
+  private fullTimer: NodeJS.Timeout | undefined;
+  private lastSyncEnd = 0;
+  private ready = false;
+  private stopped = false;
+  readonly reports: SyncReport[] = [];
+
+  constructor(
+    private readonly state: ClusterState,
+    private readonly maps: SockLbMaps,
+    private readonly opts: SyncerOptions,
+    private readonly metrics: AgentMetrics,
+    private readonly health: ProxyHealth,
+    private readonly log: Logger,
+  ) {
+    this.programmer = LbProgrammer.adopt(maps);
+  }
+
+  /** Informers have listed everything: syncs may run (and prune) from now on. */
+  start(): void {
+    this.ready = true;
+    this.full();
+    this.fullTimer = setInterval(() => this.full(), this.opts.syncPeriodMs);
+    this.fullTimer.unref();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    clearInterval(this.fullTimer);
+  }
+
+  /** A change arrived: schedule a sync (coalesced). */
+  trigger(): void {
+    this.health.queued();
+    this.metrics.syncLastQueuedTimestamp.set(Date.now() / 1000);
+    if (!this.ready || this.stopped) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    if (this.timer) return;
+    const wait = Math.max(0, this.lastSyncEnd + this.opts.minSyncPeriodMs - Date.now());
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.run('partial');
+    }, wait);
+  }
+
+  private fullPending = false;
+  full(): void {
+    this.fullPending = true;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    this.run('full');
+  }
+
+  private run(kind: 'partial' | 'full'): void {
+    if (this.stopped) return;
+    this.running = true;
+    try {
+      this.syncOnce(this.fullPending ? 'full' : kind);
+    } finally {
+      this.running = false;
+      this.lastSyncEnd = Date.now();
+    }
+    if (this.again) {
+      this.again = false;
+      this.trigger();
+    }
+  }
+
+  private node(): NodeContext {
+    return nodeContextFromNode(this.state.node, this.opts.nodeName, this.opts.translate);
+  }
+
+  /** One pass. Never throws: failures are logged, counted and retried. */
+  syncOnce(kind: 'partial' | 'full'): SyncReport {
+    const start = process.hrtime.bigint();
+    const { keys, all, triggerTimes } = this.state.takeDirty();
+    const full = kind === 'full';
+    this.fullPending = false;
+    const node = this.node();
+    const report: SyncReport = { kind, services: 0, written: 0, deleted: 0, failures: 0, durationMs: 0 };
+    try {
+      if (full) this.programmer = LbProgrammer.adopt(this.maps); // re-read: repairs drift
+      const serviceKeys = full || all ? new Set([...this.state.services.keys(), ...this.desired.keys(), ...keys]) : keys;
+      const upserts: FrontendSpec[] = [];
+      const removals: FrontendSpec[] = [];
+      for (const key of serviceKeys) {
+        report.services++;
+        const before = this.desired.get(key) ?? [];
+        const after = this.translate(key, node);
+        const afterIds = new Set(after.map(frontendId));
+        for (const f of before) if (!afterIds.has(frontendId(f))) removals.push(f);
+        upserts.push(...after);
+        if (after.length > 0) this.desired.set(key, after);
+        else this.desired.delete(key);
+      }
+      const failures = this.apply(upserts, removals, full);
+      report.written = failures.written;
+      report.deleted = failures.deleted;
+      report.failures = failures.count;
+      const now = Date.now();
+      for (const [key, t] of triggerTimes) {
+        if (!failures.failedServices.has(key)) this.metrics.networkProgrammingDuration.observe(Math.max(0, now - t) / 1000);
+      }
+      // Failed Services are tried again later; what did succeed stays programmed.
+      if (failures.count > 0) this.retryLater(failures.failedServices);
+      this.health.updated();
+      this.metrics.syncLastTimestamp.set(now / 1000);
+      this.metrics.syncs.inc({ kind, result: failures.count > 0 ? 'partial_failure' : 'ok' });
+    } catch (err) {
+      report.failures++;
+      this.metrics.syncs.inc({ kind, result: 'error' });
+      this.metrics.errors.inc({ reason: 'sync_failed' });
+      this.log.error({ err }, 'sync failed; will retry');
+      this.fullPending = true;
+      this.retryLater(keys);
+    }
+    report.durationMs = Number(process.hrtime.bigint() - start) / 1e6;
+    this.metrics.syncDuration.observe(report.durationMs / 1000);
+    this.updateGauges();
+    this.reports.push(report);
+    if (this.reports.length > 100) this.reports.shift();
+    this.log.debug(report, 'sync done');
+    return report;
+  }
+
+  private translate(key: string, node: NodeContext): FrontendSpec[] {
+    const svc = this.state.services.get(key);
+    if (!svc) {
+      this.releaseOwnership(key);
+      this.reported.delete(key);
+      return [];
+    }
+    const t = translateService(svc, this.state.slicesOf(key), node, this.opts.translate);
+    const problems = [...t.problems];
+    const specs: FrontendSpec[] = [];
+    for (const f of t.frontends) {
+      const spec = toFrontendSpec(f, this.zones);
+      if (!spec) continue;
+      const id = frontendId(spec);
+      const owner = this.owners.get(id);
+      if (owner !== undefined && owner !== key && this.state.services.has(owner)) {
+        problems.push({ object: `Service ${key}`, reason: 'frontend_conflict', message: `frontend ${id} already belongs to Service ${owner}` });
+        continue;
+      }
+      specs.push(spec);
+    }
+    this.releaseOwnership(key);
+    const ids = new Set(specs.map(frontendId));
+    for (const id of ids) this.owners.set(id, key);
+    if (ids.size > 0) this.owned.set(key, ids);
+    this.reportProblems(key, problems);
+    return specs;
+  }
+
+  private releaseOwnership(key: string): void {
+    for (const id of this.owned.get(key) ?? []) if (this.owners.get(id) === key) this.owners.delete(id);
+    this.owned.delete(key);
+  }
+
+  /** Log and count each distinct set of problems of a Service once. */
+  private reportProblems(key: string, problems: TranslateProblem[]): void {
+    const fingerprint = problems.map((p) => `${p.reason}:${p.message}`).join('|');
+    if (this.reported.get(key) === fingerprint) return;
+    if (fingerprint) this.reported.set(key, fingerprint);
+    else this.reported.delete(key);
+    for (const p of problems) {
+      this.metrics.errors.inc({ reason: p.reason });
+      this.log.warn({ object: p.object, reason: p.reason }, `${p.object}: ${p.message}`);
+    }
+  }
+
+  private apply(upserts: FrontendSpec[], removals: FrontendSpec[], full: boolean) {
+    const failedServices = new Set<string>();
+    let deleted = 0;
+    for (const f of removals) deleted += this.programmer.remove(f.address, f.port, f.proto, f.scope);
+    const result = this.programmer.apply(full ? [...this.allDesired()] : upserts, { prune: full });
+    for (const failure of result.failures) {
+      const owner = this.owners.get(failure.frontend);
+      if (owner) failedServices.add(owner);
+      const reason = /E2BIG|full/i.test(failure.error.message) ? 'map_full' : 'apply_failed';
+      this.metrics.errors.inc({ reason });
+      this.log.error({ frontend: failure.frontend, owner: failure.owner, reason }, `${failure.owner ?? failure.frontend}: not programmed: ${failure.error.message}`);
+    }
+    return { written: result.frontendsWritten, deleted: deleted + result.frontendsDeleted, count: result.failures.length, failedServices };
+  }
+
+  private retryLater(keys: Iterable<string>): void {
+    const list = [...keys];
+    const t = setTimeout(() => {
+      for (const key of list) this.state.markDirty(key);
+    }, RETRY_DELAY_MS);
+    t.unref();
+  }
+
+  private *allDesired(): Generator<FrontendSpec> {
+    for (const specs of this.desired.values()) yield* specs;
+  }
+
+  private updateGauges(): void {
+    this.metrics.servicesProgrammed.set(this.desired.size);
+    this.metrics.frontendsProgrammed.set(this.programmer.programmedFrontends().length);
+    this.metrics.backendsProgrammed.set(this.programmer.programmedBackends().length);
+  }
+
+  programmed(): LbProgrammer {
+    return this.programmer;
+  }
+}

@@ -1,0 +1,56 @@
+// From the translate step's model (src/model) to what the apply step writes
+// (src/datapath FrontendSpec): map flags, byte-level protocol names, zone ids.
+import * as abi from '../abi/generated';
+import type { Frontend } from '../model/frontend';
+import type { FrontendSpec } from '../datapath/programmer';
+
+const KIND_FLAG: Record<Frontend['kind'], number> = {
+  ClusterIP: abi.LB_SVC_FLAG_CLUSTER_IP,
+  NodePort: abi.LB_SVC_FLAG_NODEPORT,
+  ExternalIP: abi.LB_SVC_FLAG_EXTERNAL_IP,
+  LoadBalancer: abi.LB_SVC_FLAG_LOADBALANCER,
+};
+
+/** Zone names get small stable ids for the backend map's zone field. */
+export class ZoneIds {
+  private readonly ids = new Map<string, number>();
+  id(zone: string | undefined): number {
+    if (!zone) return 0;
+    let id = this.ids.get(zone);
+    if (id === undefined) this.ids.set(zone, (id = this.ids.size + 1));
+    return id;
+  }
+}
+
+export function frontendFlags(f: Frontend): number {
+  let flags = KIND_FLAG[f.kind];
+  if (f.externalLocal) flags |= abi.LB_SVC_FLAG_EXT_LOCAL;
+  if (f.internalLocal) flags |= abi.LB_SVC_FLAG_INT_LOCAL;
+  if (f.twoScopes) flags |= abi.LB_SVC_FLAG_TWO_SCOPES;
+  if (f.affinityTimeoutSeconds > 0) flags |= abi.LB_SVC_FLAG_AFFINITY;
+  if (f.sourceRanges.length > 0) flags |= abi.LB_SVC_FLAG_SOURCE_RANGE;
+  return flags;
+}
+
+/** IPv4 frontends only: the IPv6 twins of the maps are not there yet. */
+export function toFrontendSpec(f: Frontend, zones: ZoneIds): FrontendSpec | undefined {
+  if (f.family !== 'IPv4') return undefined;
+  const proto = f.proto === 'TCP' ? 'tcp' : 'udp';
+  return {
+    address: f.address,
+    port: f.port,
+    proto,
+    scope: f.scope,
+    flags: frontendFlags(f),
+    affinityTimeout: f.affinityTimeoutSeconds,
+    backends: f.backends.map((b) => ({
+      address: b.address,
+      port: b.port,
+      proto,
+      local: b.local,
+      terminating: b.terminating,
+      zone: zones.id(b.zone),
+    })),
+    owner: `Service ${f.service} port ${f.portName || f.port} (${f.kind})`,
+  };
+}

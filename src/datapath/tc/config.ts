@@ -1,0 +1,51 @@
+// The TC path's configuration (one entry of the sluice_tc_cfg array): the
+// node address remote-backend flows are SNATed to, the SNAT port range and the
+// conntrack timeouts. Zero fields mean "the data path's default".
+import * as abi from '../../abi/generated';
+import { ip4ToNumber } from '../addr';
+import type { TypedMap } from '../typedMap';
+
+export interface TcConfig {
+  /** Node address used as source for flows to backends on other nodes; undefined: such flows are dropped. */
+  snatAddress?: string;
+  /** SNAT source ports, inclusive. Default 61000-65535 (outside Linux's default ephemeral range). */
+  snatPortMin?: number;
+  snatPortMax?: number;
+  /** Conntrack timeouts in seconds (kube-proxy: conntrack.tcpEstablishedTimeout, tcpCloseWaitTimeout, udpTimeout). */
+  tcpEstablishedTimeout?: number;
+  tcpClosingTimeout?: number;
+  udpTimeout?: number;
+}
+
+export const TC_DEFAULTS = {
+  snatPortMin: abi.LB_TC_DEFAULT_SNAT_PORT_MIN,
+  snatPortMax: abi.LB_TC_DEFAULT_SNAT_PORT_MAX,
+  tcpEstablishedTimeout: abi.LB_TC_DEFAULT_TCP_ESTABLISHED_S,
+  tcpClosingTimeout: abi.LB_TC_DEFAULT_TCP_CLOSING_S,
+  udpTimeout: abi.LB_TC_DEFAULT_UDP_S,
+} as const;
+
+export function encodeTcConfig(cfg: TcConfig): abi.Lb4TcConfig {
+  const min = cfg.snatPortMin ?? TC_DEFAULTS.snatPortMin;
+  const max = cfg.snatPortMax ?? TC_DEFAULTS.snatPortMax;
+  if (!Number.isInteger(min) || !Number.isInteger(max) || min < 1 || max > 65535 || min > max) {
+    throw new Error(`TC config: SNAT port range ${min}-${max} is not a range inside 1-65535`);
+  }
+  for (const [name, value] of Object.entries({ tcpEstablishedTimeout: cfg.tcpEstablishedTimeout, tcpClosingTimeout: cfg.tcpClosingTimeout, udpTimeout: cfg.udpTimeout })) {
+    if (value !== undefined && (!Number.isInteger(value) || value < 1 || value > 0xffffffff)) {
+      throw new Error(`TC config: ${name} ${value} must be a whole number of seconds >= 1`);
+    }
+  }
+  return {
+    snat_address: cfg.snatAddress ? ip4ToNumber(cfg.snatAddress) : 0,
+    snat_port_min: min,
+    snat_port_max: max,
+    tcp_established_timeout: cfg.tcpEstablishedTimeout ?? TC_DEFAULTS.tcpEstablishedTimeout,
+    tcp_closing_timeout: cfg.tcpClosingTimeout ?? TC_DEFAULTS.tcpClosingTimeout,
+    udp_timeout: cfg.udpTimeout ?? TC_DEFAULTS.udpTimeout,
+  };
+}
+
+export function writeTcConfig(map: TypedMap<number, abi.Lb4TcConfig>, cfg: TcConfig): void {
+  map.set(0, encodeTcConfig(cfg));
+}

@@ -1,0 +1,49 @@
+// The north-south (TC) maps, opened from their pins under the bpffs directory
+// and typed with the generated codecs. The services/backends/rev-NAT maps are
+// shared with the socket LB (../maps.ts); these are the TC path's own.
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { BpfMap } from '../../bpf/map';
+import * as abi from '../../abi/generated';
+import { TypedMap, u32Codec } from '../typedMap';
+
+export const u8Codec = {
+  size: 1,
+  encode(value: number, buf: Buffer = Buffer.alloc(1), off = 0): Buffer {
+    buf.writeUInt8(value & 0xff, off);
+    return buf;
+  },
+  decode: (buf: Buffer, off = 0): number => buf.readUInt8(off),
+};
+
+export interface TcMaps {
+  conntrack: TypedMap<abi.Lb4CtKey, abi.Lb4CtEntry>;
+  sourceRanges: TypedMap<abi.Lb4SrcRangeKey, number>;
+  config: TypedMap<number, abi.Lb4TcConfig>;
+  close(): void;
+}
+
+/** Open the TC maps pinned under `bpffs`, or fail naming the missing pin. */
+export function openTcMaps(bpffs: string): TcMaps {
+  const opened: BpfMap[] = [];
+  const open = (name: string): BpfMap => {
+    const pin = path.join(bpffs, name);
+    if (!fs.existsSync(pin)) {
+      throw new Error(`open TC map ${name}: no pin at ${pin} (is the TC program loaded with --bpffs ${bpffs}?)`);
+    }
+    const m = BpfMap.fromPinned(pin);
+    opened.push(m);
+    return m;
+  };
+  try {
+    return {
+      conntrack: new TypedMap(open(abi.SLUICE_MAP_CT4), abi.lb4_ct_keyCodec, abi.lb4_ct_entryCodec),
+      sourceRanges: new TypedMap(open(abi.SLUICE_MAP_SRCRANGE4), abi.lb4_src_range_keyCodec, u8Codec),
+      config: new TypedMap(open(abi.SLUICE_MAP_TC_CONFIG), u32Codec, abi.lb4_tc_configCodec),
+      close: () => opened.forEach((m) => m.close()),
+    };
+  } catch (err) {
+    for (const m of opened) m.close();
+    throw err;
+  }
+}
