@@ -63,6 +63,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   const healthAddress = await listen('--healthz-bind-address', config.healthzBindAddress, (h, p) => startHealthServer(health, h, p));
   const metricsAddress = await listen('--metrics-bind-address', config.metricsBindAddress, (h, p) => startMetricsServer(metrics, h, p, scrape));
 
+  log.info({ healthz: healthAddress, metrics: metricsAddress }, 'serving /healthz, /livez and /metrics');
   const kc = loadKubeConfig(config.kubeconfig, config.k8sApiServer);
   const watch = new ClusterWatch(kc, config.nodeName, state, metrics, log);
   const synced = new Promise<void>((resolve) => {

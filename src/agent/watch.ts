@@ -84,6 +84,11 @@ export class ClusterWatch {
     this.log.warn({ informer: entry.name, error: e?.message ?? String(err), retryInMs: entry.backoff },
       `watch of ${entry.name} failed; the maps keep serving, retrying`);
     clearTimeout(entry.timer);
+    // client-go's reflector relists after a failed watch (the API server may
+    // have restarted, or the resourceVersion is "too large" for it); client-node
+    // 1.x relists only after a 410. Clearing its resourceVersion makes the
+    // restart list again, and the list's result replaces what we held.
+    (entry.informer as unknown as { resourceVersion: string }).resourceVersion = '';
     entry.timer = setTimeout(() => {
       entry.informer.start().catch((e2: unknown) => this.restartLater(entry, e2));
     }, entry.backoff);
