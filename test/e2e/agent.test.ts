@@ -1,0 +1,228 @@
+// The agent end to end: the real `sluice agent` process, the built-in API
+// server speaking list/watch, backends in a network namespace, real clients
+// in a child cgroup. Services and EndpointSlices change; traffic follows.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { startApiServer, type ApiServerHandle } from '../../src/k8s/apiserver';
+import { Sandbox, sh, sluiceBin, waitFor } from '../helpers/sandbox';
+import { AgentProcess } from '../helpers/agentProcess';
+
+const helpers = path.join(__dirname, '..', 'helpers');
+const NODE = 'node-a';
+const BACKENDS = ['192.0.2.2', '192.0.2.3', '192.0.2.4', '192.0.2.5'];
+
+let sb: Sandbox;
+let api: ApiServerHandle;
+let agent: AgentProcess;
+let tmp: string;
+let kubeconfig: string;
+
+function agentArgs(): string[] {
+  return [
+    '--kubeconfig', kubeconfig, '--node-name', NODE, '--cgroup-path', sb.cgroup, '--bpffs', sb.bpffs,
+    '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0',
+    '--sync-period', '5', '--max-endpoints-per-service', '8', '--log-level', 'debug',
+  ];
+}
+
+async function startAgent(): Promise<AgentProcess> {
+  const a = new AgentProcess(agentArgs());
+  await a.waitForLog(/informers synced/);
+  return a;
+}
+
+function addresses(line: Record<string, unknown>) {
+  return { healthz: String(line.healthz), metrics: String(line.metrics) };
+}
+
+function createService(name: string, spec: Record<string, unknown>, namespace = 'default') {
+  return api.store.create('services', { apiVersion: 'v1', kind: 'Service', metadata: { name, namespace }, spec }) as {
+    spec: { clusterIP: string };
+  };
+}
+
+function slice(service: string, name: string, ips: string[], opts: { port?: number; portName?: string; protocol?: string; ready?: boolean } = {}) {
+  return {
+    apiVersion: 'discovery.k8s.io/v1',
+    kind: 'EndpointSlice',
+    metadata: {
+      name,
+      namespace: 'default',
+      labels: { 'kubernetes.io/service-name': service },
+      annotations: { 'endpoints.kubernetes.io/last-change-trigger-time': new Date().toISOString() },
+    },
+    addressType: 'IPv4',
+    ports: [{ name: opts.portName ?? 'http', port: opts.port ?? 8080, protocol: opts.protocol ?? 'TCP' }],
+    endpoints: ips.map((ip) => ({ addresses: [ip], conditions: { ready: opts.ready ?? true }, nodeName: NODE })),
+  };
+}
+
+function programmed(): Array<{ frontend: string; backends: Array<{ address: string; port: number }> }> {
+  return JSON.parse(sh(sluiceBin, ['services', '-o', 'json', '--bpffs', sb.bpffs]));
+}
+
+async function waitProgrammed(frontend: string, backends: string[] | undefined, timeoutMs = 10000): Promise<void> {
+  const want = backends?.slice().sort().join(',');
+  await waitFor(`${frontend} -> ${want ?? '(absent)'}`, () => {
+    const f = programmed().find((s) => s.frontend === frontend);
+    if (backends === undefined) return f === undefined;
+    return f !== undefined && f.backends.map((b) => `${b.address}:${b.port}`).sort().join(',') === want;
+  }, timeoutMs);
+}
+
+async function connect(vip: string, port: number, count: number) {
+  const out = await sb.runInCgroup(['node', path.join(helpers, 'lbClient.js'), 'tcp', vip, String(port), String(count)]);
+  return (JSON.parse(out) as { results: Array<{ backend?: string; error?: string }> }).results;
+}
+
+before(async () => {
+  sb = Sandbox.create();
+  for (const b of BACKENDS) sb.ip(['addr', 'add', `${b}/32`, 'dev', 'lo']);
+  const server = sb.spawnInNetns(['node', path.join(helpers, 'backendServer.js'), ...BACKENDS.map((b) => `${b}:8080`)]);
+  let ready = false;
+  server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
+  await waitFor('backend servers', () => ready);
+  api = await startApiServer({ port: 0 });
+  api.store.create('nodes', {
+    apiVersion: 'v1', kind: 'Node',
+    metadata: { name: NODE, labels: { 'topology.kubernetes.io/zone': 'zone-a' } },
+    status: { addresses: [{ type: 'InternalIP', address: '198.18.0.1' }] },
+  });
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-e2e-'));
+  kubeconfig = path.join(tmp, 'kubeconfig');
+  await api.writeKubeconfig(kubeconfig);
+  agent = await startAgent();
+});
+
+after(async () => {
+  await agent?.stop();
+  await api?.close();
+  sb?.close();
+  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+test('Services and EndpointSlices become frontends; traffic follows creates, updates and deletes', async () => {
+  const svc = createService('web', { ports: [{ name: 'http', port: 80, targetPort: 'http', protocol: 'TCP' }], selector: { app: 'web' } });
+  const vip = svc.spec.clusterIP;
+  api.store.create('endpointslices', slice('web', 'web-1', BACKENDS.slice(0, 3)));
+  await waitProgrammed(`${vip}:80/tcp`, BACKENDS.slice(0, 3).map((b) => `${b}:8080`));
+  const first = await connect(vip, 80, 60);
+  assert.deepEqual(first.filter((r) => r.error), []);
+  assert.equal(new Set(first.map((r) => r.backend)).size, 3, 'all three backends answer');
+
+  // One endpoint goes away (not ready): it must receive no new connection.
+  api.store.update('endpointslices', {
+    ...slice('web', 'web-1', BACKENDS.slice(0, 2)),
+    endpoints: [
+      ...BACKENDS.slice(0, 2).map((ip) => ({ addresses: [ip], conditions: { ready: true }, nodeName: NODE })),
+      { addresses: [BACKENDS[2]], conditions: { ready: false, serving: false, terminating: true }, nodeName: NODE },
+    ],
+  });
+  await waitProgrammed(`${vip}:80/tcp`, BACKENDS.slice(0, 2).map((b) => `${b}:8080`));
+  const second = await connect(vip, 80, 40);
+  assert.ok(second.every((r) => r.backend && r.backend !== `${BACKENDS[2]}:8080`), JSON.stringify(second.slice(0, 3)));
+
+  api.store.delete('services', 'web', 'default');
+  await waitProgrammed(`${vip}:80/tcp`, undefined);
+  const third = await connect(vip, 80, 1);
+  assert.ok(third[0]?.error, 'a deleted Service is not translated');
+});
+
+test('bad objects are rejected with a log line naming object and reason and a metric; other Services keep working', async () => {
+  const good = createService('good', { ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
+  api.store.create('endpointslices', slice('good', 'good-1', [BACKENDS[0]!]));
+  createService('bad-port', { clusterIP: '10.96.7.1', ports: [{ name: 'http', port: 70000, protocol: 'TCP' }] });
+  createService('bad-proto', { clusterIP: '10.96.7.2', ports: [{ name: 'x', port: 80, protocol: 'FOO' }] });
+  createService('bad-ips', { clusterIP: '10.96.7.3', ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
+  api.store.create('endpointslices', slice('bad-ips', 'bad-ips-1', ['not-an-ip', '999.1.1.1']));
+  createService('too-many', { clusterIP: '10.96.7.4', ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
+  api.store.create('endpointslices', slice('too-many', 'too-many-1', Array.from({ length: 9 }, (_, i) => `192.0.2.${20 + i}`)));
+
+  await waitProgrammed(`${good.spec.clusterIP}:80/tcp`, [`${BACKENDS[0]}:8080`]);
+  for (const [object, reason] of [
+    ['Service default/bad-port', 'invalid_port'],
+    ['Service default/bad-proto', 'invalid_protocol'],
+    ['EndpointSlice default/bad-ips-1', 'invalid_ip'],
+    ['Service default/too-many', 'too_many_endpoints'],
+  ] as const) {
+    const line = await agent.waitForLog(new RegExp(`${object}.*`));
+    assert.equal(line.reason, reason, `${object}: ${line.msg}`);
+  }
+  const frontends = programmed().map((s) => s.frontend);
+  assert.ok(!frontends.some((f) => f.startsWith('10.96.7.4:')), 'a Service over the endpoint limit is not programmed at all');
+  const metrics = await (await fetch(`http://${addresses(agent.find(/serving \/healthz/)!).metrics}/metrics`)).text();
+  for (const reason of ['invalid_port', 'invalid_protocol', 'invalid_ip', 'too_many_endpoints']) {
+    assert.match(metrics, new RegExp(`sluice_errors_total\\{reason="${reason}"\\} [1-9]`));
+  }
+  const results = await connect(good.spec.clusterIP, 80, 10);
+  assert.ok(results.every((r) => r.backend === `${BACKENDS[0]}:8080`), 'the good Service keeps working');
+});
+
+test('healthz, livez and metrics speak kube-proxy', async () => {
+  const { healthz, metrics } = addresses(agent.find(/serving \/healthz/)!);
+  for (const p of ['/healthz', '/livez']) {
+    const res = await fetch(`http://${healthz}${p}`);
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(body).sort(), ['currentTime', 'lastUpdated', 'nodeEligible']);
+  }
+  const text = await (await fetch(`http://${metrics}/metrics`)).text();
+  for (const name of ['kubeproxy_sync_proxy_rules_duration_seconds_count', 'kubeproxy_sync_proxy_rules_last_timestamp_seconds',
+    'kubeproxy_network_programming_duration_seconds_count', 'sluice_frontends_programmed', 'sluice_map_entries{map="sluice_svc4"}']) {
+    assert.ok(text.includes(name), `metrics lack ${name}`);
+  }
+  assert.match(text, /kubeproxy_network_programming_duration_seconds_count [1-9]/);
+});
+
+test('restarting the agent while a client connects in a loop fails no connection', async () => {
+  const svc = createService('steady', { ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
+  api.store.create('endpointslices', slice('steady', 'steady-1', BACKENDS.slice(0, 2)));
+  await waitProgrammed(`${svc.spec.clusterIP}:80/tcp`, BACKENDS.slice(0, 2).map((b) => `${b}:8080`));
+  const loop = sb.runInCgroup(['node', path.join(helpers, 'lbClient.js'), 'loop', svc.spec.clusterIP, '80', '6000']);
+  await new Promise((r) => setTimeout(r, 1000));
+  assert.equal(await agent.stop(), 0, 'SIGTERM ends the agent cleanly');
+  await new Promise((r) => setTimeout(r, 1000)); // no agent at all for a second
+  agent = await startAgent();
+  assert.ok(agent.find(/adopted the frontends/), 'the new agent adopts the pinned maps');
+  const { ok, errors } = JSON.parse(await loop) as { ok: number; errors: Record<string, number> };
+  assert.deepEqual(errors, {}, `connections failed during the restart: ${JSON.stringify(errors)}`);
+  assert.ok(ok > 20, `only ${ok} connections in 6 s`);
+});
+
+test('with the API server gone traffic keeps flowing; the agent resyncs when it returns', async () => {
+  const svc = createService('survivor', { clusterIP: '10.96.9.9', ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
+  api.store.create('endpointslices', slice('survivor', 'survivor-1', [BACKENDS[0]!]));
+  await waitProgrammed('10.96.9.9:80/tcp', [`${BACKENDS[0]}:8080`]);
+  const port = api.port;
+  const objects = {
+    services: api.store.list('services').items,
+    endpointslices: api.store.list('endpointslices').items,
+    nodes: api.store.list('nodes').items,
+  };
+  await api.close();
+  await agent.waitForLog(/watch of .* failed/);
+  const during = await connect(svc.spec.clusterIP, 80, 10);
+  assert.ok(during.every((r) => r.backend === `${BACKENDS[0]}:8080`), 'served from the maps while the API is away');
+
+  // The API returns (same address, a fresh store) with one change: the agent relists and follows.
+  api = await startApiServer({ port });
+  for (const n of objects.nodes) api.store.create('nodes', strip(n));
+  for (const s of objects.services) api.store.create('services', strip(s));
+  for (const e of objects.endpointslices) {
+    const copy = strip(e) as ReturnType<typeof slice>;
+    api.store.create('endpointslices', copy.metadata.name === 'survivor-1' ? slice('survivor', 'survivor-1', [BACKENDS[3]!]) : copy);
+  }
+  await waitProgrammed('10.96.9.9:80/tcp', [`${BACKENDS[3]}:8080`], 20000);
+  const afterReturn = await connect(svc.spec.clusterIP, 80, 10);
+  assert.ok(afterReturn.every((r) => r.backend === `${BACKENDS[3]}:8080`));
+});
+
+/** An object as a client would create it again: no server-set metadata. */
+function strip(obj: unknown): { metadata: { name: string } } & Record<string, unknown> {
+  const copy = JSON.parse(JSON.stringify(obj)) as { metadata: Record<string, unknown> } & Record<string, unknown>;
+  for (const k of ['resourceVersion', 'uid', 'creationTimestamp', 'generation', 'managedFields']) delete copy.metadata[k];
+  return copy as { metadata: { name: string } } & Record<string, unknown>;
+}
