@@ -3,9 +3,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import * as path from 'node:path';
-import { Sandbox, sh, sluiceBin, waitFor } from '../helpers/sandbox';
+import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
 
-const helpers = path.join(__dirname, '..', 'helpers');
 const VIP = '10.96.0.10';
 const BACKENDS = ['192.0.2.2', '192.0.2.3', '192.0.2.4'];
 
@@ -16,7 +15,7 @@ function sluice(args: string[]): string {
 }
 
 async function client(mode: 'tcp' | 'udp', address: string, port: number, count: number) {
-  const out = await sb.runInCgroup(['node', path.join(helpers, 'lbClient.js'), mode, address, String(port), String(count)]);
+  const out = await sb.runInCgroup(['node', labScript('lbClient'), mode, address, String(port), String(count)]);
   return JSON.parse(out) as { results: Array<{ backend?: string; peer?: string; error?: string; ms: number }> };
 }
 
@@ -30,7 +29,7 @@ before(async () => {
   sb = Sandbox.create();
   // Backends live on the namespace's loopback: a VIP that is not translated has no route.
   for (const b of BACKENDS) sb.ip(['addr', 'add', `${b}/32`, 'dev', 'lo']);
-  const server = sb.spawnInNetns(['node', path.join(helpers, 'backendServer.js'), ...BACKENDS.flatMap((b) => [`${b}:8080`, `${b}:5353`])]);
+  const server = sb.spawnInNetns(['node', labScript('backendServer'), ...BACKENDS.flatMap((b) => [`${b}:8080`, `${b}:5353`])]);
   let ready = false;
   server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
   await waitFor('backend servers', () => ready);

@@ -7,10 +7,9 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { startApiServer, type ApiServerHandle } from '../../src/k8s/apiserver';
-import { Sandbox, sh, sluiceBin, waitFor } from '../helpers/sandbox';
+import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
 import { AgentProcess } from '../helpers/agentProcess';
 
-const helpers = path.join(__dirname, '..', 'helpers');
 const NODE = 'node-a';
 const BACKENDS = ['192.0.2.2', '192.0.2.3', '192.0.2.4', '192.0.2.5'];
 
@@ -74,14 +73,14 @@ async function waitProgrammed(frontend: string, backends: string[] | undefined, 
 }
 
 async function connect(vip: string, port: number, count: number) {
-  const out = await sb.runInCgroup(['node', path.join(helpers, 'lbClient.js'), 'tcp', vip, String(port), String(count)]);
+  const out = await sb.runInCgroup(['node', labScript('lbClient'), 'tcp', vip, String(port), String(count)]);
   return (JSON.parse(out) as { results: Array<{ backend?: string; error?: string }> }).results;
 }
 
 before(async () => {
   sb = Sandbox.create();
   for (const b of BACKENDS) sb.ip(['addr', 'add', `${b}/32`, 'dev', 'lo']);
-  const server = sb.spawnInNetns(['node', path.join(helpers, 'backendServer.js'), ...BACKENDS.map((b) => `${b}:8080`)]);
+  const server = sb.spawnInNetns(['node', labScript('backendServer'), ...BACKENDS.map((b) => `${b}:8080`)]);
   let ready = false;
   server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
   await waitFor('backend servers', () => ready);
@@ -181,7 +180,7 @@ test('restarting the agent while a client connects in a loop fails no connection
   const svc = createService('steady', { ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
   api.store.create('endpointslices', slice('steady', 'steady-1', BACKENDS.slice(0, 2)));
   await waitProgrammed(`${svc.spec.clusterIP}:80/tcp`, BACKENDS.slice(0, 2).map((b) => `${b}:8080`));
-  const loop = sb.runInCgroup(['node', path.join(helpers, 'lbClient.js'), 'loop', svc.spec.clusterIP, '80', '6000']);
+  const loop = sb.runInCgroup(['node', labScript('lbClient'), 'loop', svc.spec.clusterIP, '80', '6000']);
   await new Promise((r) => setTimeout(r, 1000));
   assert.equal(await agent.stop(), 0, 'SIGTERM ends the agent cleanly');
   await new Promise((r) => setTimeout(r, 1000)); // no agent at all for a second
