@@ -12,6 +12,9 @@ import { startAgent, type AgentHandle } from '../agent/agent';
 import { defaultConfig } from '../agent/config';
 import { Sandbox, waitFor, labScript, sluiceBin } from '../lab/sandbox';
 import { uninstall } from '../datapath/sockLb';
+import { openSockLbMaps } from '../datapath/maps';
+import { ip4ToNumber } from '../datapath/addr';
+import { LB_PROTO_TCP } from '../abi/generated';
 
 const NODE = 'demo-node';
 const BACKENDS = ['192.0.2.11', '192.0.2.12', '192.0.2.13'];
@@ -88,10 +91,17 @@ export async function runDemo(opts: DemoOptions = {}): Promise<void> {
     say(`  ${empty}:80 has no endpoints: connect() -> ${refused[0]?.error} in ${refused[0]?.ms.toFixed(2)} ms (kube-proxy rejects too; nothing hangs)`);
 
     step(5, `A live endpoint change: ${BACKENDS[2]} becomes not ready`);
-    const t0 = process.hrtime.bigint();
-    api.store.update('endpointslices', endpointSlice('web', 'http', 8080, 'TCP', BACKENDS.slice(0, 2)));
-    await waitFor('change programmed', () => programmedBackends(sb!, `${web}:80/tcp`) === 2);
-    say(`  programmed and visible in the map ${(Number(process.hrtime.bigint() - t0) / 1e6).toFixed(1)} ms after the API write (as read back by the CLI)`);
+    const maps = openSockLbMaps(sb.bpffs);
+    try {
+      const master = { address: ip4ToNumber(web), port: 80, proto: LB_PROTO_TCP, scope: 0, backend_slot: 0 };
+      const t0 = process.hrtime.bigint();
+      api.store.update('endpointslices', endpointSlice('web', 'http', 8080, 'TCP', BACKENDS.slice(0, 2)));
+      // Poll the map itself (not the CLI): this is API write -> watch event -> map.
+      await waitFor('change programmed', () => maps.services.get(master)?.count === 2, 10000, 1);
+      say(`  the map shows 2 backends ${(Number(process.hrtime.bigint() - t0) / 1e6).toFixed(1)} ms after the API write (watch event, translate, diff, apply)`);
+    } finally {
+      maps.close();
+    }
     say(histogram(await client(sb, 'tcp', web, 80, 60)));
 
     step(6, 'What the maps hold, without asking the agent');

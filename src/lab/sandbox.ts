@@ -134,11 +134,11 @@ export function collect(child: ChildProcess, timeoutMs: number, what: string): P
 }
 
 /** Wait until `probe` returns true, bounded. */
-export async function waitFor(what: string, probe: () => boolean | Promise<boolean>, timeoutMs = 10000): Promise<void> {
+export async function waitFor(what: string, probe: () => boolean | Promise<boolean>, timeoutMs = 10000, intervalMs = 50): Promise<void> {
   const end = Date.now() + timeoutMs;
   while (Date.now() < end) {
     if (await probe()) return;
-    await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, intervalMs));
   }
   throw new Error(`timed out waiting for ${what}`);
 }

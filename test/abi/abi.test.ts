@@ -1,0 +1,92 @@
+// The ABI tier: the TypeScript codecs must equal what the compiler laid out.
+// native/sluice_abi.h is the one source; src/abi/generated.ts is generated
+// from the BTF of the compiled objects, and this tier proves both that it is
+// current and that a C change which is not regenerated is caught.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import * as abi from '../../src/abi/generated';
+import type { StructLayout } from '../../src/abi/types';
+
+const repo = path.resolve(__dirname, '..', '..', '..');
+const objects = fs.readdirSync(path.join(repo, 'build')).filter((f) => f.endsWith('.bpf.o')).map((f) => path.join(repo, 'build', f));
+
+function generate(objs: string[], header?: string): string {
+  const env = { ...process.env, ...(header ? { SLUICE_ABI_HEADER: header } : {}) };
+  return execFileSync('node', [path.join(repo, 'scripts', 'gen-abi.js'), ...objs], { encoding: 'utf8', env });
+}
+
+interface BtfType { id: number; kind: string; name: string; size?: number; members?: Array<{ name: string; bits_offset: number }> }
+
+function btfStructs(obj: string): Map<string, BtfType> {
+  const json = JSON.parse(execFileSync('bpftool', ['-j', 'btf', 'dump', 'file', obj], { encoding: 'utf8', maxBuffer: 64 << 20 })) as { types: BtfType[] };
+  return new Map(json.types.filter((t) => t.kind === 'STRUCT').map((t) => [t.name, t]));
+}
+
+const layouts = Object.entries(abi).filter(([name]) => name.endsWith('Layout')).map(([, v]) => v as StructLayout);
+
+test('the committed codecs are what the compiled objects generate', () => {
+  assert.ok(objects.length > 0, 'no build/*.bpf.o: run make build');
+  const fresh = generate(objects);
+  const committed = fs.readFileSync(path.join(repo, 'src', 'abi', 'generated.ts'), 'utf8');
+  assert.equal(committed, fresh, 'src/abi/generated.ts is stale: run `make abi`');
+});
+
+test('every generated layout has the BTF size and field offsets', () => {
+  const btf = new Map<string, BtfType>();
+  for (const o of objects) for (const [k, v] of btfStructs(o)) btf.set(k, v);
+  assert.ok(layouts.length >= 8, `only ${layouts.length} layouts`);
+  for (const layout of layouts) {
+    const t = btf.get(layout.name);
+    assert.ok(t, `struct ${layout.name} is not in the BTF`);
+    assert.equal(layout.size, t.size, `${layout.name} size`);
+    assert.deepEqual(layout.fields.map((f) => [f.name, f.offset]), t.members!.map((m) => [m.name, m.bits_offset / 8]), `${layout.name} offsets`);
+  }
+});
+
+test('network-order fields are written big endian, host-order fields little endian', () => {
+  const key = abi.encodeLb4ServiceKey({ address: 0x0a60000a, port: 80, proto: 6, scope: 1, backend_slot: 3 });
+  assert.deepEqual([...key], [0x0a, 0x60, 0x00, 0x0a, 0x00, 0x50, 6, 1, 3, 0, 0, 0]);
+  assert.deepEqual(abi.decodeLb4ServiceKey(key), { address: 0x0a60000a, port: 80, proto: 6, scope: 1, backend_slot: 3 });
+  const svc = abi.encodeLb4Service({ backend_id: 0, count: 2, flags: abi.LB_SVC_FLAG_CLUSTER_IP, rev_nat_id: 7, affinity_timeout: 10800, algorithm: 0 });
+  assert.equal(svc.length, abi.LB4_SERVICE_SIZE);
+  assert.equal(svc.readUInt16LE(4), 2);
+  assert.equal(svc.readUInt32LE(8), 7);
+});
+
+test('a C field that moves without regenerating the TypeScript side fails the check', () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-abi-'));
+  try {
+    // Swap two fields of struct lb4_backend in a copy of the header.
+    const header = fs.readFileSync(path.join(repo, 'native', 'sluice_abi.h'), 'utf8');
+    const moved = header.replace(
+      /(\t__u8   proto;   \/\* LB_PROTO_\* \*\/\n)(\t__u8   flags;   \/\* LB_BACKEND_FLAG_\* \*\/\n)/,
+      '$2$1',
+    );
+    assert.notEqual(moved, header, 'the test could not find the fields to move');
+    fs.mkdirSync(path.join(tmp, 'native'));
+    fs.writeFileSync(path.join(tmp, 'native', 'sluice_abi.h'), moved);
+    const obj = path.join(tmp, 'sock_lb.bpf.o');
+    execFileSync('clang', ['-O2', '-g', '-target', 'bpf', '-Wall', '-Werror', `-I${path.join(repo, 'build')}`, `-I${path.join(tmp, 'native')}`,
+      `-I${path.join(repo, 'bpf')}`, '-c', path.join(repo, 'bpf', 'sock_lb.bpf.c'), '-o', obj]);
+    const regenerated = generate([obj], path.join(tmp, 'native', 'sluice_abi.h'));
+    const committed = fs.readFileSync(path.join(repo, 'src', 'abi', 'generated.ts'), 'utf8');
+    assert.notEqual(regenerated, committed, 'a moved field must change the generated codecs');
+    // The exact failure `make build` reports: lb4_backend's layout differs.
+    assert.match(regenerated, /"name":"flags","kind":"int","offset":6/);
+    assert.match(committed, /"name":"flags","kind":"int","offset":7/);
+    // And the build step itself fails on it.
+    let failed = false;
+    try {
+      execFileSync('bash', ['-c', `node ${path.join(repo, 'scripts', 'gen-abi.js')} ${obj} | cmp -s - ${path.join(repo, 'src', 'abi', 'generated.ts')}`], { env: { ...process.env, SLUICE_ABI_HEADER: path.join(tmp, 'native', 'sluice_abi.h') } });
+    } catch {
+      failed = true;
+    }
+    assert.ok(failed, 'the abi check must fail');
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
