@@ -184,4 +184,113 @@ _Static_assert(sizeof(struct lb4_sock_rev) == 12, "lb4_sock_rev layout");
 _Static_assert(sizeof(struct lb4_affinity_key) == 16, "lb4_affinity_key layout");
 _Static_assert(sizeof(struct lb_affinity) == 16, "lb_affinity layout");
 
+/* ==== TC / north-south (issue 4; bpf/tc_lb.bpf.c) ============================= */
+/*
+ * Packets that reach a NodePort, ExternalIP or LoadBalancer frontend from
+ * outside the node are translated per packet at TC on the node's external
+ * devices. Each translated flow owns two conntrack entries with the same value:
+ *  - LB_CT_DIR_ORIGINAL, keyed by the tuple as it arrives from the client
+ *    (client -> frontend): found on ingress, applies DNAT (+ SNAT).
+ *  - LB_CT_DIR_REPLY, keyed by the tuple the backend's reply carries
+ *    (backend -> client, or backend -> SNAT address:port): found on ingress
+ *    (SNATed flows, the reply comes back to this node) or on egress
+ *    (DNAT-only flows, the reply is routed out through this node); restores
+ *    frontend -> client.
+ * A backend on this node is only DNATed (the client address is kept, as
+ * Cilium does); a backend elsewhere is also SNATed to lb4_tc_config.snat_address
+ * so its reply comes back through this node.
+ */
+#define SLUICE_MAP_CT4       sluice_ct4     /* lb4_ct_key -> lb4_ct_entry (LRU) */
+#define SLUICE_MAP_SRCRANGE4 sluice_srcrng4 /* lb4_src_range_key -> __u8 (LPM trie) */
+#define SLUICE_MAP_TC_CONFIG sluice_tc_cfg  /* __u32 0 -> lb4_tc_config (array of one) */
+
+#define SLUICE_MAX_CT4       262144
+#define SLUICE_MAX_SRCRANGE4 16384
+
+/* Conntrack entry direction (lb4_ct_key.dir). */
+#define LB_CT_DIR_ORIGINAL 0
+#define LB_CT_DIR_REPLY    1
+
+/* Conntrack flags (lb4_ct_entry.flags). */
+#define LB_CT_FLAG_SNAT    (1 << 0) /* source rewritten to nat_address:nat_port */
+#define LB_CT_FLAG_CLOSING (1 << 1) /* TCP FIN or RST seen in this direction */
+
+/* Defaults the data path uses for a zero field of lb4_tc_config. */
+#define LB_TC_DEFAULT_TCP_ESTABLISHED_S 21600 /* 6 h */
+#define LB_TC_DEFAULT_TCP_CLOSING_S     10
+#define LB_TC_DEFAULT_UDP_S             60
+#define LB_TC_DEFAULT_SNAT_PORT_MIN     61000 /* above Linux's default ephemeral range */
+#define LB_TC_DEFAULT_SNAT_PORT_MAX     65535
+#define LB_TC_SNAT_RETRIES              16    /* random ports tried after the client's own */
+
+/* Counters of the TC path (SLUICE_MAP_COUNTERS indices 8..15; 5..7 are free). */
+#define LB_CNT_TC_TRANSLATED     8  /* new flow: backend picked, DNAT (+SNAT) done */
+#define LB_CNT_TC_REV_XLATED     9  /* reply (or ICMP error) restored to frontend -> client */
+#define LB_CNT_TC_NO_BACKEND     10 /* dropped: frontend has no (local) backend */
+#define LB_CNT_TC_SRC_RANGE_DROP 11 /* dropped: source outside loadBalancerSourceRanges */
+#define LB_CNT_TC_SNAT_FAILED    12 /* dropped: no SNAT address configured or no free port */
+#define LB_CNT_TC_BACKEND_GONE   13 /* a flow's backend vanished; flow re-balanced */
+#define LB_CNT_TC_CT_FAILED      14 /* conntrack entry could not be written */
+#define LB_CNT_TC_FIB_FAILED     15 /* no route for a redirected packet; left to the stack */
+
+struct lb4_ct_key {
+	__be32 saddr; /* source address as the packet carries it */
+	__be32 daddr; /* destination address */
+	__be16 sport; /* source port */
+	__be16 dport; /* destination port */
+	__u8   proto; /* LB_PROTO_* */
+	__u8   dir;   /* LB_CT_DIR_* */
+	__u8   pad[2];
+};
+
+struct lb4_ct_entry {
+	__u64  expires_ns;       /* bpf_ktime_get_ns() deadline; later packets push it out */
+	__u64  packets;          /* packets seen through this entry */
+	__u64  bytes;            /* bytes seen through this entry */
+	__be32 client_address;   /* the external client */
+	__be32 frontend_address; /* NodePort node address, ExternalIP or LB IP */
+	__be32 backend_address;  /* the chosen backend */
+	__be32 nat_address;      /* SNAT source address (0: no SNAT) */
+	__be16 client_port;
+	__be16 frontend_port;
+	__be16 backend_port;
+	__be16 nat_port;         /* SNAT source port (0: no SNAT) */
+	__u32  backend_id;       /* backends map key; checked on every original-direction packet */
+	__u32  rev_nat_id;       /* the frontend's rev-NAT id */
+	__u16  flags;            /* LB_CT_FLAG_* */
+	__u8   proto;            /* LB_PROTO_* */
+	__u8   dir;              /* LB_CT_DIR_* of the key this value is stored under */
+	__u32  ifindex;          /* device the flow arrived on */
+};
+
+/*
+ * loadBalancerSourceRanges: an LPM trie keyed by frontend then client prefix.
+ * prefixlen counts bits after the prefixlen field: 32 (rev_nat_id, always
+ * whole) + the CIDR length. A frontend with LB_SVC_FLAG_SOURCE_RANGE accepts
+ * only clients that match one of its entries.
+ */
+struct lb4_src_range_key {
+	__u32  prefixlen;  /* 32 + CIDR prefix length */
+	__u32  rev_nat_id; /* the frontend's rev-NAT id (host order, matched whole) */
+	__be32 address;    /* CIDR network address */
+};
+
+/* Written by the agent at index 0 of SLUICE_MAP_TC_CONFIG. Zero fields take
+ * the LB_TC_DEFAULT_* values. Ports and timeouts in host order. */
+struct lb4_tc_config {
+	__be32 snat_address;            /* node address remote-backend flows are SNATed to (0: drop them) */
+	__u16  snat_port_min;           /* SNAT source port range, inclusive */
+	__u16  snat_port_max;
+	__u32  tcp_established_timeout; /* seconds */
+	__u32  tcp_closing_timeout;     /* seconds, after FIN or RST */
+	__u32  udp_timeout;             /* seconds */
+	__u32  pad;
+};
+
+_Static_assert(sizeof(struct lb4_ct_key) == 16, "lb4_ct_key layout");
+_Static_assert(sizeof(struct lb4_ct_entry) == 64, "lb4_ct_entry layout");
+_Static_assert(sizeof(struct lb4_src_range_key) == 12, "lb4_src_range_key layout");
+_Static_assert(sizeof(struct lb4_tc_config) == 24, "lb4_tc_config layout");
+/* ==== end of TC / north-south ================================================== */
+
 #endif /* SLUICE_ABI_H */

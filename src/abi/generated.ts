@@ -15,6 +15,18 @@ export const LB_CNT_SOCK_REV_FAILED = 4;
 export const LB_CNT_SOCK_REV_XLATED = 3;
 export const LB_CNT_SOCK_SLOT_MISSING = 2;
 export const LB_CNT_SOCK_TRANSLATED = 0;
+export const LB_CNT_TC_BACKEND_GONE = 13;
+export const LB_CNT_TC_CT_FAILED = 14;
+export const LB_CNT_TC_FIB_FAILED = 15;
+export const LB_CNT_TC_NO_BACKEND = 10;
+export const LB_CNT_TC_REV_XLATED = 9;
+export const LB_CNT_TC_SNAT_FAILED = 12;
+export const LB_CNT_TC_SRC_RANGE_DROP = 11;
+export const LB_CNT_TC_TRANSLATED = 8;
+export const LB_CT_DIR_ORIGINAL = 0;
+export const LB_CT_DIR_REPLY = 1;
+export const LB_CT_FLAG_CLOSING = 2;
+export const LB_CT_FLAG_SNAT = 1;
 export const LB_PROTO_TCP = 6;
 export const LB_PROTO_UDP = 17;
 export const LB_SCOPE_EXTERNAL = 0;
@@ -28,18 +40,29 @@ export const LB_SVC_FLAG_LOADBALANCER = 8;
 export const LB_SVC_FLAG_NODEPORT = 2;
 export const LB_SVC_FLAG_SOURCE_RANGE = 256;
 export const LB_SVC_FLAG_TWO_SCOPES = 64;
+export const LB_TC_DEFAULT_SNAT_PORT_MAX = 65535;
+export const LB_TC_DEFAULT_SNAT_PORT_MIN = 61000;
+export const LB_TC_DEFAULT_TCP_CLOSING_S = 10;
+export const LB_TC_DEFAULT_TCP_ESTABLISHED_S = 21600;
+export const LB_TC_DEFAULT_UDP_S = 60;
+export const LB_TC_SNAT_RETRIES = 16;
 export const SLUICE_MAP_AFFINITY4 = "sluice_affin4";
 export const SLUICE_MAP_BACKENDS4 = "sluice_be4";
 export const SLUICE_MAP_COUNTERS = "sluice_counters";
+export const SLUICE_MAP_CT4 = "sluice_ct4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_SERVICES4 = "sluice_svc4";
 export const SLUICE_MAP_SOCKREV4 = "sluice_sk_rev4";
+export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
+export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
 export const SLUICE_MAX_AFFINITY = 131072;
 export const SLUICE_MAX_BACKENDS = 131072;
+export const SLUICE_MAX_CT4 = 262144;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 262144;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
 export const SLUICE_MAX_SOCKREV = 262144;
+export const SLUICE_MAX_SRCRANGE4 = 16384;
 
 // ---- structs (BTF) ----
 /** struct lb4_affinity_key (16 bytes) */
@@ -95,6 +118,105 @@ export function decodeLb4Backend(buf: Buffer, off = 0): Lb4Backend {
   };
 }
 export const lb4_backendCodec: Codec<Lb4Backend> = { size: 12, encode: encodeLb4Backend, decode: decodeLb4Backend };
+
+/** struct lb4_ct_entry (64 bytes) */
+export interface Lb4CtEntry {
+  expires_ns: bigint;
+  packets: bigint;
+  bytes: bigint;
+  client_address: number; // network byte order in the map
+  frontend_address: number; // network byte order in the map
+  backend_address: number; // network byte order in the map
+  nat_address: number; // network byte order in the map
+  client_port: number; // network byte order in the map
+  frontend_port: number; // network byte order in the map
+  backend_port: number; // network byte order in the map
+  nat_port: number; // network byte order in the map
+  backend_id: number;
+  rev_nat_id: number;
+  flags: number;
+  proto: number;
+  dir: number;
+  ifindex: number;
+}
+export const LB4_CT_ENTRY_SIZE = 64;
+export const lb4_ct_entryLayout: StructLayout = {"name":"lb4_ct_entry","size":64,"fields":[{"name":"expires_ns","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"packets","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"bytes","kind":"int","offset":16,"size":8,"bigEndian":false},{"name":"client_address","kind":"int","offset":24,"size":4,"bigEndian":true},{"name":"frontend_address","kind":"int","offset":28,"size":4,"bigEndian":true},{"name":"backend_address","kind":"int","offset":32,"size":4,"bigEndian":true},{"name":"nat_address","kind":"int","offset":36,"size":4,"bigEndian":true},{"name":"client_port","kind":"int","offset":40,"size":2,"bigEndian":true},{"name":"frontend_port","kind":"int","offset":42,"size":2,"bigEndian":true},{"name":"backend_port","kind":"int","offset":44,"size":2,"bigEndian":true},{"name":"nat_port","kind":"int","offset":46,"size":2,"bigEndian":true},{"name":"backend_id","kind":"int","offset":48,"size":4,"bigEndian":false},{"name":"rev_nat_id","kind":"int","offset":52,"size":4,"bigEndian":false},{"name":"flags","kind":"int","offset":56,"size":2,"bigEndian":false},{"name":"proto","kind":"int","offset":58,"size":1,"bigEndian":false},{"name":"dir","kind":"int","offset":59,"size":1,"bigEndian":false},{"name":"ifindex","kind":"int","offset":60,"size":4,"bigEndian":false}]};
+export function encodeLb4CtEntry(v: Lb4CtEntry, buf: Buffer = Buffer.alloc(64), off = 0): Buffer {
+  buf.fill(0, off, off + 64);
+  buf.writeBigUInt64LE(v.expires_ns, off + 0);
+  buf.writeBigUInt64LE(v.packets, off + 8);
+  buf.writeBigUInt64LE(v.bytes, off + 16);
+  buf.writeUInt32BE(v.client_address >>> 0, off + 24);
+  buf.writeUInt32BE(v.frontend_address >>> 0, off + 28);
+  buf.writeUInt32BE(v.backend_address >>> 0, off + 32);
+  buf.writeUInt32BE(v.nat_address >>> 0, off + 36);
+  buf.writeUInt16BE(v.client_port & 0xffff, off + 40);
+  buf.writeUInt16BE(v.frontend_port & 0xffff, off + 42);
+  buf.writeUInt16BE(v.backend_port & 0xffff, off + 44);
+  buf.writeUInt16BE(v.nat_port & 0xffff, off + 46);
+  buf.writeUInt32LE(v.backend_id >>> 0, off + 48);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 52);
+  buf.writeUInt16LE(v.flags & 0xffff, off + 56);
+  buf.writeUInt8(v.proto & 0xff, off + 58);
+  buf.writeUInt8(v.dir & 0xff, off + 59);
+  buf.writeUInt32LE(v.ifindex >>> 0, off + 60);
+  return buf;
+}
+export function decodeLb4CtEntry(buf: Buffer, off = 0): Lb4CtEntry {
+  return {
+    expires_ns: buf.readBigUInt64LE(off + 0),
+    packets: buf.readBigUInt64LE(off + 8),
+    bytes: buf.readBigUInt64LE(off + 16),
+    client_address: buf.readUInt32BE(off + 24),
+    frontend_address: buf.readUInt32BE(off + 28),
+    backend_address: buf.readUInt32BE(off + 32),
+    nat_address: buf.readUInt32BE(off + 36),
+    client_port: buf.readUInt16BE(off + 40),
+    frontend_port: buf.readUInt16BE(off + 42),
+    backend_port: buf.readUInt16BE(off + 44),
+    nat_port: buf.readUInt16BE(off + 46),
+    backend_id: buf.readUInt32LE(off + 48),
+    rev_nat_id: buf.readUInt32LE(off + 52),
+    flags: buf.readUInt16LE(off + 56),
+    proto: buf.readUInt8(off + 58),
+    dir: buf.readUInt8(off + 59),
+    ifindex: buf.readUInt32LE(off + 60),
+  };
+}
+export const lb4_ct_entryCodec: Codec<Lb4CtEntry> = { size: 64, encode: encodeLb4CtEntry, decode: decodeLb4CtEntry };
+
+/** struct lb4_ct_key (16 bytes) */
+export interface Lb4CtKey {
+  saddr: number; // network byte order in the map
+  daddr: number; // network byte order in the map
+  sport: number; // network byte order in the map
+  dport: number; // network byte order in the map
+  proto: number;
+  dir: number;
+}
+export const LB4_CT_KEY_SIZE = 16;
+export const lb4_ct_keyLayout: StructLayout = {"name":"lb4_ct_key","size":16,"fields":[{"name":"saddr","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"daddr","kind":"int","offset":4,"size":4,"bigEndian":true},{"name":"sport","kind":"int","offset":8,"size":2,"bigEndian":true},{"name":"dport","kind":"int","offset":10,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":12,"size":1,"bigEndian":false},{"name":"dir","kind":"int","offset":13,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":14,"size":2}]};
+export function encodeLb4CtKey(v: Lb4CtKey, buf: Buffer = Buffer.alloc(16), off = 0): Buffer {
+  buf.fill(0, off, off + 16);
+  buf.writeUInt32BE(v.saddr >>> 0, off + 0);
+  buf.writeUInt32BE(v.daddr >>> 0, off + 4);
+  buf.writeUInt16BE(v.sport & 0xffff, off + 8);
+  buf.writeUInt16BE(v.dport & 0xffff, off + 10);
+  buf.writeUInt8(v.proto & 0xff, off + 12);
+  buf.writeUInt8(v.dir & 0xff, off + 13);
+  return buf;
+}
+export function decodeLb4CtKey(buf: Buffer, off = 0): Lb4CtKey {
+  return {
+    saddr: buf.readUInt32BE(off + 0),
+    daddr: buf.readUInt32BE(off + 4),
+    sport: buf.readUInt16BE(off + 8),
+    dport: buf.readUInt16BE(off + 10),
+    proto: buf.readUInt8(off + 12),
+    dir: buf.readUInt8(off + 13),
+  };
+}
+export const lb4_ct_keyCodec: Codec<Lb4CtKey> = { size: 16, encode: encodeLb4CtKey, decode: decodeLb4CtKey };
 
 /** struct lb4_reverse_nat (8 bytes) */
 export interface Lb4ReverseNat {
@@ -231,6 +353,63 @@ export function decodeLb4SockRevKey(buf: Buffer, off = 0): Lb4SockRevKey {
 }
 export const lb4_sock_rev_keyCodec: Codec<Lb4SockRevKey> = { size: 16, encode: encodeLb4SockRevKey, decode: decodeLb4SockRevKey };
 
+/** struct lb4_src_range_key (12 bytes) */
+export interface Lb4SrcRangeKey {
+  prefixlen: number;
+  rev_nat_id: number;
+  address: number; // network byte order in the map
+}
+export const LB4_SRC_RANGE_KEY_SIZE = 12;
+export const lb4_src_range_keyLayout: StructLayout = {"name":"lb4_src_range_key","size":12,"fields":[{"name":"prefixlen","kind":"int","offset":0,"size":4,"bigEndian":false},{"name":"rev_nat_id","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"address","kind":"int","offset":8,"size":4,"bigEndian":true}]};
+export function encodeLb4SrcRangeKey(v: Lb4SrcRangeKey, buf: Buffer = Buffer.alloc(12), off = 0): Buffer {
+  buf.fill(0, off, off + 12);
+  buf.writeUInt32LE(v.prefixlen >>> 0, off + 0);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 4);
+  buf.writeUInt32BE(v.address >>> 0, off + 8);
+  return buf;
+}
+export function decodeLb4SrcRangeKey(buf: Buffer, off = 0): Lb4SrcRangeKey {
+  return {
+    prefixlen: buf.readUInt32LE(off + 0),
+    rev_nat_id: buf.readUInt32LE(off + 4),
+    address: buf.readUInt32BE(off + 8),
+  };
+}
+export const lb4_src_range_keyCodec: Codec<Lb4SrcRangeKey> = { size: 12, encode: encodeLb4SrcRangeKey, decode: decodeLb4SrcRangeKey };
+
+/** struct lb4_tc_config (24 bytes) */
+export interface Lb4TcConfig {
+  snat_address: number; // network byte order in the map
+  snat_port_min: number;
+  snat_port_max: number;
+  tcp_established_timeout: number;
+  tcp_closing_timeout: number;
+  udp_timeout: number;
+}
+export const LB4_TC_CONFIG_SIZE = 24;
+export const lb4_tc_configLayout: StructLayout = {"name":"lb4_tc_config","size":24,"fields":[{"name":"snat_address","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"snat_port_min","kind":"int","offset":4,"size":2,"bigEndian":false},{"name":"snat_port_max","kind":"int","offset":6,"size":2,"bigEndian":false},{"name":"tcp_established_timeout","kind":"int","offset":8,"size":4,"bigEndian":false},{"name":"tcp_closing_timeout","kind":"int","offset":12,"size":4,"bigEndian":false},{"name":"udp_timeout","kind":"int","offset":16,"size":4,"bigEndian":false},{"name":"pad","kind":"int","offset":20,"size":4,"bigEndian":false}]};
+export function encodeLb4TcConfig(v: Lb4TcConfig, buf: Buffer = Buffer.alloc(24), off = 0): Buffer {
+  buf.fill(0, off, off + 24);
+  buf.writeUInt32BE(v.snat_address >>> 0, off + 0);
+  buf.writeUInt16LE(v.snat_port_min & 0xffff, off + 4);
+  buf.writeUInt16LE(v.snat_port_max & 0xffff, off + 6);
+  buf.writeUInt32LE(v.tcp_established_timeout >>> 0, off + 8);
+  buf.writeUInt32LE(v.tcp_closing_timeout >>> 0, off + 12);
+  buf.writeUInt32LE(v.udp_timeout >>> 0, off + 16);
+  return buf;
+}
+export function decodeLb4TcConfig(buf: Buffer, off = 0): Lb4TcConfig {
+  return {
+    snat_address: buf.readUInt32BE(off + 0),
+    snat_port_min: buf.readUInt16LE(off + 4),
+    snat_port_max: buf.readUInt16LE(off + 6),
+    tcp_established_timeout: buf.readUInt32LE(off + 8),
+    tcp_closing_timeout: buf.readUInt32LE(off + 12),
+    udp_timeout: buf.readUInt32LE(off + 16),
+  };
+}
+export const lb4_tc_configCodec: Codec<Lb4TcConfig> = { size: 24, encode: encodeLb4TcConfig, decode: decodeLb4TcConfig };
+
 /** struct lb_affinity (16 bytes) */
 export interface LbAffinity {
   last_used_ns: bigint;
@@ -257,7 +436,10 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_affin4: {"name":"sluice_affin4","type":9,"keyType":"lb4_affinity_key","keySize":16,"valueType":"lb_affinity","valueSize":16,"maxEntries":131072},
   sluice_be4: {"name":"sluice_be4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":131072,"flags":1},
   sluice_counters: {"name":"sluice_counters","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":16},
+  sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
   sluice_sk_rev4: {"name":"sluice_sk_rev4","type":9,"keyType":"lb4_sock_rev_key","keySize":16,"valueType":"lb4_sock_rev","valueSize":12,"maxEntries":262144},
+  sluice_srcrng4: {"name":"sluice_srcrng4","type":11,"keyType":"lb4_src_range_key","keySize":12,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
   sluice_svc4: {"name":"sluice_svc4","type":1,"keyType":"lb4_service_key","keySize":12,"valueType":"lb4_service","valueSize":20,"maxEntries":262144,"flags":1},
+  sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},
 };
