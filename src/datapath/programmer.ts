@@ -88,7 +88,10 @@ function serviceKey(f: { address: string; port: number; proto: string; scope: Sc
 export class LbProgrammer {
   private readonly frontends = new Map<string, ProgrammedFrontend>();
   private readonly backends = new Map<string, ProgrammedBackend>();
+  private readonly backendsById = new Map<number, ProgrammedBackend>();
   private readonly backendRefs = new Map<number, number>();
+  /** Backends whose last reference went away: checked (not all backends) after an apply. */
+  private readonly orphans = new Set<number>();
   private readonly revNats = new Map<string, number>();
   private readonly revNatUsers = new Map<string, number>();
   private readonly backendIds: IdAllocator;
@@ -107,7 +110,9 @@ export class LbProgrammer {
         id, address: numberToIp4(b.address), port: b.port, proto: protoName(b.proto) as ProtoName, flags: b.flags, zone: b.zone,
       };
       p.backends.set(backendKeyOf(backend), backend);
+      p.backendsById.set(id, backend);
       p.backendIds.reserve(id);
+      p.orphans.add(id); // unreferenced until a frontend below points at it
     }
     for (const [id, r] of maps.revNat.readAll()) {
       // rev-NAT entries are per frontend address:port; the protocol is not
@@ -151,8 +156,7 @@ export class LbProgrammer {
   }
 
   backendById(id: number): ProgrammedBackend | undefined {
-    for (const b of this.backends.values()) if (b.id === id) return b;
-    return undefined;
+    return this.backendsById.get(id);
   }
 
   /**
@@ -247,12 +251,12 @@ export class LbProgrammer {
       idsFor.set(f, ids);
     }
     const revNatWrites: Array<[number, abi.Lb4ReverseNat]> = [];
-    const newRevNats: Array<[string, number]> = [];
+    const newRevNats = new Map<string, number>();
     for (const f of frontends) {
       const key = revNatKeyOf(f);
-      if (!this.revNats.has(key) && !newRevNats.some(([k]) => k === key)) {
+      if (!this.revNats.has(key) && !newRevNats.has(key)) {
         const id = this.revNatIds.allocate();
-        newRevNats.push([key, id]);
+        newRevNats.set(key, id);
         revNatWrites.push([id, { address: ip4ToNumber(f.address), port: f.port }]);
       }
     }
@@ -262,10 +266,13 @@ export class LbProgrammer {
     } catch (err) {
       // Ids allocated for entries that never landed go back to the pool.
       for (const b of newBackends) if (!this.backends.has(backendKeyOf(b))) this.backendIds.release(b.id);
-      for (const [, id] of newRevNats) this.revNatIds.release(id);
+      for (const id of newRevNats.values()) this.revNatIds.release(id);
       throw err;
     }
-    for (const b of newBackends) this.backends.set(backendKeyOf(b), b);
+    for (const b of newBackends) {
+      this.backends.set(backendKeyOf(b), b);
+      this.backendsById.set(b.id, b);
+    }
     for (const [k, id] of newRevNats) this.revNats.set(k, id);
     result.backendsWritten += backendWrites.length;
 
@@ -335,14 +342,19 @@ export class LbProgrammer {
   /** Backends no frontend points at any more are deleted last. */
   private collectGarbage(): number {
     let n = 0;
-    for (const [key, b] of this.backends) {
-      if ((this.backendRefs.get(b.id) ?? 0) > 0) continue;
-      this.maps.backends.delete(b.id);
-      this.backends.delete(key);
-      this.backendIds.release(b.id);
-      this.backendRefs.delete(b.id);
-      n++;
+    for (const id of this.orphans) {
+      if ((this.backendRefs.get(id) ?? 0) > 0) continue;
+      const b = this.backendById(id);
+      if (b) {
+        this.maps.backends.delete(id);
+        this.backends.delete(backendKeyOf(b));
+        this.backendsById.delete(id);
+        this.backendIds.release(id);
+        n++;
+      }
+      this.backendRefs.delete(id);
     }
+    this.orphans.clear();
     return n;
   }
 
@@ -356,7 +368,9 @@ export class LbProgrammer {
   }
 
   private ref(backendId: number, delta: number): void {
-    this.backendRefs.set(backendId, (this.backendRefs.get(backendId) ?? 0) + delta);
+    const refs = (this.backendRefs.get(backendId) ?? 0) + delta;
+    this.backendRefs.set(backendId, refs);
+    if (refs <= 0) this.orphans.add(backendId);
   }
 }
 

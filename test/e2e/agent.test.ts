@@ -176,6 +176,35 @@ test('healthz, livez and metrics speak kube-proxy', async () => {
   assert.match(text, /kubeproxy_network_programming_duration_seconds_count [1-9]/);
 });
 
+test('NodePort, ExternalIP and ClientIP affinity work from the node through the socket hooks', async () => {
+  const svc = createService('np', {
+    type: 'NodePort',
+    externalIPs: ['198.51.100.7'],
+    sessionAffinity: 'ClientIP',
+    ports: [{ name: 'http', port: 80, nodePort: 30080, protocol: 'TCP' }],
+  });
+  api.store.create('endpointslices', slice('np', 'np-1', BACKENDS.slice(0, 3)));
+  const want = BACKENDS.slice(0, 3).map((b) => `${b}:8080`);
+  await waitProgrammed('198.18.0.1:30080/tcp', want); // the Node's InternalIP
+  await waitProgrammed('198.51.100.7:80/tcp', want);
+  for (const [address, port] of [['198.18.0.1', 30080], ['198.51.100.7', 80], [svc.spec.clusterIP, 80]] as const) {
+    const results = await connect(address, port, 15);
+    assert.deepEqual(results.filter((r) => r.error), [], `${address}:${port}`);
+    // sessionAffinity ClientIP: one client (one network namespace) sticks to one backend.
+    assert.equal(new Set(results.map((r) => r.backend)).size, 1, `${address}:${port} affinity: ${results.map((r) => r.backend).join(',')}`);
+  }
+});
+
+test('a full resync repairs drift: an entry deleted behind the agent comes back', async () => {
+  const svc = createService('drift', { ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
+  api.store.create('endpointslices', slice('drift', 'drift-1', [BACKENDS[1]!]));
+  const frontend = `${svc.spec.clusterIP}:80/tcp`;
+  await waitProgrammed(frontend, [`${BACKENDS[1]}:8080`]);
+  sh(sluiceBin, ['service', 'delete', '--frontend', frontend, '--bpffs', sb.bpffs]);
+  assert.equal(programmed().find((s) => s.frontend === frontend), undefined);
+  await waitProgrammed(frontend, [`${BACKENDS[1]}:8080`], 15000); // --sync-period 5
+});
+
 test('restarting the agent while a client connects in a loop fails no connection', async () => {
   const svc = createService('steady', { ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
   api.store.create('endpointslices', slice('steady', 'steady-1', BACKENDS.slice(0, 2)));
