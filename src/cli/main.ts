@@ -152,11 +152,11 @@ function usage(): string {
 
 export async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
+  loadExtraCommands();
   if (!name || name === 'help' || name === '--help' || name === '-h') {
     print(usage());
     return name ? 0 : 2;
   }
-  loadExtraCommands();
   const command = commands[name];
   if (!command) {
     process.stderr.write(`sluice: unknown command ${JSON.stringify(name)}\n${usage()}`);
@@ -174,7 +174,7 @@ export async function main(argv: string[]): Promise<number> {
 
 /** Commands that live with their feature; loaded only when present. */
 function loadExtraCommands(): void {
-  for (const mod of ['../agent/command', '../k8s/apiserver/command', '../demo/command', '../datapath/tc/command']) {
+  for (const mod of ['../agent/command', '../k8s/apiserver/command', '../demo/command', '../datapath/tc/command', '../cleanup/command']) {
     try {
       // eslint-disable-next-line @typescript-eslint/no-var-requires
       const m = require(mod) as { commands?: Record<string, Command> };
