@@ -209,6 +209,15 @@ describe('store: Service semantics', () => {
     // The failed attempts left nothing allocated: c's nodePort from the range is still free.
     const d = store.create<Svc>('services', svc('d', { type: 'NodePort' }));
     assert.notEqual(d.spec.ports[0]?.nodePort, a.spec.ports[0]?.nodePort);
+    // A failed update keeps what the Service held before it.
+    const aPort = a.spec.ports[0]?.nodePort as number;
+    const dPort = d.spec.ports[0]?.nodePort as number;
+    assert.throws(
+      () => store.update('services', { ...a, spec: { ...a.spec, ports: [{ port: 80, name: 'a', nodePort: aPort }, { port: 81, name: 'b', nodePort: dPort }] } }),
+      apiError(422, 'Invalid'),
+    );
+    assert.throws(() => store.create('services', svc('e', { type: 'NodePort', ports: [{ port: 1, nodePort: aPort }] })), apiError(422, 'Invalid'));
+    assert.equal(store.get<Svc>('services', 'a').spec.ports[0]?.nodePort, aPort);
   });
 
   it('stores invalid Services by default, refuses them with strictValidation', () => {

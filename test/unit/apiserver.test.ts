@@ -50,7 +50,7 @@ describe('built-in API server with @kubernetes/client-node', () => {
   let core: k8s.CoreV1Api;
   let discovery: k8s.DiscoveryV1Api;
   const informers: k8s.Informer<k8s.KubernetesObject>[] = [];
-  let stopping = false;
+  const stopped = new WeakSet<k8s.Informer<k8s.KubernetesObject>>();
 
   /**
    * The documented client-node pattern: an informer stops on a watch error, so
@@ -59,7 +59,7 @@ describe('built-in API server with @kubernetes/client-node', () => {
    */
   function restartOnError(informer: k8s.Informer<k8s.KubernetesObject>): void {
     informer.on('error', () => setTimeout(() => {
-      if (!stopping) void informer.start();
+      if (!stopped.has(informer)) void informer.start();
     }, 20));
   }
 
@@ -70,10 +70,11 @@ describe('built-in API server with @kubernetes/client-node', () => {
     discovery = kc.makeApiClient(k8s.DiscoveryV1Api);
   });
   afterEach(async () => {
-    stopping = true;
-    for (const informer of informers.splice(0)) await informer.stop();
+    for (const informer of informers.splice(0)) {
+      stopped.add(informer);
+      await informer.stop();
+    }
     await waitFor('all watches closed', () => server.activeWatches === 0);
-    stopping = false;
   });
   after(async () => {
     await server.close();
@@ -148,6 +149,21 @@ describe('built-in API server with @kubernetes/client-node', () => {
       assert.equal(err.code, 404);
       return true;
     });
+  });
+
+  it('KubernetesObjectApi finds resources through discovery: create, strategic-merge patch, list, delete', async () => {
+    const api = k8s.KubernetesObjectApi.makeApiClient(kc);
+    const created = await api.create({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'generic', namespace: 'default' }, spec: { ports: [{ port: 80 }] } } as k8s.V1Service);
+    assert.ok(created.spec?.clusterIP);
+    await api.create({ apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: 'generic-1', namespace: 'default' }, addressType: 'IPv4', endpoints: [] } as k8s.V1EndpointSlice);
+    const patched = await api.patch(
+      { apiVersion: 'v1', kind: 'Service', metadata: { name: 'generic', namespace: 'default', labels: { a: 'b' } } },
+      undefined, undefined, undefined, undefined, k8s.PatchStrategy.StrategicMergePatch,
+    );
+    assert.deepEqual(patched.metadata?.labels, { a: 'b' });
+    assert.equal((await api.list('discovery.k8s.io/v1', 'EndpointSlice', 'default')).items.length, 1);
+    await api.delete({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'generic', namespace: 'default' } });
+    await api.delete({ apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: 'generic-1', namespace: 'default' } });
   });
 
   it('DiscoveryV1Api: EndpointSlices create, list by service, replace, delete', async () => {
@@ -381,6 +397,9 @@ describe('built-in API server: the watch protocol on the wire', () => {
     assert.deepEqual({ ...expired.events[0]?.object, message: undefined }, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: undefined, reason: 'Expired', code: 410 });
     const list = await fetch(`${server.url}/api/v1/nodes?resourceVersion=${from}&resourceVersionMatch=NotOlderThan`);
     assert.equal(list.status, 410);
+    // A resourceVersion from a previous incarnation of the server (restarted, fresh store) also makes clients relist.
+    const future = await readStream(`/api/v1/nodes?watch=true&resourceVersion=${server.store.revision + 100}`, 2);
+    assert.deepEqual(future.events.map((e) => `${e.type} ${e.object['code']}`), ['ERROR 410']);
 
     const started = Date.now();
     const timed = await readStream(`/api/v1/nodes?watch=true&resourceVersion=${server.store.revision}&timeoutSeconds=1`, 1000, 4000);
@@ -403,6 +422,33 @@ describe('built-in API server: the watch protocol on the wire', () => {
       const body = (await res.json()) as { kind: string; code: number; reason: string };
       assert.equal(res.status, code, path);
       assert.deepEqual([body.kind, body.code, body.reason], ['Status', code, reason], path);
+    }
+  });
+});
+
+describe('built-in API server: options', () => {
+  it('creates default/kubernetes on the first service address when asked, listens on IPv6, serves dual-stack CIDRs', async () => {
+    const server = await startApiServer({
+      host: '::1',
+      serviceCIDR: '198.18.128.0/24,fd00:96::/112',
+      createKubernetesService: { address: '192.0.2.1', port: 6443 },
+    });
+    try {
+      assert.match(server.url, /^http:\/\/\[::1\]:\d+$/);
+      const core = kubeConfigFor(server).makeApiClient(k8s.CoreV1Api);
+      const kubernetes = await core.readNamespacedService({ name: 'kubernetes', namespace: 'default' });
+      assert.equal(kubernetes.spec?.clusterIP, '198.18.128.1');
+      assert.equal(kubernetes.spec?.ports?.[0]?.port, 443);
+      const slices = await kubeConfigFor(server).makeApiClient(k8s.DiscoveryV1Api).listNamespacedEndpointSlice({
+        namespace: 'default',
+        labelSelector: 'kubernetes.io/service-name=kubernetes',
+      });
+      assert.deepEqual(slices.items[0]?.endpoints.map((e) => e.addresses[0]), ['192.0.2.1']);
+      assert.equal(slices.items[0]?.ports?.[0]?.port, 6443);
+      const dual = await core.createNamespacedService({ namespace: 'default', body: service('dual', undefined, { ipFamilyPolicy: 'RequireDualStack' }) });
+      assert.deepEqual(dual.spec?.clusterIPs, ['198.18.128.2', 'fd00:96::2']);
+    } finally {
+      await server.close();
     }
   });
 });

@@ -94,6 +94,10 @@ export class NodePortAllocator {
     return Number.isInteger(port) && port >= this.min && port <= this.max;
   }
 
+  ownerOf(port: number): string | undefined {
+    return this.owners.get(port);
+  }
+
   claim(port: number, owner: string): boolean {
     const current = this.owners.get(port);
     if (current !== undefined && current !== owner) return false;

@@ -187,6 +187,7 @@ class AllocationTransaction {
   }
 
   claimPort(allocator: NodePortAllocator, port: number, field: string, name: string): void {
+    if (allocator.ownerOf(port) === this.owner) return; // held already (by the old object, or another port of this one)
     if (!allocator.claim(port, this.owner)) {
       throw errors.invalid('Service', name, [{ field, message: `Invalid value: ${port}: provided port is already allocated` }]);
     }

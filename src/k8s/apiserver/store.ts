@@ -169,10 +169,20 @@ export class ObjectStore {
 
   // ---- history and watchers ----------------------------------------------
 
-  /** Changes after `revision`, oldest first; throws Expired when the history no longer reaches back. */
+  /**
+   * Changes after `revision`, oldest first. Throws Expired when the history no
+   * longer reaches back, and also for a revision this store never reached: the
+   * client got it from an earlier incarnation of the server (a restart with a
+   * fresh store). The real server answers that with a "too large resource
+   * version" error that client-go relists on but client-node 1.x does not, so
+   * 410 (which every client relists on) is the answer that converges.
+   */
   changesSince(revision: number): ChangeEvent[] {
     if (revision < this.compacted) {
       throw errors.expired(`too old resource version: ${revision} (${this.compacted})`);
+    }
+    if (revision > this.revisionCounter) {
+      throw errors.expired(`resource version ${revision} is newer than this server's (${this.revisionCounter}): the server restarted with a fresh store; relist`);
     }
     let lo = this.historyStart;
     let hi = this.history.length;
