@@ -7,6 +7,7 @@
 import * as abi from '../../abi/generated';
 import { numberToIp4, protoName } from '../addr';
 import type { TypedMap } from '../typedMap';
+import { openTcMaps } from './maps';
 
 export type ConntrackMap = TypedMap<abi.Lb4CtKey, abi.Lb4CtEntry>;
 
@@ -137,4 +138,14 @@ export function startConntrackGc(map: ConntrackMap, intervalMs: number, onRun?: 
   }, intervalMs);
   timer.unref();
   return () => clearInterval(timer);
+}
+
+/** For `sluice ct list`: the flows in the map pinned under `bpffs` (opens and closes it). */
+export function readConntrack(bpffs: string): ConntrackRow[] {
+  const maps = openTcMaps(bpffs);
+  try {
+    return listConntrack(maps.conntrack);
+  } finally {
+    maps.close();
+  }
 }

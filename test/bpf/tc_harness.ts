@@ -1,0 +1,106 @@
+// Shared set-up of the TC tests: the tc_lb object loaded with its maps pinned
+// in a throwaway bpffs directory, typed maps, and a writer for one frontend
+// (backends, slots, master entry, rev-NAT: make-before-break order).
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { BpfObject, ensureBpffsDir, progTestRun } from '../../src/bpf';
+import type { BpfMap } from '../../src/bpf';
+import * as abi from '../../src/abi/generated';
+import { TypedMap, u32Codec } from '../../src/datapath/typedMap';
+import { ip4ToNumber } from '../../src/datapath/addr';
+import { readCounter } from '../../src/datapath/maps';
+import { openTcMaps, type TcMaps } from '../../src/datapath/tc/maps';
+
+export const TC_OBJECT = path.resolve(__dirname, '../../../build/tc_lb.bpf.o');
+
+export interface TcBackend {
+  id: number;
+  address: string;
+  port: number;
+  local: boolean;
+}
+
+export interface TcFrontend {
+  address: string;
+  port: number;
+  proto: 'tcp' | 'udp';
+  flags: number;
+  revNatId: number;
+  backends: TcBackend[];
+  affinityTimeout?: number;
+}
+
+export class TcHarness {
+  readonly obj: BpfObject;
+  readonly services: TypedMap<abi.Lb4ServiceKey, abi.Lb4Service>;
+  readonly backends: TypedMap<number, abi.Lb4Backend>;
+  readonly revNat: TypedMap<number, abi.Lb4ReverseNat>;
+  readonly affinity: TypedMap<abi.Lb4AffinityKey, abi.LbAffinity>;
+  readonly counters: BpfMap;
+  readonly tc: TcMaps;
+
+  private constructor(readonly pinDir: string) {
+    this.obj = BpfObject.open(TC_OBJECT, { pinDir });
+    this.obj.load();
+    this.services = new TypedMap(this.obj.map(abi.SLUICE_MAP_SERVICES4), abi.lb4_service_keyCodec, abi.lb4_serviceCodec);
+    this.backends = new TypedMap(this.obj.map(abi.SLUICE_MAP_BACKENDS4), u32Codec, abi.lb4_backendCodec);
+    this.revNat = new TypedMap(this.obj.map(abi.SLUICE_MAP_REVNAT4), u32Codec, abi.lb4_reverse_natCodec);
+    this.affinity = new TypedMap(this.obj.map(abi.SLUICE_MAP_AFFINITY4), abi.lb4_affinity_keyCodec, abi.lb_affinityCodec);
+    this.counters = this.obj.map(abi.SLUICE_MAP_COUNTERS);
+    this.tc = openTcMaps(pinDir);
+  }
+
+  /** Loads tc_lb into a fresh bpffs directory `<prefix>-<random>`. */
+  static create(prefix = 'sluice-tctest'): TcHarness {
+    const pinDir = ensureBpffsDir(`/sys/fs/bpf/${prefix}-${randomBytes(4).toString('hex')}`);
+    try {
+      return new TcHarness(pinDir);
+    } catch (err) {
+      fs.rmSync(pinDir, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  close(): void {
+    this.tc.close();
+    this.obj.close();
+    fs.rmSync(this.pinDir, { recursive: true, force: true });
+  }
+
+  /** Empty every map the TC path reads (between tests). */
+  reset(): void {
+    for (const m of [this.services, this.backends, this.revNat, this.affinity, this.tc.conntrack, this.tc.sourceRanges] as Array<TypedMap<unknown, unknown>>) {
+      for (const [k] of [...m.entries()]) m.delete(k);
+    }
+    this.tc.config.set(0, { snat_address: 0, snat_port_min: 0, snat_port_max: 0, tcp_established_timeout: 0, tcp_closing_timeout: 0, udp_timeout: 0 });
+  }
+
+  upsertFrontend(f: TcFrontend, scope = abi.LB_SCOPE_EXTERNAL): void {
+    const proto = f.proto === 'tcp' ? abi.LB_PROTO_TCP : abi.LB_PROTO_UDP;
+    const key = (slot: number): abi.Lb4ServiceKey => ({ address: ip4ToNumber(f.address), port: f.port, proto, scope, backend_slot: slot });
+    for (const b of f.backends) {
+      this.backends.set(b.id, { address: ip4ToNumber(b.address), port: b.port, proto, flags: b.local ? abi.LB_BACKEND_FLAG_LOCAL : 0, zone: 0 });
+    }
+    this.revNat.set(f.revNatId, { address: ip4ToNumber(f.address), port: f.port });
+    f.backends.forEach((b, i) => this.services.set(key(i + 1), { backend_id: b.id, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 }));
+    this.services.set(key(0), {
+      backend_id: 0,
+      count: f.backends.length,
+      flags: f.flags,
+      rev_nat_id: f.revNatId,
+      affinity_timeout: f.affinityTimeout ?? 0,
+      algorithm: abi.LB_ALG_RANDOM,
+    });
+  }
+
+  counter(index: number): bigint {
+    return readCounter(this.counters, index);
+  }
+
+  run(direction: 'ingress' | 'egress', packet: Buffer): { verdict: number; out: Buffer } {
+    const prog = this.obj.program(direction === 'ingress' ? 'sluice_tc_ingress' : 'sluice_tc_egress');
+    const r = progTestRun(prog.fd, { dataIn: packet });
+    return { verdict: r.retval, out: r.dataOut };
+  }
+}
