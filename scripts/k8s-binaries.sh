@@ -29,12 +29,7 @@ build_timeout=${SLUICE_K8S_BUILD_TIMEOUT:-5400}   # seconds, per wrapper module
 
 log() { echo "k8s-binaries: $*" >&2; }
 
-command -v go >/dev/null || { log "Go is not installed; cannot build the cluster tier's binaries"; exit 2; }
-
-export GOPATH=$cache/go GOCACHE=$cache/go-build GOTOOLCHAIN=local
-export CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
-export GOPROXY=${GOPROXY:-$(go env GOPROXY)}
-mkdir -p "$bin" "$GOPATH" "$GOCACHE"
+mkdir -p "$bin"
 
 k8s_minor=${KUBERNETES_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
 k8s_patch=${KUBERNETES_VERSION##*.}
@@ -42,7 +37,8 @@ staging_version=v0.$k8s_minor.$k8s_patch
 etcd_plain=${ETCD_VERSION#v}
 
 # have NAME PATTERN: true when bin/NAME exists and its --version output matches PATTERN.
-have() { [ -x "$bin/$1" ] && "$bin/$1" --version 2>/dev/null | grep -qF -- "$2"; }
+# (Output captured first: `grep -q` closing the pipe early would SIGPIPE the binary and fail under pipefail.)
+have() { local out; [ -x "$bin/$1" ] && out=$("$bin/$1" --version 2>/dev/null) && [[ $out == *"$2"* ]]; }
 
 # One build at a time per cache (two test runs must not race on the same files).
 exec 9>"$cache/.build.lock"
@@ -59,9 +55,16 @@ if [ ${#need_k8s[@]} -eq 0 ] && [ $need_etcd -eq 0 ]; then
   echo "$bin"; exit 0
 fi
 
+# Only a build needs Go (cached binaries are used without it).
+command -v go >/dev/null || { log "Go is not installed; cannot build etcd and Kubernetes $KUBERNETES_VERSION"; exit 2; }
+export GOPATH=$cache/go GOCACHE=$cache/go-build GOTOOLCHAIN=local
+export CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
+export GOPROXY=${GOPROXY:-$(go env GOPROXY)}
+mkdir -p "$GOPATH" "$GOCACHE"
+
 # Is the module proxy there? One small request, bounded; a failure here means
 # the tier cannot build, which the caller reports as a skip, not a failure.
-if ! timeout 60 go list -m "k8s.io/kubernetes@$KUBERNETES_VERSION" >/dev/null 2>"$cache/proxy-check.err"; then
+if ! (cd "$cache" && timeout 60 go list -m "k8s.io/kubernetes@$KUBERNETES_VERSION") >/dev/null 2>"$cache/proxy-check.err"; then
   log "the Go module proxy ($GOPROXY) did not serve k8s.io/kubernetes@$KUBERNETES_VERSION: $(tail -1 "$cache/proxy-check.err")"
   exit 3
 fi

@@ -19,7 +19,9 @@ skip_reason() {
       grep -qs ' bpf ' /proc/mounts || echo "bpffs is not mounted" ;;
     cluster)
       [ "$(id -u)" = 0 ] || { echo "needs root"; return; }
-      command -v go >/dev/null || echo "Go is not installed (needed to build etcd, kube-apiserver, kube-controller-manager, kube-proxy)" ;;
+      # Built binaries in the cache are enough; otherwise Go builds them (first run: minutes).
+      command -v go >/dev/null || ls "${SLUICE_CACHE:-/var/cache/sluice}"/k8s-*/bin/kube-apiserver >/dev/null 2>&1 ||
+        echo "Go is not installed and no cached upstream binaries (needed: etcd, kube-apiserver, kube-controller-manager, kube-proxy)" ;;
   esac
 }
 

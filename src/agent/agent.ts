@@ -14,6 +14,7 @@ import { ProxyHealth, startHealthServer } from './health';
 import { ClusterState } from './store';
 import { Syncer } from './syncer';
 import { ClusterWatch, loadKubeConfig } from './watch';
+import { startNorthSouth } from './northSouth';
 
 export interface AgentHandle {
   syncer: Syncer;
@@ -37,8 +38,11 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   const health = new ProxyHealth(2 * config.syncPeriodSeconds * 1000);
   let syncer: Syncer | undefined;
   const state = new ClusterState(() => syncer?.trigger());
+  const northSouth = await startNorthSouth(config, () => health.healthy(), metrics, log);
   syncer = new Syncer(state, maps, {
     nodeName: config.nodeName,
+    onBackendsDeleted: (ids) => northSouth?.backendsDeleted(ids),
+    onHealthChecks: (checks) => northSouth?.healthChecks(checks),
     translate: { nodePortAddresses: config.nodePortAddresses, maxEndpointsPerService: config.maxEndpointsPerService, ipFamilies: ['IPv4'] },
     minSyncPeriodMs: config.minSyncPeriodMs,
     syncPeriodMs: config.syncPeriodSeconds * 1000,
@@ -79,6 +83,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     async stop() {
       syncer!.stop();
       await watch.stop();
+      await northSouth?.stop();
       await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
       maps.close();
       log.info('agent stopped; the data path keeps serving from the pinned maps');

@@ -24,6 +24,20 @@ export interface AgentConfig {
   minSyncPeriodMs: number;
   /** Map capacities, by map name (applied when the maps are first created). */
   maxEntries: Record<string, number>;
+  /**
+   * External devices for NodePort/ExternalIP/LoadBalancer traffic from
+   * outside the node (TC). Empty: socket LB only. "auto": the default
+   * route's device. Tests and the demo name veths in their own namespaces.
+   */
+  devices: string[];
+  /** Source address for flows SNATed to remote backends; default: the first device's IPv4 address. */
+  snatAddress?: string;
+  /** Conntrack timeouts of the TC path, seconds (kube-proxy's conntrack settings). */
+  conntrackTcpEstablishedSeconds: number;
+  conntrackTcpCloseWaitSeconds: number;
+  conntrackUdpSeconds: number;
+  /** Where healthCheckNodePort servers listen (kube-proxy: the nodePortAddresses; default all). */
+  healthCheckAddresses: string[];
 }
 
 export function defaultConfig(): AgentConfig {
@@ -39,6 +53,11 @@ export function defaultConfig(): AgentConfig {
     syncPeriodSeconds: 30,
     minSyncPeriodMs: 0,
     maxEntries: {},
+    devices: [],
+    conntrackTcpEstablishedSeconds: 86400,
+    conntrackTcpCloseWaitSeconds: 60,
+    conntrackUdpSeconds: 30,
+    healthCheckAddresses: ['0.0.0.0'],
   };
 }
 
@@ -56,6 +75,12 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   'max-endpoints-per-service': { field: 'maxEndpointsPerService', parse: positiveInt('max-endpoints-per-service') },
   'sync-period': { field: 'syncPeriodSeconds', parse: positiveInt('sync-period') },
   'min-sync-period-ms': { field: 'minSyncPeriodMs', parse: nonNegativeInt('min-sync-period-ms') },
+  devices: { field: 'devices', parse: (v) => v.split(',').filter(Boolean) },
+  'snat-address': { field: 'snatAddress', parse: String },
+  'conntrack-tcp-established': { field: 'conntrackTcpEstablishedSeconds', parse: positiveInt('conntrack-tcp-established') },
+  'conntrack-tcp-close-wait': { field: 'conntrackTcpCloseWaitSeconds', parse: positiveInt('conntrack-tcp-close-wait') },
+  'conntrack-udp': { field: 'conntrackUdpSeconds', parse: positiveInt('conntrack-udp') },
+  'healthcheck-addresses': { field: 'healthCheckAddresses', parse: (v) => v.split(',').filter(Boolean) },
 };
 
 export const AGENT_FLAGS = [...Object.keys(FLAGS), 'config'];
@@ -86,7 +111,7 @@ export function loadConfigFile(path: string): Partial<AgentConfig> {
   }
   if (doc === null || doc === undefined) return {};
   if (typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`config file ${path}: expected a mapping of settings`);
-  const known = new Set<string>(Object.keys(defaultConfig()).concat(['kubeconfig', 'k8sApiServer']));
+  const known = new Set<string>(Object.keys(defaultConfig()).concat(['kubeconfig', 'k8sApiServer', 'snatAddress']));
   for (const key of Object.keys(doc)) {
     if (!known.has(key)) throw new Error(`config file ${path}: unknown setting ${JSON.stringify(key)}`);
   }

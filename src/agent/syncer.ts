@@ -5,7 +5,7 @@
 // A periodic full sync re-reads the maps and repairs drift.
 import type { Logger } from 'pino';
 import { translateService, nodeContextFromNode } from '../translate';
-import type { NodeContext, TranslateOptions, TranslateProblem } from '../model/frontend';
+import type { HealthCheckService, NodeContext, TranslateOptions, TranslateProblem } from '../model/frontend';
 import { LbProgrammer, frontendId, type FrontendSpec } from '../datapath/programmer';
 import type { SockLbMaps } from '../datapath/maps';
 import type { ClusterState } from './store';
@@ -17,6 +17,10 @@ const RETRY_DELAY_MS = 1000;
 
 export interface SyncerOptions {
   nodeName: string;
+  /** Backends were deleted from the maps (the TC path forgets their flows). */
+  onBackendsDeleted?: (ids: number[]) => void;
+  /** healthCheckNodePort services and their local endpoint counts changed. */
+  onHealthChecks?: (checks: HealthCheckService[]) => void;
   translate: TranslateOptions;
   minSyncPeriodMs: number;
   syncPeriodMs: number;
@@ -38,6 +42,9 @@ export class Syncer {
   /** frontend id -> owning serviceKey: one frontend, one Service. */
   private readonly owners = new Map<string, string>();
   private readonly owned = new Map<string, Set<string>>();
+  /** serviceKey -> its healthCheckNodePort and local endpoints (externalTrafficPolicy: Local). */
+  private readonly healthChecks = new Map<string, HealthCheckService>();
+  private healthChecksChanged = false;
   /** serviceKey -> problems last reported, so a problem is logged once per change. */
   private readonly reported = new Map<string, string>();
   private readonly zones = new ZoneIds();
@@ -154,6 +161,10 @@ export class Syncer {
       }
       // Failed Services are tried again later; what did succeed stays programmed.
       if (failures.count > 0) this.retryLater(failures.failedServices);
+      if (this.healthChecksChanged) {
+        this.healthChecksChanged = false;
+        this.opts.onHealthChecks?.([...this.healthChecks.values()]);
+      }
       this.health.updated();
       this.metrics.syncLastTimestamp.set(now / 1000);
       this.metrics.syncs.inc({ kind, result: failures.count > 0 ? 'partial_failure' : 'ok' });
@@ -177,11 +188,13 @@ export class Syncer {
   private translate(key: string, node: NodeContext): FrontendSpec[] {
     const svc = this.state.services.get(key);
     if (!svc) {
+      this.setHealthCheck(key, undefined);
       this.releaseOwnership(key);
       this.reported.delete(key);
       return [];
     }
     const t = translateService(svc, this.state.slicesOf(key), node, this.opts.translate);
+    this.setHealthCheck(key, t.healthCheck);
     const problems = [...t.problems];
     const specs: FrontendSpec[] = [];
     for (const f of t.frontends) {
@@ -201,6 +214,14 @@ export class Syncer {
     if (ids.size > 0) this.owned.set(key, ids);
     this.reportProblems(key, problems);
     return specs;
+  }
+
+  private setHealthCheck(key: string, check: HealthCheckService | undefined): void {
+    const before = this.healthChecks.get(key);
+    if (before?.nodePort === check?.nodePort && before?.localEndpoints === check?.localEndpoints) return;
+    if (check) this.healthChecks.set(key, check);
+    else this.healthChecks.delete(key);
+    this.healthChecksChanged = true;
   }
 
   private releaseOwnership(key: string): void {
@@ -223,8 +244,15 @@ export class Syncer {
   private apply(upserts: FrontendSpec[], removals: FrontendSpec[], full: boolean) {
     const failedServices = new Set<string>();
     let deleted = 0;
-    for (const f of removals) deleted += this.programmer.remove(f.address, f.port, f.proto, f.scope);
+    const deletedBackends: number[] = [];
+    for (const f of removals) {
+      const r = this.programmer.remove(f.address, f.port, f.proto, f.scope);
+      deleted += r.frontends;
+      deletedBackends.push(...r.deletedBackendIds);
+    }
     const result = this.programmer.apply(full ? [...this.allDesired()] : upserts, { prune: full });
+    deletedBackends.push(...result.deletedBackendIds);
+    if (deletedBackends.length > 0) this.opts.onBackendsDeleted?.(deletedBackends);
     for (const failure of result.failures) {
       const owner = this.owners.get(failure.frontend);
       if (owner) failedServices.add(owner);

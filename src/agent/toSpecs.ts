@@ -51,6 +51,7 @@ export function toFrontendSpec(f: Frontend, zones: ZoneIds): FrontendSpec | unde
       terminating: b.terminating,
       zone: zones.id(b.zone),
     })),
+    sourceRanges: f.sourceRanges,
     owner: `Service ${f.service} port ${f.portName || f.port} (${f.kind})`,
   };
 }

@@ -82,8 +82,8 @@ const commands: Record<string, Command> = {
       return withMaps(bpffsOf(a), (maps) => {
         const programmer = LbProgrammer.adopt(maps);
         if (verb === 'delete') {
-          const n = programmer.remove(frontend.address, frontend.port, frontend.proto);
-          if (n === 0) throw new Error(`no frontend ${formatEndpoint(frontend)} in ${bpffsOf(a)}`);
+          const { frontends } = programmer.remove(frontend.address, frontend.port, frontend.proto);
+          if (frontends === 0) throw new Error(`no frontend ${formatEndpoint(frontend)} in ${bpffsOf(a)}`);
           print(`deleted ${formatEndpoint(frontend)}\n`);
           return 0;
         }

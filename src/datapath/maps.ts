@@ -4,7 +4,7 @@ import * as path from 'node:path';
 import * as fs from 'node:fs';
 import { BpfMap } from '../bpf/map';
 import * as abi from '../abi/generated';
-import { TypedMap, u32Codec } from './typedMap';
+import { TypedMap, u32Codec, u8Codec } from './typedMap';
 
 export const DEFAULT_BPFFS = '/sys/fs/bpf/sluice';
 
@@ -14,6 +14,8 @@ export interface SockLbMaps {
   revNat: TypedMap<number, abi.Lb4ReverseNat>;
   sockRev: TypedMap<abi.Lb4SockRevKey, abi.Lb4SockRev>;
   affinity: TypedMap<abi.Lb4AffinityKey, abi.LbAffinity>;
+  /** loadBalancerSourceRanges (LPM, read by the TC path; every object pins it). */
+  sourceRanges?: TypedMap<abi.Lb4SrcRangeKey, number>;
   counters: BpfMap;
   close(): void;
 }
@@ -42,6 +44,7 @@ export function openSockLbMaps(bpffs: string): SockLbMaps {
       revNat: new TypedMap(open(abi.SLUICE_MAP_REVNAT4), u32Codec, abi.lb4_reverse_natCodec),
       sockRev: new TypedMap(open(abi.SLUICE_MAP_SOCKREV4), abi.lb4_sock_rev_keyCodec, abi.lb4_sock_revCodec),
       affinity: new TypedMap(open(abi.SLUICE_MAP_AFFINITY4), abi.lb4_affinity_keyCodec, abi.lb_affinityCodec),
+      sourceRanges: new TypedMap(open(abi.SLUICE_MAP_SRCRANGE4), abi.lb4_src_range_keyCodec, u8Codec),
       counters: open(abi.SLUICE_MAP_COUNTERS),
       close: () => opened.forEach((m) => m.close()),
     };

@@ -9,6 +9,7 @@ import * as abi from '../abi/generated';
 import type { SockLbMaps } from './maps';
 import { ip4ToNumber, numberToIp4, protoName, protoNumber, type ProtoName } from './addr';
 import { IdAllocator } from './ids';
+import { readSourceRanges, syncSourceRanges } from './tc/sourceRanges';
 
 export type ScopeName = 'external' | 'internal';
 
@@ -29,6 +30,8 @@ export interface FrontendSpec {
   flags: number; // LB_SVC_FLAG_*
   affinityTimeout: number; // seconds, 0 = none
   backends: BackendSpec[];
+  /** loadBalancerSourceRanges (IPv4 CIDRs) enforced by the TC path; needs LB_SVC_FLAG_SOURCE_RANGE. */
+  sourceRanges?: string[];
   /** Who asked for it ("Service default/web port http"), for errors. */
   owner?: string;
 }
@@ -43,6 +46,7 @@ export interface ProgrammedFrontend {
   affinityTimeout: number;
   revNatId: number;
   backendIds: number[];
+  sourceRanges: string[];
 }
 
 export interface ProgrammedBackend {
@@ -59,6 +63,8 @@ export interface ApplyResult {
   frontendsDeleted: number;
   backendsWritten: number;
   backendsDeleted: number;
+  /** Ids of backends deleted from the maps: conntrack entries to them must go too. */
+  deletedBackendIds: number[];
   unchanged: number;
   failures: Array<{ frontend: string; owner?: string; error: Error }>;
 }
@@ -138,7 +144,8 @@ export class LbProgrammer {
       const s = slots.get(id) ?? new Map<number, number>();
       const backendIds: number[] = [];
       for (let slot = 1; slot <= v.count; slot++) backendIds.push(s.get(slot) ?? 0);
-      const fe: ProgrammedFrontend = { ...f, id, flags: v.flags, affinityTimeout: v.affinity_timeout, revNatId: v.rev_nat_id, backendIds };
+      const sourceRanges = v.flags & abi.LB_SVC_FLAG_SOURCE_RANGE && maps.sourceRanges ? readSourceRanges(maps.sourceRanges, v.rev_nat_id) : [];
+      const fe: ProgrammedFrontend = { ...f, id, flags: v.flags, affinityTimeout: v.affinity_timeout, revNatId: v.rev_nat_id, backendIds, sourceRanges };
       p.frontends.set(id, fe);
       p.revNats.set(revNatKeyOf(f), v.rev_nat_id);
       p.revNatUsers.set(revNatKeyOf(f), (p.revNatUsers.get(revNatKeyOf(f)) ?? 0) + 1);
@@ -167,7 +174,7 @@ export class LbProgrammer {
    * failure is returned with its frontend.
    */
   apply(desired: FrontendSpec[], opts: { prune: boolean }): ApplyResult {
-    const result: ApplyResult = { frontendsWritten: 0, frontendsDeleted: 0, backendsWritten: 0, backendsDeleted: 0, unchanged: 0, failures: [] };
+    const result: ApplyResult = { frontendsWritten: 0, frontendsDeleted: 0, backendsWritten: 0, backendsDeleted: 0, deletedBackendIds: [], unchanged: 0, failures: [] };
     const wanted = new Map<string, FrontendSpec>();
     for (const f of desired) wanted.set(frontendId(f), f);
 
@@ -194,27 +201,28 @@ export class LbProgrammer {
         result.frontendsDeleted++;
       }
     }
-    result.backendsDeleted += this.collectGarbage();
+    result.deletedBackendIds = this.collectGarbage();
+    result.backendsDeleted = result.deletedBackendIds.length;
     return result;
   }
 
-  /** Remove one frontend (both scopes when scope is not given). */
-  remove(address: string, port: number, proto: ProtoName, only?: ScopeName): number {
-    let n = 0;
+  /** Remove one frontend (both scopes when scope is not given); returns the backend ids deleted. */
+  remove(address: string, port: number, proto: ProtoName, only?: ScopeName): { frontends: number; deletedBackendIds: number[] } {
+    let frontends = 0;
     for (const scope of only ? [only] : (['internal', 'external'] as const)) {
       const id = frontendId({ address, port, proto, scope });
       if (this.frontends.has(id)) {
         this.deleteFrontend(id);
-        n++;
+        frontends++;
       }
     }
-    this.collectGarbage();
-    return n;
+    return { frontends, deletedBackendIds: this.collectGarbage() };
   }
 
   private isUnchanged(id: string, f: FrontendSpec): boolean {
     const cur = this.frontends.get(id);
     if (!cur || cur.flags !== f.flags || cur.affinityTimeout !== f.affinityTimeout) return false;
+    if (!sameRanges(cur.sourceRanges, f.sourceRanges ?? [])) return false;
     if (cur.backendIds.length !== f.backends.length) return false;
     return f.backends.every((b, i) => {
       const known = this.backends.get(backendKeyOf(b));
@@ -226,30 +234,30 @@ export class LbProgrammer {
     if (frontends.length === 0) return;
     // 1. backends and rev-NAT entries (new or changed).
     const backendWrites: Array<[number, abi.Lb4Backend]> = [];
-    const newBackends: ProgrammedBackend[] = [];
     const idsFor = new Map<FrontendSpec, number[]>();
-    const seen = new Set<string>();
+    // Backends written by this batch, by key: frontends of one batch often
+    // share backends (ClusterIP and NodePort of one Service), and must share ids.
+    const pending = new Map<string, ProgrammedBackend>();
     for (const f of frontends) {
       const ids: number[] = [];
       for (const b of f.backends) {
         if (b.proto !== f.proto) throw new Error(`${frontendId(f)}: backend ${backendKeyOf(b)} has another protocol`);
         const key = backendKeyOf(b);
-        let known = this.backends.get(key);
+        let known = pending.get(key) ?? this.backends.get(key);
         const flags = backendFlags(b);
         const zone = b.zone ?? 0;
         if (!known || known.flags !== flags || known.zone !== zone) {
           const id = known?.id ?? this.backendIds.allocate();
           known = { id, address: b.address, port: b.port, proto: b.proto, flags, zone };
-          if (!seen.has(key)) {
-            backendWrites.push([id, { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone }]);
-            newBackends.push(known);
-            seen.add(key);
-          }
+          if (!pending.has(key)) backendWrites.push([id, { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone }]);
+          else backendWrites[backendWrites.findIndex(([wid]) => wid === id)]![1] = { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone };
+          pending.set(key, known);
         }
         ids.push(known.id);
       }
       idsFor.set(f, ids);
     }
+    const newBackends = [...pending.values()];
     const revNatWrites: Array<[number, abi.Lb4ReverseNat]> = [];
     const newRevNats = new Map<string, number>();
     for (const f of frontends) {
@@ -298,11 +306,39 @@ export class LbProgrammer {
         backend_id: 0, count: ids.length, flags: f.flags, rev_nat_id: revNatId, affinity_timeout: f.affinityTimeout, algorithm: abi.LB_ALG_RANDOM,
       }]);
       for (let slot = ids.length + 1; slot <= (cur?.backendIds.length ?? 0); slot++) slotDeletes.push(serviceKey(f, slot));
-      updates.push({ id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, revNatId, backendIds: ids });
+      updates.push({ id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, revNatId, backendIds: ids, sourceRanges: [...(f.sourceRanges ?? [])].sort() });
     }
-    this.maps.services.setMany(slotWrites);
-    this.maps.services.setMany(masterWrites);
+    // Source ranges are written before the master that turns them on, and
+    // ranges no longer wanted are removed only after it (make-before-break).
+    const rangeMap = this.maps.sourceRanges;
+    for (const u of updates) {
+      if (u.sourceRanges.length > 0) {
+        if (!rangeMap) throw new Error(`${u.id}: loadBalancerSourceRanges need the source-range map`);
+        syncSourceRanges(rangeMap, u.revNatId, u.sourceRanges);
+      }
+    }
+    try {
+      this.maps.services.setMany(slotWrites);
+      this.maps.services.setMany(masterWrites);
+    } catch (err) {
+      // Nothing half-done stays behind: slots this batch added beyond what a
+      // visible master covers are removed, and backends nobody references
+      // are collected at the end of apply(). Slots rewritten in place always
+      // name existing backends; the frontend stays "changed" and is rewritten
+      // by the next attempt.
+      const added = slotWrites.filter(([k]) => {
+        const cur = this.frontends.get(frontendId(keyToFrontend(k)));
+        return k.backend_slot > (cur?.backendIds.length ?? 0);
+      });
+      this.maps.services.deleteMany(added.map(([k]) => k));
+      for (const b of newBackends) this.orphans.add(b.id);
+      throw err;
+    }
     this.maps.services.deleteMany(slotDeletes);
+    for (const u of updates) {
+      const before = this.frontends.get(u.id)?.sourceRanges ?? [];
+      if (rangeMap && u.sourceRanges.length === 0 && before.length > 0) syncSourceRanges(rangeMap, u.revNatId, []);
+    }
 
     for (const u of updates) {
       const cur = this.frontends.get(u.id);
@@ -332,6 +368,8 @@ export class LbProgrammer {
     const users = (this.revNatUsers.get(rnKey) ?? 1) - 1;
     this.revNatUsers.set(rnKey, users);
     if (users <= 0) {
+      // Ranges are keyed by rev-NAT id, shared by both scopes: cleared with it.
+      if (cur.sourceRanges.length > 0 && this.maps.sourceRanges) syncSourceRanges(this.maps.sourceRanges, cur.revNatId, []);
       this.revNatUsers.delete(rnKey);
       this.maps.revNat.delete(cur.revNatId);
       this.revNatIds.release(cur.revNatId);
@@ -340,8 +378,8 @@ export class LbProgrammer {
   }
 
   /** Backends no frontend points at any more are deleted last. */
-  private collectGarbage(): number {
-    let n = 0;
+  private collectGarbage(): number[] {
+    const deleted: number[] = [];
     for (const id of this.orphans) {
       if ((this.backendRefs.get(id) ?? 0) > 0) continue;
       const b = this.backendById(id);
@@ -350,12 +388,12 @@ export class LbProgrammer {
         this.backends.delete(backendKeyOf(b));
         this.backendsById.delete(id);
         this.backendIds.release(id);
-        n++;
+        deleted.push(id);
       }
       this.backendRefs.delete(id);
     }
     this.orphans.clear();
-    return n;
+    return deleted;
   }
 
   /** ClientIP affinity must not keep sending clients to a removed backend. */
@@ -372,6 +410,12 @@ export class LbProgrammer {
     this.backendRefs.set(backendId, refs);
     if (refs <= 0) this.orphans.add(backendId);
   }
+}
+
+function sameRanges(a: string[], b: string[]): boolean {
+  if (a.length !== b.length) return false;
+  const sorted = [...b].sort();
+  return a.every((x, i) => x === sorted[i]);
 }
 
 function keyToFrontend(k: abi.Lb4ServiceKey): { address: string; port: number; proto: ProtoName; scope: ScopeName } {

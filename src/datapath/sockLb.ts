@@ -126,7 +126,14 @@ export function sockLbStatus(bpffs: string, cgroupRoot?: string): AttachmentStat
     const link = BpfLink.fromPinned(pin);
     try {
       const info = linkInfo(link.fd);
-      const prog = info.progId ? progInfo(info.progId) : undefined;
+      // Program details need CAP_SYS_ADMIN (bpf_prog_get_fd_by_id); without
+      // it the status still says what is attached, by the name we know.
+      let prog: { name: string } | undefined;
+      try {
+        prog = info.progId ? progInfo(info.progId) : undefined;
+      } catch {
+        prog = undefined;
+      }
       return {
         hook,
         program: prog?.name ?? name,

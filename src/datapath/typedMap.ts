@@ -12,6 +12,15 @@ export const u32Codec: Codec<number> = {
   decode: (buf, off = 0) => buf.readUInt32LE(off),
 };
 
+export const u8Codec: Codec<number> = {
+  size: 1,
+  encode(value, buf = Buffer.alloc(1), off = 0) {
+    buf.writeUInt8(value & 0xff, off);
+    return buf;
+  },
+  decode: (buf, off = 0) => buf.readUInt8(off),
+};
+
 export class TypedMap<K, V> {
   constructor(
     readonly map: BpfMap,

@@ -17,7 +17,7 @@ import { ip4ToNumber } from '../datapath/addr';
 import { LB_PROTO_TCP } from '../abi/generated';
 
 const NODE = 'demo-node';
-const BACKENDS = ['192.0.2.11', '192.0.2.12', '192.0.2.13'];
+const BACKENDS = ['198.18.10.11', '198.18.10.12', '198.18.10.13'];
 
 export interface DemoOptions {
   /** Seconds to keep running after the tour; undefined: until Ctrl-C on a terminal, 0 otherwise. */

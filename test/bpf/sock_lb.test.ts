@@ -6,7 +6,7 @@ import * as path from 'node:path';
 import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
 
 const VIP = '10.96.0.10';
-const BACKENDS = ['192.0.2.2', '192.0.2.3', '192.0.2.4'];
+const BACKENDS = ['198.18.10.2', '198.18.10.3', '198.18.10.4'];
 
 let sb: Sandbox;
 

@@ -11,7 +11,7 @@ import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
 import { AgentProcess } from '../helpers/agentProcess';
 
 const NODE = 'node-a';
-const BACKENDS = ['192.0.2.2', '192.0.2.3', '192.0.2.4', '192.0.2.5'];
+const BACKENDS = ['198.18.10.2', '198.18.10.3', '198.18.10.4', '198.18.10.5'];
 
 let sb: Sandbox;
 let api: ApiServerHandle;
@@ -138,7 +138,7 @@ test('bad objects are rejected with a log line naming object and reason and a me
   createService('bad-ips', { clusterIP: '10.96.7.3', ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
   api.store.create('endpointslices', slice('bad-ips', 'bad-ips-1', ['not-an-ip', '999.1.1.1']));
   createService('too-many', { clusterIP: '10.96.7.4', ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
-  api.store.create('endpointslices', slice('too-many', 'too-many-1', Array.from({ length: 9 }, (_, i) => `192.0.2.${20 + i}`)));
+  api.store.create('endpointslices', slice('too-many', 'too-many-1', Array.from({ length: 9 }, (_, i) => `198.18.10.${20 + i}`)));
 
   await waitProgrammed(`${good.spec.clusterIP}:80/tcp`, [`${BACKENDS[0]}:8080`]);
   for (const [object, reason] of [

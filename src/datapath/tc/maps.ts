@@ -5,16 +5,9 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { BpfMap } from '../../bpf/map';
 import * as abi from '../../abi/generated';
-import { TypedMap, u32Codec } from '../typedMap';
+import { TypedMap, u32Codec, u8Codec } from '../typedMap';
 
-export const u8Codec = {
-  size: 1,
-  encode(value: number, buf: Buffer = Buffer.alloc(1), off = 0): Buffer {
-    buf.writeUInt8(value & 0xff, off);
-    return buf;
-  },
-  decode: (buf: Buffer, off = 0): number => buf.readUInt8(off),
-};
+export { u8Codec };
 
 export interface TcMaps {
   conntrack: TypedMap<abi.Lb4CtKey, abi.Lb4CtEntry>;

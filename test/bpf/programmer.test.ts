@@ -1,0 +1,106 @@
+// The apply step against real pinned maps: ids, sharing, adoption after a
+// restart, shrinking and pruning, and a full map reported per frontend
+// without harming the others.
+import { test, beforeEach, afterEach } from 'node:test';
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { installSockLb, uninstall } from '../../src/datapath/sockLb';
+import { openSockLbMaps, type SockLbMaps } from '../../src/datapath/maps';
+import { LbProgrammer, type FrontendSpec } from '../../src/datapath/programmer';
+import { LB_SVC_FLAG_CLUSTER_IP, LB_SVC_FLAG_NODEPORT, SLUICE_MAP_SERVICES4, SLUICE_MAP_BACKENDS4 } from '../../src/abi/generated';
+import { cgroup2Root, bpffsRoot } from '../helpers/sandbox';
+
+let bpffs: string;
+let cgroup: string;
+let maps: SockLbMaps;
+
+function install(maxEntries?: Record<string, number>): void {
+  const id = randomBytes(4).toString('hex');
+  bpffs = path.join(bpffsRoot(), `sluice-prog-${id}`);
+  cgroup = path.join(cgroup2Root(), `sluice-prog-${id}`);
+  fs.mkdirSync(cgroup);
+  installSockLb({ bpffs, cgroupPath: cgroup, maxEntries });
+  maps = openSockLbMaps(bpffs);
+}
+
+beforeEach(() => install());
+
+afterEach(() => {
+  maps?.close();
+  uninstall(bpffs);
+  fs.rmdirSync(cgroup);
+});
+
+const backends = (...hosts: number[]) => hosts.map((h) => ({ address: `198.18.1.${h}`, port: 8080, proto: 'tcp' as const }));
+const fe = (address: string, port: number, b: FrontendSpec['backends'], flags = LB_SVC_FLAG_CLUSTER_IP): FrontendSpec =>
+  ({ address, port, proto: 'tcp', scope: 'external', flags, affinityTimeout: 0, backends: b });
+
+function mapContents() {
+  return {
+    services: maps.services.readAll().length,
+    backends: maps.backends.readAll().map(([id, b]) => [id, b.address & 0xff]).sort((a, b) => a[0]! - b[0]!),
+    revNat: maps.revNat.readAll().length,
+  };
+}
+
+test('frontends of one batch that share backends share their ids; every slot names an existing backend', () => {
+  const p = LbProgrammer.adopt(maps);
+  const r = p.apply([fe('10.96.0.1', 80, backends(1, 2)), fe('198.18.0.1', 30080, backends(1, 2), LB_SVC_FLAG_NODEPORT)], { prune: true });
+  assert.equal(r.failures.length, 0);
+  assert.equal(r.backendsWritten, 2);
+  const [a, b] = p.programmedFrontends();
+  assert.deepEqual(a!.backendIds, b!.backendIds);
+  for (const [k, v] of maps.services.readAll()) {
+    if (k.backend_slot > 0) assert.ok(maps.backends.get(v.backend_id), `slot ${k.backend_slot} -> missing backend ${v.backend_id}`);
+  }
+  assert.deepEqual(mapContents(), { services: 6, backends: [[1, 1], [2, 2]], revNat: 2 });
+});
+
+test('a restarted programmer adopts the maps: same ids, nothing rewritten, nothing flushed', () => {
+  const first = LbProgrammer.adopt(maps);
+  first.apply([fe('10.96.0.1', 80, backends(1, 2, 3)), fe('10.96.0.2', 53, backends(4))], { prune: true });
+  const before = mapContents();
+  const second = LbProgrammer.adopt(maps);
+  const ids = (p: LbProgrammer) => p.programmedFrontends().map((f) => [f.id, f.backendIds] as const).sort((a, b) => a[0].localeCompare(b[0]));
+  assert.deepEqual(ids(second), ids(first));
+  const r = second.apply([fe('10.96.0.1', 80, backends(1, 2, 3)), fe('10.96.0.2', 53, backends(4))], { prune: true });
+  assert.equal(r.unchanged, 2);
+  assert.equal(r.frontendsWritten + r.backendsWritten + r.frontendsDeleted + r.backendsDeleted, 0);
+  assert.deepEqual(mapContents(), before);
+});
+
+test('shrinking deletes the extra slots after the master; pruning removes frontends and orphaned backends', () => {
+  const p = LbProgrammer.adopt(maps);
+  p.apply([fe('10.96.0.1', 80, backends(1, 2, 3)), fe('10.96.0.2', 80, backends(3, 4))], { prune: true });
+  const r = p.apply([fe('10.96.0.1', 80, backends(1))], { prune: true });
+  assert.equal(r.frontendsDeleted, 1);
+  assert.deepEqual(r.deletedBackendIds.sort(), [2, 3, 4]);
+  assert.deepEqual(mapContents(), { services: 2, backends: [[1, 1]], revNat: 1 });
+  const master = maps.services.get({ address: 0x0a600001, port: 80, proto: 6, scope: 0, backend_slot: 0 });
+  assert.equal(master?.count, 1);
+});
+
+test('a full map is an error for the frontends that do not fit, reported each by name; the rest are programmed', () => {
+  maps.close();
+  uninstall(bpffs);
+  fs.rmdirSync(cgroup);
+  install({ [SLUICE_MAP_SERVICES4]: 8, [SLUICE_MAP_BACKENDS4]: 64 });
+  const p = LbProgrammer.adopt(maps);
+  const specs = [1, 2, 3, 4].map((i) => ({ ...fe(`10.96.0.${i}`, 80, backends(i * 10, i * 10 + 1)), owner: `Service default/s${i}` }));
+  const r = p.apply(specs, { prune: true });
+  // 8 entries hold two frontends of 1 master + 2 slots; the third and fourth do not fit.
+  assert.equal(r.failures.length, 2, JSON.stringify(r.failures.map((f) => f.frontend)));
+  for (const f of r.failures) {
+    assert.match(f.error.message, /E2BIG|full/);
+    assert.match(f.owner ?? '', /Service default\/s[34]/);
+  }
+  const programmed = p.programmedFrontends().map((f) => f.address).sort();
+  assert.deepEqual(programmed, ['10.96.0.1', '10.96.0.2']);
+  // Never a frontend without its slots: every master's slots are present.
+  for (const [k, v] of maps.services.readAll()) {
+    if (k.backend_slot !== 0) continue;
+    for (let slot = 1; slot <= v.count; slot++) assert.ok(maps.services.get({ ...k, backend_slot: slot }), `slot ${slot} of a visible master`);
+  }
+});

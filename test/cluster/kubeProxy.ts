@@ -1,0 +1,96 @@
+// Upstream kube-proxy as the oracle: it runs inside one node's network
+// namespace (so it programs only that namespace's iptables/nftables), against
+// the same API server, with its health and metrics servers bound inside the
+// namespace and every host-wide knob (conntrack sysctls) left alone.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Binaries } from './binaries';
+import { inNetns } from './netns';
+import { CLUSTER_POD_CIDR, type ClusterNode } from './nodes';
+import { FatalWaitError, isAlive, startProcess, tailLog, waitFor, type ManagedProcess } from './proc';
+
+export type KubeProxyMode = 'iptables' | 'nftables';
+
+export interface KubeProxy {
+  node: ClusterNode;
+  mode: KubeProxyMode;
+  process: ManagedProcess;
+  configPath: string;
+}
+
+/** KubeProxyConfiguration for one node namespace. */
+export function kubeProxyConfig(node: ClusterNode, mode: KubeProxyMode): string {
+  return [
+    'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
+    'kind: KubeProxyConfiguration',
+    `mode: ${mode}`,
+    `hostnameOverride: ${node.name}`,
+    'clientConnection:',
+    `  kubeconfig: ${node.kubeconfigPath}`,
+    `clusterCIDR: ${CLUSTER_POD_CIDR}`,
+    'detectLocalMode: ClusterCIDR',
+    // NodePorts on the node's own (Node object) addresses, so the rules name them.
+    'nodePortAddresses: ["primary"]',
+    'healthzBindAddress: 127.0.0.1:10256',
+    'metricsBindAddress: 127.0.0.1:10249',
+    'bindAddress: 0.0.0.0',
+    // Zero = do not touch: nf_conntrack_max and the timeouts are host-wide.
+    'conntrack:',
+    '  maxPerCore: 0',
+    '  min: 0',
+    '  tcpEstablishedTimeout: 0s',
+    '  tcpCloseWaitTimeout: 0s',
+    '  udpTimeout: 0s',
+    '  udpStreamTimeout: 0s',
+    'iptables:',
+    '  minSyncPeriod: 0s',
+    '  syncPeriod: 30s',
+    'nftables:',
+    '  minSyncPeriod: 0s',
+    '  syncPeriod: 30s',
+    '',
+  ].join('\n');
+}
+
+/** Start kube-proxy in `node.netns` and wait until it has written its first full set of rules. */
+export async function startKubeProxy(bin: Binaries, node: ClusterNode, mode: KubeProxyMode, dir: string,
+  processes: ManagedProcess[]): Promise<KubeProxy> {
+  const configPath = join(dir, `kube-proxy-${node.name}-${mode}.yaml`);
+  writeFileSync(configPath, kubeProxyConfig(node, mode));
+  // `ip netns exec` (not nsenter): it also remounts /sys for the namespace, which
+  // kube-proxy reads for the namespace's interfaces. kube-proxy needs no cgroup.
+  const proc = startProcess(`kube-proxy ${node.name} (${mode})`, [
+    'ip', 'netns', 'exec', node.netns, bin.kubeProxy, `--config=${configPath}`, '--v=2',
+  ], join(dir, 'logs', `kube-proxy-${node.name}-${mode}.log`));
+  processes.push(proc);
+  await waitFor(`kube-proxy (${mode}) in ${node.netns} to program its first sync`, 60_000, async () => {
+    if (!isAlive(proc.pid)) throw new FatalWaitError(`kube-proxy exited:\n${tailLog(proc.logPath)}`);
+    return (await hasSynced(node, mode)) ? true : undefined;
+  }, 500);
+  return { node, mode, process: proc, configPath };
+}
+
+async function hasSynced(node: ClusterNode, mode: KubeProxyMode): Promise<boolean> {
+  if (mode === 'iptables') {
+    const out = await inNetns(node.netns, ['iptables-save', '-t', 'nat']);
+    // A full sync always ends KUBE-SERVICES with the jump to KUBE-NODEPORTS (for the node's address).
+    return /^-A KUBE-SERVICES .*-j KUBE-NODEPORTS$/m.test(out);
+  }
+  const out = await inNetns(node.netns, ['nft', 'list', 'table', 'ip', 'kube-proxy']).catch(() => '');
+  return out.includes('service-ips');
+}
+
+/** The rules kube-proxy wrote in the node's namespace, in the text form the oracle parses. */
+export async function dumpRules(node: ClusterNode, mode: KubeProxyMode): Promise<string> {
+  if (mode === 'iptables') return inNetns(node.netns, ['iptables-save']);
+  return inNetns(node.netns, ['nft', '-j', 'list', 'ruleset']);
+}
+
+/**
+ * `kube-proxy --cleanup` inside the node namespace: removes every rule any
+ * kube-proxy mode left there, so the next mode (or Sluice) starts clean and a
+ * stale rule cannot make a check pass.
+ */
+export async function cleanupKubeProxyRules(bin: Binaries, node: ClusterNode): Promise<void> {
+  await inNetns(node.netns, [bin.kubeProxy, '--cleanup', '--v=0'], 60_000);
+}

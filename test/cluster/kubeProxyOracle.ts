@@ -1,0 +1,429 @@
+// The oracle's reading side: turn the rules upstream kube-proxy wrote in a
+// node namespace into backend sets, one per frontend, so they can be compared
+// with what Sluice programs for the same node.
+//
+//   iptables mode (iptables-save):
+//     nat KUBE-SERVICES  -d VIP --dport P -j KUBE-SVC-*|KUBE-SVL-*|KUBE-EXT-*|KUBE-FW-*
+//     nat KUBE-NODEPORTS --dport N -j KUBE-EXT-*      (reached for the node addresses
+//                                                      KUBE-SERVICES sends there)
+//     KUBE-SVC-*/KUBE-SVL-* -> KUBE-SEP-* -> DNAT --to-destination podIP:port
+//     KUBE-EXT-* -> the unconditional jump is the external path (KUBE-SVL-* for
+//                   externalTrafficPolicy Local; the -s/--src-type jumps are
+//                   kube-proxy's short-circuits for pod and node traffic)
+//     filter "has no endpoints" REJECT / "has no local endpoints" DROP -> an empty set
+//   nftables mode (nft -j list ruleset, table ip|ip6 kube-proxy):
+//     map service-ips  { addr . proto . port : goto service-*|local-*|external-* }
+//     map service-nodeports { proto . port : goto external-* } on set nodeport-ips
+//     endpoint-* chains: dnat to podIP:port
+//     maps no-endpoint-services / no-endpoint-nodeports -> an empty set
+//
+// Keys are "<address>:<port>/<proto>" ("[v6]:port/proto"), backends
+// "podIP:port", sorted; one record per frontend kind.
+import type { ClusterNode } from './nodes';
+import { dumpRules, type KubeProxyMode } from './kubeProxy';
+
+export type FrontendKind = 'clusterIP' | 'externalIP' | 'loadBalancerIP' | 'nodePort';
+export const FRONTEND_KINDS: FrontendKind[] = ['clusterIP', 'externalIP', 'loadBalancerIP', 'nodePort'];
+
+export interface OracleFrontend {
+  kind: FrontendKind;
+  address: string;
+  port: number;
+  protocol: string;
+  /** "namespace/name:portName" when the rules say it. */
+  service?: string;
+  /** Sorted "ip:port". Empty: kube-proxy rejects or drops (no (local) endpoints). */
+  backends: string[];
+}
+
+export type BackendSets = Record<FrontendKind, Record<string, string[]>>;
+
+export interface ParseOptions {
+  /** Node addresses that NodePorts listen on when the rules say "every local address" (addrtype LOCAL). */
+  nodeAddresses?: string[];
+  /** Service CIDRs: an address inside one is a cluster IP (used where the rules do not say the kind). */
+  serviceCidrs?: string[];
+  /** Addresses known to be LoadBalancer ingress IPs (otherwise an external address counts as an externalIP). */
+  loadBalancerIPs?: string[];
+}
+
+export function frontendKey(address: string, port: number, protocol: string): string {
+  return `${address.includes(':') ? `[${address}]` : address}:${port}/${protocol.toLowerCase()}`;
+}
+
+export function toBackendSets(frontends: OracleFrontend[]): BackendSets {
+  const sets: BackendSets = { clusterIP: {}, externalIP: {}, loadBalancerIP: {}, nodePort: {} };
+  for (const f of frontends) sets[f.kind][frontendKey(f.address, f.port, f.protocol)] = f.backends;
+  return sets;
+}
+
+/** Read the rules kube-proxy wrote in `node`'s namespace and return its backend sets. */
+export async function kubeProxyBackendSets(node: ClusterNode, mode: KubeProxyMode, opts: ParseOptions = {}): Promise<BackendSets> {
+  const text = await dumpRules(node, mode);
+  const withNode: ParseOptions = { ...opts, nodeAddresses: opts.nodeAddresses ?? [node.ip] };
+  return toBackendSets(mode === 'iptables' ? parseIptablesSave(text, withNode) : parseNftJson(text, withNode));
+}
+
+// ---------------------------------------------------------------- helpers
+
+function stripPrefixLen(cidr: string): string {
+  return cidr.replace(/\/(32|128)$/, '');
+}
+
+function ipv4ToInt(a: string): number | undefined {
+  const p = a.split('.').map(Number);
+  if (p.length !== 4 || p.some((x) => !Number.isInteger(x) || x < 0 || x > 255)) return undefined;
+  return (((p[0]! << 24) >>> 0) + (p[1]! << 16) + (p[2]! << 8) + p[3]!) >>> 0;
+}
+
+function inCidr(address: string, cidr: string): boolean {
+  const [net, lenText] = cidr.split('/');
+  const a = ipv4ToInt(address);
+  const n = ipv4ToInt(net ?? '');
+  const len = Number(lenText);
+  if (a === undefined || n === undefined || !Number.isInteger(len)) return false;
+  if (len === 0) return true;
+  const mask = (~0 << (32 - len)) >>> 0;
+  return ((a & mask) >>> 0) === ((n & mask) >>> 0);
+}
+
+function kindOfAddress(address: string, opts: ParseOptions): FrontendKind {
+  if ((opts.serviceCidrs ?? []).some((c) => inCidr(address, c))) return 'clusterIP';
+  if ((opts.loadBalancerIPs ?? []).includes(address)) return 'loadBalancerIP';
+  return 'externalIP';
+}
+
+function sortedUnique(xs: Iterable<string>): string[] {
+  return [...new Set(xs)].sort();
+}
+
+function mergeFrontends(list: OracleFrontend[]): OracleFrontend[] {
+  const byKey = new Map<string, OracleFrontend>();
+  for (const f of list) {
+    const key = `${f.kind} ${frontendKey(f.address, f.port, f.protocol)}`;
+    const prev = byKey.get(key);
+    if (prev) prev.backends = sortedUnique([...prev.backends, ...f.backends]);
+    else byKey.set(key, { ...f, backends: sortedUnique(f.backends) });
+  }
+  return [...byKey.values()];
+}
+
+// ---------------------------------------------------------------- iptables
+
+interface IptRule {
+  chain: string;
+  /** Option name -> value ("" for flags); a "!" before the option is kept as "!value". */
+  opts: Map<string, string>;
+  target?: string;
+}
+
+/** Split an iptables-save rule line into words, honouring "double quotes" and backslash escapes. */
+export function splitIptablesWords(line: string): string[] {
+  const words: string[] = [];
+  let cur = '';
+  let inWord = false;
+  let quoted = false;
+  for (let i = 0; i < line.length; i++) {
+    const c = line[i]!;
+    if (quoted) {
+      if (c === '\\' && i + 1 < line.length) { cur += line[++i]; continue; }
+      if (c === '"') { quoted = false; continue; }
+      cur += c;
+    } else if (c === '"') { quoted = true; inWord = true; }
+    else if (c === ' ' || c === '\t') { if (inWord) { words.push(cur); cur = ''; inWord = false; } }
+    else { cur += c; inWord = true; }
+  }
+  if (inWord) words.push(cur);
+  return words;
+}
+
+function parseIptRule(line: string): IptRule | undefined {
+  const words = splitIptablesWords(line);
+  if (words[0] !== '-A' || !words[1]) return undefined;
+  const rule: IptRule = { chain: words[1], opts: new Map() };
+  let negate = false;
+  for (let i = 2; i < words.length; i++) {
+    const w = words[i]!;
+    if (w === '!') { negate = true; continue; }
+    if (!w.startsWith('-')) continue;
+    const next = words[i + 1];
+    const value = next !== undefined && !next.startsWith('-') && next !== '!' ? next : '';
+    if (value !== '') i++;
+    if (w === '-j' || w === '--jump' || w === '-g' || w === '--goto') rule.target = value;
+    // -m may repeat; keep the rest: a later option of the same name wins, which is fine for the ones read here.
+    rule.opts.set(w, negate ? `!${value}` : value);
+    negate = false;
+  }
+  return rule;
+}
+
+interface IptTables { nat: Map<string, IptRule[]>; filter: Map<string, IptRule[]> }
+
+function parseIptTables(text: string): IptTables {
+  const tables: IptTables = { nat: new Map(), filter: new Map() };
+  let current: Map<string, IptRule[]> | undefined;
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line.startsWith('*')) {
+      const name = line.slice(1);
+      current = name === 'nat' ? tables.nat : name === 'filter' ? tables.filter : undefined;
+      continue;
+    }
+    if (!current || !line.startsWith('-A ')) continue;
+    const rule = parseIptRule(line);
+    if (!rule) continue;
+    const list = current.get(rule.chain) ?? [];
+    list.push(rule);
+    current.set(rule.chain, list);
+  }
+  return tables;
+}
+
+const SERVICE_CHAIN = /^KUBE-(SVC|SVL|EXT|FW|SEP)-/;
+
+/** Backends a nat chain leads to, following kube-proxy's chain structure. */
+function iptBackends(nat: Map<string, IptRule[]>, chain: string, seen = new Set<string>()): string[] {
+  if (seen.has(chain)) return [];
+  seen.add(chain);
+  const rules = nat.get(chain) ?? [];
+  if (chain.startsWith('KUBE-SEP-')) {
+    return rules.filter((r) => r.target === 'DNAT').map((r) => r.opts.get('--to-destination') ?? '').filter((d) => d !== '');
+  }
+  let jumps = rules.filter((r) => r.target !== undefined && SERVICE_CHAIN.test(r.target));
+  if (chain.startsWith('KUBE-EXT-')) {
+    // The external path is the jump with no source condition; the others short-circuit pod/node-local traffic.
+    const external = jumps.filter((r) => !r.opts.has('-s') && !r.opts.has('--src-type'));
+    if (external.length > 0) jumps = external;
+  }
+  return jumps.flatMap((r) => iptBackends(nat, r.target!, seen));
+}
+
+function commentService(comment: string | undefined): string | undefined {
+  if (!comment) return undefined;
+  return comment.split(' ')[0];
+}
+
+/** Parse `iptables-save` output (nat and filter tables) into frontends with their backend sets. */
+export function parseIptablesSave(text: string, opts: ParseOptions = {}): OracleFrontend[] {
+  const { nat, filter } = parseIptTables(text);
+  const out: OracleFrontend[] = [];
+  const nodePortAddresses: string[] = [];
+
+  for (const r of nat.get('KUBE-SERVICES') ?? []) {
+    if (r.target === 'KUBE-NODEPORTS') {
+      const d = r.opts.get('-d');
+      if (d && !d.startsWith('!')) nodePortAddresses.push(stripPrefixLen(d));
+      else nodePortAddresses.push(...(opts.nodeAddresses ?? ['0.0.0.0']));
+      continue;
+    }
+    if (!r.target || !SERVICE_CHAIN.test(r.target)) continue;
+    const d = r.opts.get('-d');
+    const port = Number(r.opts.get('--dport'));
+    const proto = r.opts.get('-p');
+    if (!d || !proto || !Number.isInteger(port)) continue;
+    const comment = r.opts.get('--comment') ?? '';
+    const address = stripPrefixLen(d);
+    const kind: FrontendKind = comment.endsWith(' cluster IP') ? 'clusterIP'
+      : comment.endsWith(' external IP') ? 'externalIP'
+        : comment.endsWith(' loadbalancer IP') ? 'loadBalancerIP' : kindOfAddress(address, opts);
+    out.push({ kind, address, port, protocol: proto, service: commentService(comment), backends: iptBackends(nat, r.target) });
+  }
+
+  for (const r of nat.get('KUBE-NODEPORTS') ?? []) {
+    if (!r.target || !SERVICE_CHAIN.test(r.target)) continue;
+    const port = Number(r.opts.get('--dport'));
+    const proto = r.opts.get('-p');
+    if (!proto || !Number.isInteger(port)) continue;
+    const d = r.opts.get('-d');
+    // A rule restricted to one destination (e.g. 127.0.0.0/8 for localhost NodePorts) is not a node address frontend.
+    if (d && !d.startsWith('!')) continue;
+    const backends = iptBackends(nat, r.target);
+    for (const address of sortedUnique(nodePortAddresses)) {
+      out.push({ kind: 'nodePort', address, port, protocol: proto, service: commentService(r.opts.get('--comment')), backends });
+    }
+  }
+
+  // Frontends with nothing to send to: kube-proxy writes a filter REJECT/DROP instead of nat rules.
+  for (const chain of ['KUBE-SERVICES', 'KUBE-EXTERNAL-SERVICES', 'KUBE-NODEPORTS']) {
+    for (const r of filter.get(chain) ?? []) {
+      const comment = r.opts.get('--comment') ?? '';
+      if (!/ has no (local )?endpoints$/.test(comment) || (r.target !== 'REJECT' && r.target !== 'DROP')) continue;
+      const port = Number(r.opts.get('--dport'));
+      const proto = r.opts.get('-p');
+      if (!proto || !Number.isInteger(port)) continue;
+      const d = r.opts.get('-d');
+      const service = commentService(comment);
+      if (d && !d.startsWith('!')) {
+        const address = stripPrefixLen(d);
+        const kind: FrontendKind = chain === 'KUBE-SERVICES' ? 'clusterIP'
+          : (opts.loadBalancerIPs ?? []).includes(address) ? 'loadBalancerIP' : 'externalIP';
+        out.push({ kind, address, port, protocol: proto, service, backends: [] });
+      } else if (r.opts.get('--dst-type') === 'LOCAL' || chain === 'KUBE-NODEPORTS') {
+        for (const address of sortedUnique(nodePortAddresses.length ? nodePortAddresses : (opts.nodeAddresses ?? ['0.0.0.0']))) {
+          out.push({ kind: 'nodePort', address, port, protocol: proto, service, backends: [] });
+        }
+      }
+    }
+  }
+  // A "has no local endpoints" DROP can coexist with nat rules for the same
+  // frontend (which still serve pod and node-local traffic); merging by key
+  // keeps the nat rules' external path, which is what external clients get.
+  return mergeFrontends(out);
+}
+
+// ---------------------------------------------------------------- nftables
+
+type Json = unknown;
+
+interface NftRuleset {
+  chains: Map<string, Json[][]>;
+  maps: Map<string, Json[]>;
+  sets: Map<string, Json[]>;
+}
+
+function asRecord(v: Json): Record<string, Json> | undefined {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, Json>) : undefined;
+}
+
+function parseNftRuleset(text: string): NftRuleset {
+  const doc = asRecord(JSON.parse(text));
+  const items = Array.isArray(doc?.nftables) ? (doc.nftables as Json[]) : [];
+  const rs: NftRuleset = { chains: new Map(), maps: new Map(), sets: new Map() };
+  const ours = (o: Record<string, Json>): boolean => o.table === 'kube-proxy' && (o.family === 'ip' || o.family === 'ip6');
+  for (const item of items) {
+    const rec = asRecord(item);
+    if (!rec) continue;
+    const rule = asRecord(rec.rule);
+    const map = asRecord(rec.map);
+    const set = asRecord(rec.set);
+    if (rule && ours(rule) && typeof rule.chain === 'string') {
+      const list = rs.chains.get(rule.chain) ?? [];
+      list.push(Array.isArray(rule.expr) ? (rule.expr as Json[]) : []);
+      rs.chains.set(rule.chain, list);
+    } else if (map && ours(map) && typeof map.name === 'string') {
+      rs.maps.set(map.name, [...(rs.maps.get(map.name) ?? []), ...(Array.isArray(map.elem) ? (map.elem as Json[]) : [])]);
+    } else if (set && ours(set) && typeof set.name === 'string') {
+      rs.sets.set(set.name, [...(rs.sets.get(set.name) ?? []), ...(Array.isArray(set.elem) ? (set.elem as Json[]) : [])]);
+    }
+  }
+  return rs;
+}
+
+/** Every jump/goto target anywhere inside a JSON expression. */
+function verdictTargets(v: Json, out: string[] = []): string[] {
+  if (Array.isArray(v)) { for (const x of v) verdictTargets(x, out); return out; }
+  const rec = asRecord(v);
+  if (!rec) return out;
+  for (const [k, x] of Object.entries(rec)) {
+    const t = asRecord(x)?.target;
+    if ((k === 'goto' || k === 'jump') && typeof t === 'string') out.push(t);
+    else verdictTargets(x, out);
+  }
+  return out;
+}
+
+/** Every dnat destination "addr:port" inside a rule's expressions. */
+function dnatTargets(exprs: Json[]): string[] {
+  const out: string[] = [];
+  for (const e of exprs) {
+    const dnat = asRecord(asRecord(e)?.dnat);
+    if (!dnat) continue;
+    const addr = typeof dnat.addr === 'string' ? dnat.addr : undefined;
+    const port = typeof dnat.port === 'number' ? dnat.port : undefined;
+    if (addr && port !== undefined) out.push(addr.includes(':') ? `[${addr}]:${port}` : `${addr}:${port}`);
+  }
+  return out;
+}
+
+const NFT_SERVICE_CHAIN = /^(service|local|external|endpoint|firewall)-/;
+
+/** Does a rule match on the packet's source (kube-proxy's short-circuits for pod and node-local traffic)? */
+function matchesSource(exprs: Json[]): boolean {
+  return exprs.some((e) => {
+    const left = asRecord(asRecord(asRecord(e)?.match)?.left);
+    const payload = asRecord(left?.payload);
+    const fib = asRecord(left?.fib);
+    return payload?.field === 'saddr' || (fib !== undefined && JSON.stringify(fib).includes('saddr'));
+  });
+}
+
+function nftBackends(rs: NftRuleset, chain: string, seen = new Set<string>()): string[] {
+  if (seen.has(chain)) return [];
+  seen.add(chain);
+  const rules = rs.chains.get(chain) ?? [];
+  if (chain.startsWith('endpoint-')) return rules.flatMap(dnatTargets);
+  let candidates = rules;
+  if (chain.startsWith('external-')) {
+    const unconditional = rules.filter((r) => !matchesSource(r) && verdictTargets(r).some((t) => NFT_SERVICE_CHAIN.test(t)));
+    if (unconditional.length > 0) candidates = unconditional;
+  }
+  return candidates.flatMap((r) => verdictTargets(r)).filter((t) => NFT_SERVICE_CHAIN.test(t))
+    .flatMap((t) => nftBackends(rs, t, seen));
+}
+
+/** Map element -> [key parts, value]; nft -j writes elements as [key, value] or {elem: {val: [key, value]}}. */
+function mapEntry(elem: Json): { key: Json[]; value: Json } | undefined {
+  let e: Json = elem;
+  const wrapped = asRecord(asRecord(e)?.elem);
+  if (wrapped) e = wrapped.val;
+  if (!Array.isArray(e) || e.length !== 2) return undefined;
+  let key: Json = e[0];
+  const keyElem = asRecord(asRecord(key)?.elem);
+  if (keyElem) key = keyElem.val;
+  const concat = asRecord(key)?.concat;
+  return { key: Array.isArray(concat) ? concat : [key], value: e[1] };
+}
+
+function setAddresses(elems: Json[]): string[] {
+  return elems.map((e) => {
+    const inner = asRecord(asRecord(e)?.elem)?.val ?? e;
+    return typeof inner === 'string' ? inner : '';
+  }).filter((a) => a !== '');
+}
+
+/** Parse `nft -j list ruleset` (kube-proxy's ip/ip6 tables) into frontends with their backend sets. */
+export function parseNftJson(text: string, opts: ParseOptions = {}): OracleFrontend[] {
+  const rs = parseNftRuleset(text);
+  const out: OracleFrontend[] = [];
+  const classify = (address: string, target: string): FrontendKind =>
+    target.startsWith('external-') ? (kindOfAddress(address, opts) === 'loadBalancerIP' ? 'loadBalancerIP' : 'externalIP')
+      : 'clusterIP';
+
+  for (const elem of rs.maps.get('service-ips') ?? []) {
+    const entry = mapEntry(elem);
+    const [addr, proto, port] = entry?.key ?? [];
+    const target = verdictTargets(entry?.value)[0];
+    if (typeof addr !== 'string' || typeof proto !== 'string' || typeof port !== 'number' || !target) continue;
+    out.push({ kind: classify(addr, target), address: addr, port, protocol: proto, service: serviceFromChain(target), backends: nftBackends(rs, target) });
+  }
+
+  const nodeIps = setAddresses(rs.sets.get('nodeport-ips') ?? []);
+  const nodePortAddrs = nodeIps.length > 0 ? nodeIps : (opts.nodeAddresses ?? ['0.0.0.0']);
+  for (const elem of rs.maps.get('service-nodeports') ?? []) {
+    const entry = mapEntry(elem);
+    const [proto, port] = entry?.key ?? [];
+    const target = verdictTargets(entry?.value)[0];
+    if (typeof proto !== 'string' || typeof port !== 'number' || !target) continue;
+    for (const address of nodePortAddrs) {
+      out.push({ kind: 'nodePort', address, port, protocol: proto, service: serviceFromChain(target), backends: nftBackends(rs, target) });
+    }
+  }
+
+  for (const elem of rs.maps.get('no-endpoint-services') ?? []) {
+    const [addr, proto, port] = mapEntry(elem)?.key ?? [];
+    if (typeof addr !== 'string' || typeof proto !== 'string' || typeof port !== 'number') continue;
+    out.push({ kind: kindOfAddress(addr, opts), address: addr, port, protocol: proto, backends: [] });
+  }
+  for (const elem of rs.maps.get('no-endpoint-nodeports') ?? []) {
+    const [proto, port] = mapEntry(elem)?.key ?? [];
+    if (typeof proto !== 'string' || typeof port !== 'number') continue;
+    for (const address of nodePortAddrs) out.push({ kind: 'nodePort', address, port, protocol: proto, backends: [] });
+  }
+  return mergeFrontends(out);
+}
+
+/** kube-proxy's nft chain names end in "<namespace>/<name>/<proto>/<portName>". */
+function serviceFromChain(chain: string): string | undefined {
+  const m = /^[a-z]+-[A-Z0-9]+-(.+)\/(.+)\/(tcp|udp|sctp)\/(.*)$/.exec(chain);
+  return m ? `${m[1]}/${m[2]}:${m[4]}` : undefined;
+}

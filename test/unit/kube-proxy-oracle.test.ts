@@ -1,0 +1,123 @@
+// The kube-proxy oracle's parser, on rules real kube-proxy v1.34 wrote in the
+// cluster tier (test/cluster/fixtures, refreshed with
+// SLUICE_CAPTURE_ORACLE_FIXTURES=<dir> on the cluster test) and on hand-written
+// excerpts for the chain shapes that fixture does not have.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import {
+  parseIptablesSave, parseNftJson, splitIptablesWords, toBackendSets, type ParseOptions,
+} from '../cluster/kubeProxyOracle';
+import { compareBackendSets, formatConformanceTable } from '../cluster/conformance';
+
+const fixtures = resolve(__dirname, '..', '..', '..', 'test', 'cluster', 'fixtures');
+
+function sorted<T extends Record<string, Record<string, string[]>>>(s: T): T {
+  return Object.fromEntries(Object.entries(s).map(([k, v]) => [k,
+    Object.fromEntries(Object.entries(v).sort(([a], [b]) => a.localeCompare(b)))])) as T;
+}
+
+for (const [file, parse] of [
+  ['iptables-save.txt', parseIptablesSave],
+  ['nft-ruleset.json', parseNftJson],
+] as const) {
+  test(`${file} from real kube-proxy parses into the expected backend sets`, () => {
+    const text = readFileSync(join(fixtures, file), 'utf8');
+    const { expected, ...opts } = JSON.parse(readFileSync(join(fixtures, `${file}.expected.json`), 'utf8')) as
+      ParseOptions & { expected: ReturnType<typeof toBackendSets> };
+    assert.deepEqual(sorted(toBackendSets(parse(text, opts))), sorted(expected));
+  });
+}
+
+test('iptables words: quoted comments with spaces and escaped quotes', () => {
+  assert.deepEqual(splitIptablesWords('-A X -m comment --comment "ns/a:p cluster IP" -j Y'),
+    ['-A', 'X', '-m', 'comment', '--comment', 'ns/a:p cluster IP', '-j', 'Y']);
+  assert.deepEqual(splitIptablesWords('--comment "say \\"hi\\"" -j Z'), ['--comment', 'say "hi"', '-j', 'Z']);
+});
+
+const handWritten = `*nat
+:KUBE-SERVICES - [0:0]
+-A KUBE-SERVICES -d 10.96.0.20/32 -p tcp -m comment --comment "ns/aff:p cluster IP" -m tcp --dport 80 -j KUBE-SVC-AFF
+-A KUBE-SERVICES -d 198.18.50.1/32 -p tcp -m comment --comment "ns/fw:p loadbalancer IP" -m tcp --dport 443 -j KUBE-FW-FW
+-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS
+-A KUBE-NODEPORTS -p tcp -m comment --comment "ns/fw:p" -m tcp --dport 30443 -j KUBE-EXT-FW
+-A KUBE-NODEPORTS -d 127.0.0.0/8 -p tcp -m comment --comment "ns/fw:p" -m tcp --dport 30443 -j KUBE-EXT-FW
+-A KUBE-SVC-AFF -m comment --comment "ns/aff:p -> 198.19.1.5:80" -m recent --name KUBE-SEP-A1 --mask 255.255.255.255 --rsource --rcheck --seconds 10800 --reap -j KUBE-SEP-A1
+-A KUBE-SVC-AFF -m comment --comment "ns/aff:p -> 198.19.1.5:80" -m statistic --mode random --probability 0.5 -j KUBE-SEP-A1
+-A KUBE-SVC-AFF -m comment --comment "ns/aff:p -> 198.19.2.5:80" -j KUBE-SEP-A2
+-A KUBE-SEP-A1 -p tcp -m comment --comment ns/aff:p -m recent --set --name KUBE-SEP-A1 --mask 255.255.255.255 --rsource -m tcp -j DNAT --to-destination 198.19.1.5:80
+-A KUBE-SEP-A2 -p tcp -m comment --comment ns/aff:p -m recent --set --name KUBE-SEP-A2 --mask 255.255.255.255 --rsource -m tcp -j DNAT --to-destination 198.19.2.5:80
+-A KUBE-FW-FW -s 203.0.113.0/24 -j KUBE-EXT-FW
+-A KUBE-FW-FW -j KUBE-MARK-DROP
+-A KUBE-EXT-FW -s 198.19.0.0/16 -m comment --comment "pod traffic for ns/fw:p external destinations" -j KUBE-SVC-FW
+-A KUBE-EXT-FW -m addrtype --src-type LOCAL -j KUBE-SVC-FW
+-A KUBE-EXT-FW -j KUBE-SVL-FW
+-A KUBE-SVC-FW -m statistic --mode random --probability 0.5 -j KUBE-SEP-F1
+-A KUBE-SVC-FW -j KUBE-SEP-F2
+-A KUBE-SVL-FW -j KUBE-SEP-F1
+-A KUBE-SEP-F1 -p tcp -m tcp -j DNAT --to-destination 198.19.1.6:8443
+-A KUBE-SEP-F2 -p tcp -m tcp -j DNAT --to-destination 198.19.2.6:8443
+COMMIT
+*filter
+-A KUBE-EXTERNAL-SERVICES -d 198.18.60.1/32 -p udp -m comment --comment "ns/gone:dns has no endpoints" -m udp --dport 53 -j REJECT --reject-with icmp-port-unreachable
+-A KUBE-EXTERNAL-SERVICES -p udp -m comment --comment "ns/gone:dns has no endpoints" -m addrtype --dst-type LOCAL -m udp --dport 30053 -j REJECT --reject-with icmp-port-unreachable
+COMMIT
+`;
+
+test('iptables: affinity, firewall → external → local chains, addrtype LOCAL NodePorts, no-endpoint REJECTs', () => {
+  const sets = toBackendSets(parseIptablesSave(handWritten, { nodeAddresses: ['198.18.0.11', '198.18.0.21'], loadBalancerIPs: ['198.18.50.1'] }));
+  assert.deepEqual(sets.clusterIP, { '10.96.0.20:80/tcp': ['198.19.1.5:80', '198.19.2.5:80'] });
+  // The LB IP goes through the source-range firewall to the external path: Local endpoints only.
+  assert.deepEqual(sets.loadBalancerIP, { '198.18.50.1:443/tcp': ['198.19.1.6:8443'] });
+  assert.deepEqual(sets.externalIP, { '198.18.60.1:53/udp': [] });
+  assert.deepEqual(sets.nodePort, {
+    '198.18.0.11:30443/tcp': ['198.19.1.6:8443'],
+    '198.18.0.21:30443/tcp': ['198.19.1.6:8443'],
+    '198.18.0.11:30053/udp': [],
+    '198.18.0.21:30053/udp': [],
+  });
+});
+
+test('nft: a minimal kube-proxy table, IPv6 keys in brackets', () => {
+  const doc = {
+    nftables: [
+      { map: { family: 'ip6', table: 'kube-proxy', name: 'service-ips', elem: [
+        [{ concat: ['fd00:96::10', 'tcp', 80] }, { goto: { target: 'service-ABC-ns/v6/tcp/http' } }],
+      ] } },
+      { rule: { family: 'ip6', table: 'kube-proxy', chain: 'service-ABC-ns/v6/tcp/http', expr: [
+        { vmap: { key: { numgen: { mode: 'random', mod: 2, offset: 0 } }, data: { set: [
+          [0, { goto: { target: 'endpoint-1-ns/v6/tcp/http__fd00:1::5/8080' } }],
+          [1, { goto: { target: 'endpoint-2-ns/v6/tcp/http__fd00:2::5/8080' } }],
+        ] } } },
+      ] } },
+      { rule: { family: 'ip6', table: 'kube-proxy', chain: 'endpoint-1-ns/v6/tcp/http__fd00:1::5/8080', expr: [{ dnat: { addr: 'fd00:1::5', port: 8080, family: 'ip6' } }] } },
+      { rule: { family: 'ip6', table: 'kube-proxy', chain: 'endpoint-2-ns/v6/tcp/http__fd00:2::5/8080', expr: [{ dnat: { addr: 'fd00:2::5', port: 8080, family: 'ip6' } }] } },
+      // Not kube-proxy's table: ignored.
+      { map: { family: 'ip', table: 'other', name: 'service-ips', elem: [[{ concat: ['10.96.0.9', 'tcp', 1] }, { goto: { target: 'x' } }]] } },
+    ],
+  };
+  const [f, ...rest] = parseNftJson(JSON.stringify(doc));
+  assert.equal(rest.length, 0);
+  assert.deepEqual(f, {
+    kind: 'clusterIP', address: 'fd00:96::10', port: 80, protocol: 'tcp', service: 'ns/v6:http',
+    backends: ['[fd00:1::5]:8080', '[fd00:2::5]:8080'],
+  });
+  assert.deepEqual(Object.keys(toBackendSets([f!]).clusterIP), ['[fd00:96::10]:80/tcp']);
+});
+
+test('conformance table: matches, mismatches and frontends only one side has', () => {
+  const kp = { clusterIP: { '10.96.0.5:80/tcp': ['198.19.1.2:8080', '198.19.2.2:8080'], '10.96.0.6:53/udp': [] },
+    externalIP: {}, loadBalancerIP: {}, nodePort: { '198.18.0.11:30080/tcp': ['198.19.1.2:8080'] } };
+  const sl = { clusterIP: { '10.96.0.5:80/tcp': ['198.19.2.2:8080', '198.19.1.2:8080'], '10.96.0.6:53/udp': [] },
+    externalIP: {}, loadBalancerIP: {}, nodePort: { '198.18.0.11:30080/tcp': ['198.19.2.2:8080'] } };
+  const rows = compareBackendSets('etp-local', 'node-1', kp, sl);
+  assert.deepEqual(rows.map((r) => [r.frontend, r.match]), [
+    ['10.96.0.5:80/tcp', true], ['10.96.0.6:53/udp', true], ['198.18.0.11:30080/tcp', false],
+  ]);
+  const table = formatConformanceTable(rows);
+  assert.match(table, /198\.18\.0\.11:30080\/tcp\s+198\.19\.1\.2:8080\s+198\.19\.2\.2:8080\s+MISMATCH/);
+  assert.match(table, /\n2 match, 1 mismatch$/);
+  const onlyKp = compareBackendSets('s', 'n', kp, { ...sl, clusterIP: {} });
+  assert.equal(onlyKp.filter((r) => !r.match).length, 3, 'a frontend Sluice lacks is a mismatch');
+});
