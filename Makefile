@@ -65,3 +65,18 @@ bench: build
 
 clean:
 	rm -rf $(BUILD) dist
+
+# bench: the C parts of `make bench` (bench/main.ts drives them): the load
+# generator, the backend server, and the loader that puts build/sock_lb.bpf.o
+# into a bench cgroup with maps sized for the scale measured.
+BENCH_BINS := $(BUILD)/connbench $(BUILD)/benchserver $(BUILD)/sluiceload
+$(BUILD)/connbench: bench/connbench.c
+	@mkdir -p $(BUILD)
+	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
+$(BUILD)/benchserver: bench/benchserver.c
+	@mkdir -p $(BUILD)
+	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
+$(BUILD)/sluiceload: bench/sluiceload.c native/sluice_abi.h
+	@mkdir -p $(BUILD)
+	$(CC) -O2 -Wall -Werror -Inative -o $@ $< -lbpf
+bench: $(BENCH_BINS)

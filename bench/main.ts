@@ -1,0 +1,229 @@
+// `make bench` (full, <= 15 min on 2 cores) and `make bench QUICK=1` (<= 2 min):
+// new-connection latency and rate to a ClusterIP, random Service per
+// connection, for Sluice and kube-proxy's iptables (legacy and nft) and
+// nftables layouts, each against direct connections with no rules; the tax on
+// non-Service traffic; host CPU per 1000 connections; BPF map memory.
+// A report, not a test: it prints a markdown table, writes JSON and an SVG
+// chart to bench/results/, marks each target PASS/FAIL and always exits 0
+// unless the harness itself broke.
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { killRunning, run } from './exec';
+import { Harness } from './harness';
+import { describeMachine } from './machine';
+import { backendTargets, DirectMode, LoadOutcome, makeBaselineModes, Mode, serviceTargets, Target } from './modes';
+import { writeReport, BenchReport, ScaleResult, SeriesResult } from './report';
+import { SluiceSockMode, SluiceTcMode } from './sluice';
+import { processCpuMs, RoundResult, summarize } from './stats';
+import { makeServicePorts, Proto, targetLines } from './services';
+
+interface Plan {
+  quick: boolean;
+  scales: number[];
+  rounds: number;
+  perRound: number;
+  warmup: number;
+  roundMaxMs: number;
+  taxScale: number;
+  cpuScale: number;
+  /** Wall-clock budget of the whole run, and of one baseline load. */
+  totalBudgetMs: number;
+  loadBudgetMs: number;
+  /** Time kept free for the rounds of each scale not yet measured. */
+  reservePerScaleMs: number;
+}
+
+const ROOT = path.resolve(__dirname, '..', '..');
+
+function plan(quick: boolean): Plan {
+  return quick
+    ? { quick, scales: [1, 1000], rounds: 7, perRound: 3000, warmup: 100, roundMaxMs: 4000, taxScale: 1000, cpuScale: 1000, totalBudgetMs: 110_000, loadBudgetMs: 30_000, reservePerScaleMs: 25_000 }
+    : { quick, scales: [1, 1000, 10000, 100000], rounds: 9, perRound: 5000, warmup: 200, roundMaxMs: 6000, taxScale: 10000, cpuScale: 10000, totalBudgetMs: 840_000, loadBudgetMs: 150_000, reservePerScaleMs: 60_000 };
+}
+
+const PROTOS: Proto[] = ['tcp', 'udp'];
+
+function log(msg: string): void {
+  process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
+}
+
+/** One series = one mode sending one kind of traffic (Service VIPs or not). */
+interface Series {
+  mode: Mode;
+  kind: 'service' | 'non-service';
+  targetFile: Record<Proto, string>;
+  rounds: Record<Proto, RoundResult[]>;
+}
+
+async function runRound(mode: Mode, proto: Proto, targetFile: string, p: Plan, seed: number, serverPid: number): Promise<RoundResult> {
+  const bench = [
+    'nsenter', `--net=/run/netns/${mode.client.netns}`, path.join(ROOT, 'build', 'connbench'),
+    '--proto', proto, '--targets', targetFile, '--count', String(p.perRound), '--max-ms', String(p.roundMaxMs),
+    '--warmup', String(p.warmup), '--timeout-ms', '1000', '--seed', String(seed), '--check-peer',
+  ];
+  // Join the cgroup first, then enter the netns: `ip netns exec` remounts
+  // /sys and could not write cgroup.procs (TESTING.md).
+  const argv = mode.cgroup ? ['sh', '-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', mode.cgroup, ...bench] : bench;
+  const serverStat = `/proc/${serverPid}/stat`;
+  const before = processCpuMs(fs.readFileSync(serverStat, 'utf8'));
+  const r = await run(argv, { timeoutMs: p.roundMaxMs + p.warmup * 1000 + 10_000 });
+  const after = processCpuMs(fs.readFileSync(serverStat, 'utf8'));
+  const res = JSON.parse(r.stdout) as RoundResult;
+  const cpuMs = res.client_cpu_total_s * 1000 + (after - before);
+  res.host_cpu_ms_per_1000 = res.ops_total > 0 ? (cpuMs * 1000) / res.ops_total : NaN;
+  return res;
+}
+
+function writeTargets(dir: string, name: string, targets: Target[]): string {
+  const file = path.join(dir, `${name}.txt`);
+  fs.writeFileSync(file, targetLines(targets));
+  return file;
+}
+
+async function main(): Promise<void> {
+  const quick = process.argv.includes('--quick');
+  const p = plan(quick);
+  const started = Date.now();
+  const deadline = started + p.totalBudgetMs;
+  const machine = describeMachine();
+  log(`${quick ? 'QUICK' : 'full'} run: scales ${p.scales.join(', ')}; ${p.rounds} interleaved rounds x ${p.perRound} connections per mode`);
+  for (const bin of ['connbench', 'benchserver', 'sluiceload']) {
+    if (!fs.existsSync(path.join(ROOT, 'build', bin))) throw new Error(`build/${bin} missing: run make bench (it builds the bench binaries)`);
+  }
+
+  const h = new Harness(ROOT);
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-bench-'));
+  // Ctrl-C: kill the running children (their failure unwinds main() into
+  // its finally, which removes everything) and exit once cleanup is done.
+  const onSignal = () => {
+    log('interrupted: cleaning up');
+    interrupted = true;
+    killRunning();
+    void h.destroy().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  const report: BenchReport = {
+    quick, machine, plan: { ...p }, scales: [], targets: [], notes: [], startedAt: new Date(started).toISOString(), durationS: 0,
+  };
+  try {
+    await h.setup();
+    const direct = new DirectMode(await h.addClient('direct'));
+    const [legacy, nftBackend, nftables] = makeBaselineModes({
+      legacy: await h.addClient('ipt-legacy'), nft: await h.addClient('ipt-nft'), nftables: await h.addClient('nft'),
+    }) as [Mode, Mode, Mode];
+    const sock = new SluiceSockMode(await h.addClient('sl-sock'), (t) => h.makeCgroup(t), (t) => h.makeBpffsDir(t), ROOT);
+    const tc = new SluiceTcMode(await h.addClient('sl-tc'), ROOT);
+    const modes: Mode[] = [direct, sock, tc, legacy, nftBackend, nftables];
+    for (const m of modes) if (m.unavailable) report.notes.push(`${m.label}: not available: ${m.unavailable}`);
+    if (!sock.unavailable) {
+      try {
+        await sock.ensureCapacity(1);
+      } catch (e) {
+        sock.unavailable = `attach failed: ${(e as Error).message}`;
+        report.notes.push(`${sock.label}: not available: ${sock.unavailable}`);
+      }
+    }
+    const directTargets = { tcp: writeTargets(tmp, 'backends-tcp', backendTargets()), udp: writeTargets(tmp, 'backends-udp', backendTargets()) };
+    const loadRate = new Map<string, number>(); // ms per service port, from the last successful load
+
+    for (const scale of p.scales) {
+      const ports = makeServicePorts(scale, PROTOS);
+      const sr: ScaleResult = { services: scale, servicePorts: ports.length, loads: {}, series: [], facts: {} };
+      report.scales.push(sr);
+      const vipTargets = {
+        tcp: writeTargets(tmp, `vips-${scale}-tcp`, serviceTargets(ports, 'tcp')),
+        udp: writeTargets(tmp, `vips-${scale}-udp`, serviceTargets(ports, 'udp')),
+      };
+      // Load every mode, each within its budget.
+      const loaded: Mode[] = [direct];
+      for (const m of modes) {
+        if (m === direct) continue;
+        let outcome: LoadOutcome;
+        const remaining = deadline - Date.now() - p.reservePerScaleMs * (p.scales.length - p.scales.indexOf(scale));
+        const budget = Math.min(p.loadBudgetMs, Math.max(0, remaining));
+        const rate = loadRate.get(m.id);
+        if (m.unavailable) {
+          outcome = { loaded: false, ms: 0, reason: `not available: ${m.unavailable}` };
+        } else if (rate !== undefined && rate * ports.length > budget && m.id !== sock.id) {
+          outcome = {
+            loaded: false, ms: 0,
+            reason: `not loadable within the budget (${Math.round(budget / 1000)} s): the last scale loaded at ${rate.toFixed(2)} ms per service port, ${ports.length} ports need >= ${Math.round((rate * ports.length) / 1000)} s`,
+          };
+        } else if (budget < 5000) {
+          outcome = { loaded: false, ms: 0, reason: `skipped: the run's ${Math.round(p.totalBudgetMs / 1000)} s budget is spent` };
+        } else {
+          log(`scale ${scale}: loading ${m.label} (${ports.length} service ports, budget ${Math.round(budget / 1000)} s)`);
+          try {
+            outcome = await m.load(ports, budget);
+          } catch (e) {
+            outcome = { loaded: false, ms: 0, reason: `load failed: ${(e as Error).message}` };
+          }
+          log(`scale ${scale}: ${m.label}: ${outcome.loaded ? `loaded in ${(outcome.ms / 1000).toFixed(1)} s` : outcome.reason}`);
+        }
+        if (outcome.loaded && ports.length >= 100) loadRate.set(m.id, outcome.ms / ports.length);
+        sr.loads[m.id] = outcome;
+        if (outcome.loaded) loaded.push(m);
+      }
+      if (sock.facts && loaded.includes(sock)) sr.facts[sock.id] = await sock.facts();
+
+      // The series of this scale, then interleaved rounds A B C ... C B A ...
+      const series: Series[] = loaded.map((m) => ({
+        mode: m, kind: 'service', targetFile: m.usesVips ? vipTargets : directTargets, rounds: { tcp: [], udp: [] },
+      }));
+      if (scale === p.taxScale) {
+        for (const m of loaded) {
+          if (m !== direct) series.push({ mode: m, kind: 'non-service', targetFile: directTargets, rounds: { tcp: [], udp: [] } });
+        }
+      }
+      log(`scale ${scale}: ${p.rounds} rounds over ${series.length} series x ${PROTOS.length} protocols`);
+      for (let r = 0; r < p.rounds; r++) {
+        if (Date.now() > deadline - 30_000) {
+          report.notes.push(`scale ${scale}: stopped after ${r} rounds: the run's time budget is spent`);
+          break;
+        }
+        const order = r % 2 === 0 ? series : [...series].reverse();
+        for (const proto of PROTOS) {
+          for (const s of order) {
+            s.rounds[proto].push(await runRound(s.mode, proto, s.targetFile[proto], p, 1000 * scale + 17 * r + 1, h.serverPid));
+          }
+        }
+      }
+      for (const s of series) {
+        for (const proto of PROTOS) {
+          const res: SeriesResult = { mode: s.mode.id, label: s.mode.label, kind: s.kind, proto, summary: summarize(s.rounds[proto]), rounds: s.rounds[proto] };
+          sr.series.push(res);
+        }
+      }
+      // Unload the baselines now: their rules would only slow the next load.
+      for (const m of loaded) {
+        if (m === direct) continue;
+        const t0 = Date.now();
+        try {
+          await m.unload();
+        } catch (e) {
+          report.notes.push(`scale ${scale}: unloading ${m.label} failed: ${(e as Error).message}`);
+        }
+        if (Date.now() - t0 > 2000) log(`scale ${scale}: ${m.label}: flushed in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      }
+    }
+  } finally {
+    const problems = await h.destroy();
+    fs.rmSync(tmp, { recursive: true, force: true });
+    for (const pr of problems) report.notes.push(`cleanup: ${pr}`);
+    if (problems.length) log(`cleanup problems: ${problems.join('; ')}`);
+  }
+  report.durationS = (Date.now() - started) / 1000;
+  const files = writeReport(report, path.join(ROOT, 'bench', 'results'));
+  log(`done in ${report.durationS.toFixed(0)} s; wrote ${files.join(', ')}`);
+}
+
+let interrupted = false;
+
+main().catch((e: unknown) => {
+  // When interrupted, the signal handler exits after cleanup.
+  if (interrupted) return;
+  process.stderr.write(`bench: ${(e as Error).stack ?? String(e)}\n`);
+  process.exit(1);
+});

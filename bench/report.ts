@@ -1,0 +1,292 @@
+// The bench report: a markdown table on stdout (and in results/), the full
+// JSON (every round), an SVG chart, and PASS/FAIL per target of issue 6.
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { MachineInfo } from './machine';
+import type { LoadOutcome } from './modes';
+import { median, RoundResult, Summary } from './stats';
+
+export interface SeriesResult {
+  mode: string;
+  label: string;
+  kind: 'service' | 'non-service';
+  proto: 'tcp' | 'udp';
+  summary: Summary;
+  rounds: RoundResult[];
+}
+
+export interface ScaleResult {
+  services: number;
+  servicePorts: number;
+  loads: Record<string, LoadOutcome>;
+  series: SeriesResult[];
+  facts: Record<string, Record<string, number | string>>;
+}
+
+export interface TargetResult {
+  target: string;
+  verdict: 'PASS' | 'FAIL' | 'n/a';
+  detail: string;
+}
+
+export interface BenchReport {
+  quick: boolean;
+  machine: MachineInfo;
+  plan: object;
+  scales: ScaleResult[];
+  targets: TargetResult[];
+  notes: string[];
+  startedAt: string;
+  durationS: number;
+}
+
+const SLUICE_MODES = ['sluice-sock', 'sluice-tc'];
+const MODE_ORDER = ['direct', 'sluice-sock', 'sluice-tc', 'iptables-legacy', 'iptables-nft', 'nftables'];
+const LABELS: Record<string, string> = {
+  direct: 'direct (no rules)',
+  'sluice-sock': 'Sluice socket LB',
+  'sluice-tc': 'Sluice per-packet (pod veth TC)',
+  'iptables-legacy': 'kube-proxy iptables (legacy)',
+  'iptables-nft': 'kube-proxy iptables (nft)',
+  nftables: 'kube-proxy nftables',
+};
+
+const f1 = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : '–');
+const f2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : '–');
+const f3 = (x: number) => (Number.isFinite(x) ? x.toFixed(3) : '–');
+
+function find(sr: ScaleResult, mode: string, proto: string, kind: 'service' | 'non-service' = 'service'): SeriesResult | undefined {
+  return sr.series.find((s) => s.mode === mode && s.proto === proto && s.kind === kind);
+}
+
+function directOf(sr: ScaleResult, proto: string): Summary | undefined {
+  return find(sr, 'direct', proto)?.summary;
+}
+
+/**
+ * The ratio of a series to direct, paired by round: the median over rounds of
+ * (series value in round r) / (direct value in round r). Both ran seconds
+ * apart, so background load on a shared machine divides out; falls back to
+ * the ratio of medians when the rounds do not pair up.
+ */
+export function pairedRatio(sr: ScaleResult, s: SeriesResult | undefined, key: 'p50_us' | 'p99_us'): number {
+  const d = s && find(sr, 'direct', s.proto);
+  if (!s || !d) return NaN;
+  if (s.rounds.length !== d.rounds.length || s.rounds.length === 0) return s.summary[key] / d.summary[key];
+  return median(s.rounds.map((r, i) => r[key] / d.rounds[i]![key]));
+}
+
+/** Evaluate the data-path targets of issue 6 that this half measures. */
+export function evaluateTargets(rep: BenchReport): TargetResult[] {
+  const out: TargetResult[] = [];
+  const largest = Math.max(...rep.scales.map((s) => s.services));
+  for (const mode of SLUICE_MODES) {
+    const parts: string[] = [];
+    let fail = false;
+    let measured = 0;
+    for (const sr of rep.scales) {
+      const d = directOf(sr, 'tcp');
+      const series = find(sr, mode, 'tcp');
+      const s = series?.summary;
+      if (!d || !s) {
+        parts.push(`${sr.services}: not measured (${sr.loads[mode]?.reason ?? 'no data'})`);
+        continue;
+      }
+      measured++;
+      const r50 = pairedRatio(sr, series, 'p50_us');
+      const r99 = pairedRatio(sr, series, 'p99_us');
+      if (!(r50 <= 1.05 && r99 <= 1.2) || s.failed > 0 || s.wrong_peer > 0) fail = true;
+      parts.push(`${sr.services}: p50 ${f3(r50)}x, p99 ${f3(r99)}x${s.failed ? `, ${s.failed} failed` : ''}${s.wrong_peer ? `, ${s.wrong_peer} wrong peer` : ''}`);
+    }
+    const all = measured === rep.scales.length;
+    out.push({
+      target: `${LABELS[mode]}: ClusterIP TCP connect p50 <= 1.05x and p99 <= 1.2x direct at every scale (up to ${largest})`,
+      verdict: measured === 0 ? 'n/a' : fail || !all ? 'FAIL' : 'PASS',
+      detail: parts.join('; ') + (measured > 0 && !all ? ' (not every scale measured)' : ''),
+    });
+  }
+  const taxScale = rep.scales.find((s) => s.series.some((x) => x.kind === 'non-service'));
+  for (const mode of MODE_ORDER.filter((m) => m !== 'direct')) {
+    const isSluice = SLUICE_MODES.includes(mode);
+    if (!taxScale) break;
+    const d = directOf(taxScale, 'tcp');
+    const ts = find(taxScale, mode, 'tcp', 'non-service');
+    const s = ts?.summary;
+    const us = find(taxScale, mode, 'udp', 'non-service');
+    if (!d || !s) {
+      if (isSluice) out.push({ target: `${LABELS[mode]}: non-Service traffic tax <= 1.02x at ${taxScale.services} Services`, verdict: 'n/a', detail: taxScale.loads[mode]?.reason ?? 'not measured' });
+      continue;
+    }
+    const r = pairedRatio(taxScale, ts, 'p50_us');
+    const ru = pairedRatio(taxScale, us, 'p50_us');
+    out.push({
+      target: `${LABELS[mode]}: non-Service traffic tax <= 1.02x at ${taxScale.services} Services${isSluice ? '' : ' (baseline, for comparison)'}`,
+      verdict: isSluice ? (r <= 1.02 && ru <= 1.02 ? 'PASS' : 'FAIL') : 'n/a',
+      detail: `TCP connect p50 ${f3(r)}x, UDP request/reply p50 ${f3(ru)}x of direct with no rules (both must be <= 1.02)`,
+    });
+  }
+  const withCpu = rep.scales.filter((s) => s.services <= 10000);
+  const cpuScale = withCpu[withCpu.length - 1];
+  if (cpuScale) {
+    for (const mode of SLUICE_MODES) {
+      const s = find(cpuScale, mode, 'tcp')?.summary;
+      const d = directOf(cpuScale, 'tcp');
+      const ipts = ['iptables-legacy', 'iptables-nft'].map((m) => ({ m, s: find(cpuScale, m, 'tcp')?.summary })).filter((x) => x.s);
+      const target = `${LABELS[mode]}: CPU per new connection <= 0.1x of iptables mode at ${cpuScale.services} Services`;
+      if (!s || ipts.length === 0 || !d) {
+        out.push({ target, verdict: 'n/a', detail: !s ? (cpuScale.loads[mode]?.reason ?? 'not measured') : 'no iptables baseline at this scale' });
+        continue;
+      }
+      const ratios = ipts.map((x) => ({ m: x.m, total: s.host_cpu_ms_per_1000 / x.s!.host_cpu_ms_per_1000, excess: (s.host_cpu_ms_per_1000 - d.host_cpu_ms_per_1000) / (x.s!.host_cpu_ms_per_1000 - d.host_cpu_ms_per_1000) }));
+      out.push({
+        target,
+        verdict: ratios.every((r) => r.total <= 0.1) ? 'PASS' : 'FAIL',
+        detail: `CPU ms (client + server processes) per 1000 connections: ${LABELS[mode]} ${f1(s.host_cpu_ms_per_1000)}, direct ${f1(d.host_cpu_ms_per_1000)}, ` +
+          ipts.map((x) => `${x.m} ${f1(x.s!.host_cpu_ms_per_1000)}`).join(', ') + '; ratio of totals ' +
+          ratios.map((r) => `${f2(r.total)}x vs ${r.m}`).join(', ') + '; ratio of the cost above direct ' +
+          ratios.map((r) => `${f2(r.excess)}x vs ${r.m}`).join(', '),
+      });
+    }
+  }
+  const withMem = rep.scales.filter((s) => s.facts['sluice-sock'] && s.services <= 10000);
+  const memScale = withMem[withMem.length - 1];
+  const mem = memScale?.facts['sluice-sock']?.map_bytes_total;
+  out.push({
+    target: `Sluice BPF map memory <= 100 MiB at ${memScale?.services ?? 10000} Services x 10 endpoints`,
+    verdict: typeof mem === 'number' ? (mem <= 100 * 1048576 ? 'PASS' : 'FAIL') : 'n/a',
+    detail: typeof mem === 'number'
+      ? `${(mem / 1048576).toFixed(1)} MiB (bpftool bytes_memlock of every pinned map: ` +
+        Object.entries(memScale!.facts['sluice-sock']!).filter(([k]) => k.startsWith('map_bytes_sluice')).sort((a, b) => Number(b[1]) - Number(a[1]))
+          .map(([k, v]) => `${k.slice('map_bytes_'.length)} ${(Number(v) / 1048576).toFixed(1)}`).join(', ') + ' MiB)'
+      : 'socket LB not loaded at this scale',
+  });
+  return out;
+}
+
+export function markdown(rep: BenchReport): string {
+  const m = rep.machine;
+  const lines: string[] = [];
+  lines.push(`# Sluice bench (${rep.quick ? 'QUICK' : 'full'}), ${rep.startedAt}`);
+  lines.push('');
+  lines.push(`Machine: ${m.cpuModel}, ${m.nproc} CPUs, ${m.memoryMiB} MiB, ${m.kernel}; ${m.tools.iptables}; ${m.tools.nft}; node ${m.tools.node}. Run took ${rep.durationS.toFixed(0)} s.`);
+  lines.push('');
+  lines.push('New-connection latency to a ClusterIP, a random Service per connection, 10 endpoints each; p50, p99 and rate are medians over interleaved rounds. TCP: connect() to established. UDP: request/reply on a fresh socket. Ratios are against direct connections to the backends with no rules, paired by round (median of per-round ratios). CPU: user+system ms of the client and server processes per 1000 connections.');
+  lines.push('');
+  for (const proto of ['tcp', 'udp'] as const) {
+    lines.push(`## ${proto === 'tcp' ? 'TCP connect' : 'UDP request/reply'}`);
+    lines.push('');
+    lines.push('| Services | mode | load s | p50 µs | p99 µs | conn/s | p50 ratio | p99 ratio | CPU ms/1000 | failed |');
+    lines.push('|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|');
+    for (const sr of rep.scales) {
+      for (const mode of MODE_ORDER) {
+        const series = find(sr, mode, proto);
+        const s = series?.summary;
+        const load = sr.loads[mode];
+        if (!s) {
+          lines.push(`| ${sr.services} | ${LABELS[mode]} | | | | | | | | ${load?.reason ?? 'not measured'} |`);
+          continue;
+        }
+        lines.push(`| ${sr.services} | ${LABELS[mode]} | ${load ? f2(load.ms / 1000) : ''} | ${f1(s.p50_us)} | ${f1(s.p99_us)} | ${s.per_s.toFixed(0)} | ${f2(pairedRatio(sr, series, 'p50_us'))} | ${f2(pairedRatio(sr, series, 'p99_us'))} | ${f1(s.host_cpu_ms_per_1000)} | ${s.failed}${s.wrong_peer ? ` (${s.wrong_peer} wrong peer)` : ''} |`);
+      }
+    }
+    lines.push('');
+  }
+  const tax = rep.scales.find((s) => s.series.some((x) => x.kind === 'non-service'));
+  if (tax) {
+    lines.push(`## Tax on non-Service traffic at ${tax.services} Services (connections straight to the backends, rules loaded)`);
+    lines.push('');
+    lines.push('| mode | TCP p50 µs | TCP p50 ratio | TCP p99 ratio | UDP p50 µs | UDP p50 ratio |');
+    lines.push('|---|---:|---:|---:|---:|---:|');
+    const dt = directOf(tax, 'tcp');
+    const du = directOf(tax, 'udp');
+    if (dt && du) lines.push(`| direct (no rules) | ${f1(dt.p50_us)} | 1.00 | 1.00 | ${f1(du.p50_us)} | 1.00 |`);
+    for (const mode of MODE_ORDER) {
+      const ts = find(tax, mode, 'tcp', 'non-service');
+      const us = find(tax, mode, 'udp', 'non-service');
+      if (!ts || !us || !dt || !du) continue;
+      lines.push(`| ${LABELS[mode]} | ${f1(ts.summary.p50_us)} | ${f2(pairedRatio(tax, ts, 'p50_us'))} | ${f2(pairedRatio(tax, ts, 'p99_us'))} | ${f1(us.summary.p50_us)} | ${f2(pairedRatio(tax, us, 'p50_us'))} |`);
+    }
+    lines.push('');
+  }
+  lines.push('## Targets');
+  lines.push('');
+  lines.push('| target | verdict | measured |');
+  lines.push('|---|---|---|');
+  for (const t of rep.targets) lines.push(`| ${t.target} | **${t.verdict}** | ${t.detail} |`);
+  lines.push('| NodePort throughput, programming latency, agent RSS (issue 6 items 3, 4, 5b) | n/a | not part of this half of the bench yet (bench/main.ts: add a section per item) |');
+  lines.push('');
+  if (rep.notes.length) {
+    lines.push('## Notes');
+    lines.push('');
+    for (const n of rep.notes) lines.push(`- ${n}`);
+    lines.push('');
+  }
+  return lines.join('\n');
+}
+
+/** Grouped bars: TCP connect p50 (bar) and p99 (tick) per mode, per scale. */
+export function svgChart(rep: BenchReport): string {
+  const colors: Record<string, string> = {
+    direct: '#555555', 'sluice-sock': '#1b9e77', 'sluice-tc': '#66a61e', 'iptables-legacy': '#d95f02', 'iptables-nft': '#e7298a', nftables: '#7570b3',
+  };
+  const W = 900, H = 460, left = 70, right = 220, top = 50, bottom = 60;
+  const plotW = W - left - right, plotH = H - top - bottom;
+  const groups = rep.scales;
+  let maxY = 1;
+  for (const sr of groups) for (const s of sr.series) if (s.kind === 'service' && s.proto === 'tcp') maxY = Math.max(maxY, s.summary.p99_us || 0);
+  maxY = Math.ceil(maxY / 10) * 10;
+  const y = (v: number) => top + plotH - (Math.min(v, maxY) / maxY) * plotH;
+  const gw = plotW / Math.max(1, groups.length);
+  const bw = (gw * 0.8) / MODE_ORDER.length;
+  const el: string[] = [];
+  el.push(`<text x="${W / 2}" y="24" text-anchor="middle" font-size="16">TCP connect latency to a ClusterIP (bar: p50, tick: p99), µs</text>`);
+  for (let i = 0; i <= 5; i++) {
+    const v = (maxY * i) / 5;
+    el.push(`<line x1="${left}" x2="${left + plotW}" y1="${y(v)}" y2="${y(v)}" stroke="#ddd"/>`);
+    el.push(`<text x="${left - 6}" y="${y(v) + 4}" text-anchor="end" font-size="11">${v.toFixed(0)}</text>`);
+  }
+  groups.forEach((sr, gi) => {
+    const gx = left + gi * gw + gw * 0.1;
+    el.push(`<text x="${left + gi * gw + gw / 2}" y="${top + plotH + 20}" text-anchor="middle" font-size="12">${sr.services} Services</text>`);
+    MODE_ORDER.forEach((mode, mi) => {
+      const s = find(sr, mode, 'tcp')?.summary;
+      if (!s) return;
+      const x = gx + mi * bw;
+      el.push(`<rect x="${x.toFixed(1)}" y="${y(s.p50_us).toFixed(1)}" width="${(bw - 2).toFixed(1)}" height="${(top + plotH - y(s.p50_us)).toFixed(1)}" fill="${colors[mode]}"><title>${LABELS[mode]} @ ${sr.services}: p50 ${f1(s.p50_us)} µs, p99 ${f1(s.p99_us)} µs</title></rect>`);
+      el.push(`<line x1="${x.toFixed(1)}" x2="${(x + bw - 2).toFixed(1)}" y1="${y(s.p99_us).toFixed(1)}" y2="${y(s.p99_us).toFixed(1)}" stroke="${colors[mode]}" stroke-width="3"/>`);
+    });
+  });
+  el.push(`<line x1="${left}" x2="${left}" y1="${top}" y2="${top + plotH}" stroke="#000"/>`);
+  el.push(`<line x1="${left}" x2="${left + plotW}" y1="${top + plotH}" y2="${top + plotH}" stroke="#000"/>`);
+  MODE_ORDER.forEach((mode, i) => {
+    const ly = top + 10 + i * 22;
+    el.push(`<rect x="${W - right + 20}" y="${ly}" width="14" height="14" fill="${colors[mode]}"/>`);
+    el.push(`<text x="${W - right + 40}" y="${ly + 12}" font-size="12">${LABELS[mode]}</text>`);
+  });
+  const m = rep.machine;
+  el.push(`<text x="${left}" y="${H - 12}" font-size="11" fill="#555">${m.cpuModel}, ${m.nproc} CPUs, ${m.kernel}; ${rep.quick ? 'QUICK' : 'full'} run ${rep.startedAt}</text>`);
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif">\n<rect width="100%" height="100%" fill="#fff"/>\n${el.join('\n')}\n</svg>\n`;
+}
+
+/** Prints the table and writes results/bench[-quick]-<time>.{md,json,svg} plus latest copies. */
+export function writeReport(rep: BenchReport, dir: string): string[] {
+  rep.targets = evaluateTargets(rep);
+  fs.mkdirSync(dir, { recursive: true });
+  const md = markdown(rep);
+  process.stdout.write(md + '\n');
+  const stamp = rep.startedAt.replace(/[:.]/g, '-');
+  const base = `bench-${rep.quick ? 'quick' : 'full'}`;
+  const files: string[] = [];
+  const write = (name: string, body: string) => {
+    const p = path.join(dir, name);
+    fs.writeFileSync(p, body);
+    files.push(p);
+  };
+  write(`${base}-${stamp}.json`, JSON.stringify(rep, null, 1));
+  write(`${base}-${stamp}.md`, md);
+  write(`${base}-${stamp}.svg`, svgChart(rep));
+  write(`${base}-latest.json`, JSON.stringify(rep, null, 1));
+  write(`${base}-latest.md`, md);
+  write(`${base}-latest.svg`, svgChart(rep));
+  return files;
+}

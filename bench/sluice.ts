@@ -1,0 +1,146 @@
+// The Sluice rows of the bench.
+//
+// Socket LB: the lead's object build/sock_lb.bpf.o, loaded by bench/sluiceload
+// (libbpf) with its services/backends/rev-NAT maps sized for the scale,
+// pinned under a bench bpffs directory and attached to a bench child cgroup
+// that the client process joins; the maps are filled with batch updates in the
+// agent's make-before-break order. Loading through our own small loader (and
+// not the `sluice attach` CLI) is what lets 100 000 Services fit: the default
+// capacities in sluice_abi.h hold 262 144 service entries.
+//
+// Extension points: when the agent's programmatic API should program the
+// maps instead (to time programming, issue item 4), replace SluiceSockMode.fill;
+// the per-packet path (TC on the pod veth) is wired as SluiceTcMode and
+// reports itself unavailable until build/tc_lb.bpf.o and its attach exist.
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { run } from './exec';
+import type { ClientNs } from './harness';
+import type { LoadOutcome, Mode } from './modes';
+import { backends, ServicePort } from './services';
+
+/** SLUICE_MAX_SERVICE_ENTRIES in native/sluice_abi.h. */
+const DEFAULT_SERVICE_ENTRIES = 262144;
+
+export class SluiceSockMode implements Mode {
+  readonly id = 'sluice-sock';
+  readonly label = 'Sluice socket LB';
+  readonly usesVips = true;
+  unavailable?: string;
+  private bpffs?: string;
+
+  private currentCgroup?: string;
+  private capacity = 0;
+
+  constructor(
+    readonly client: ClientNs,
+    private readonly makeCgroup: (tag: string) => string,
+    private readonly makeBpffs: (tag: string) => string,
+    private readonly root: string,
+  ) {
+    const obj = this.object;
+    if (!fs.existsSync(obj)) this.unavailable = `${obj} not built (make build)`;
+    else if (!fs.existsSync(this.loader)) this.unavailable = `${this.loader} not built (make bench builds it)`;
+  }
+
+  get cgroup(): string | undefined {
+    return this.currentCgroup;
+  }
+
+  private get object(): string {
+    return path.join(this.root, 'build', 'sock_lb.bpf.o');
+  }
+  private get loader(): string {
+    return path.join(this.root, 'build', 'sluiceload');
+  }
+
+  /**
+   * Attach with the default capacities of sluice_abi.h (what the agent
+   * creates), or, when a scale needs more service entries than that, in a
+   * fresh cgroup + bpffs directory with maps sized for it: max_entries is
+   * fixed at map creation, and a hash map's bucket array follows
+   * max_entries, so sizing every scale for 100 000 Services would inflate
+   * the memory measured at 10 000. The old cgroup and directory go at cleanup.
+   */
+  async ensureCapacity(servicePorts: number): Promise<void> {
+    const needed = servicePorts * (1 + 10);
+    if (this.bpffs && needed <= this.capacity) return;
+    const entries = Math.max(DEFAULT_SERVICE_ENTRIES, Math.ceil(needed * 1.05));
+    const tag = `sock${entries > DEFAULT_SERVICE_ENTRIES ? entries : ''}`;
+    const cgroup = this.makeCgroup(tag);
+    const bpffs = this.makeBpffs(tag);
+    await run([
+      this.loader, 'attach', '--obj', this.object, '--bpffs', bpffs, '--cgroup', cgroup,
+      '--service-entries', String(entries), '--backends', '131072', '--revnat', String(Math.max(65536, servicePorts)),
+    ], { timeoutMs: 30000 });
+    this.currentCgroup = cgroup;
+    this.bpffs = bpffs;
+    this.capacity = entries;
+  }
+
+  async load(ports: ServicePort[], budgetMs: number): Promise<LoadOutcome> {
+    await this.ensureCapacity(ports.length);
+    if (!this.bpffs) throw new Error(`${this.id}: no bpffs directory after attach`);
+    const file = path.join(os.tmpdir(), `sluice-bench-svcs-${process.pid}.txt`);
+    fs.writeFileSync(file, ports.map((p) => `${p.vip} ${p.port} ${p.proto}`).join('\n') + '\n');
+    const t0 = Date.now();
+    try {
+      const be = backends().map((b) => `${b.address}:${b.port}`).join(',');
+      const r = await run([this.loader, 'fill', '--bpffs', this.bpffs, '--services', file, '--backends', be], { timeoutMs: budgetMs, allowFailure: true });
+      if (r.timedOut) return { loaded: false, ms: Date.now() - t0, reason: `not loadable within the budget (${Math.round(budgetMs / 1000)} s)` };
+      if (r.code !== 0) return { loaded: false, ms: Date.now() - t0, reason: `sluiceload fill failed: ${r.stderr.trim()}` };
+    } finally {
+      fs.rmSync(file, { force: true });
+    }
+    return { loaded: true, ms: Date.now() - t0 };
+  }
+
+  /**
+   * Nothing to do: scales run in increasing order and service port i is the
+   * same (VIP, port, proto) at every scale, so the next fill overwrites these
+   * entries and adds the rest; the maps always hold exactly the current scale.
+   * Everything goes with the bpffs directory and the cgroup at the end.
+   */
+  async unload(): Promise<void> {}
+
+  /** BPF map memory (bpftool's memlock) of the maps pinned for this mode. */
+  async facts(): Promise<Record<string, number | string>> {
+    if (!this.bpffs) return {};
+    const out: Record<string, number | string> = {};
+    let total = 0;
+    for (const name of fs.readdirSync(this.bpffs)) {
+      const r = await run(['bpftool', '-j', 'map', 'show', 'pinned', path.join(this.bpffs, name)], { timeoutMs: 5000, allowFailure: true });
+      if (r.code !== 0) continue;
+      const info = JSON.parse(r.stdout) as { bytes_memlock?: number };
+      if (typeof info.bytes_memlock === 'number') {
+        out[`map_bytes_${name}`] = info.bytes_memlock;
+        total += info.bytes_memlock;
+      }
+    }
+    out.map_bytes_total = total;
+    return out;
+  }
+}
+
+/** Sluice per-packet path (TC on the pod veth): wired, waiting for tc_lb. */
+export class SluiceTcMode implements Mode {
+  readonly id = 'sluice-tc';
+  readonly label = 'Sluice per-packet (pod veth TC)';
+  readonly usesVips = true;
+  unavailable?: string;
+  constructor(readonly client: ClientNs, root: string) {
+    // build/tc_lb.bpf.o exists, but it translates only external frontends
+    // (NodePort, ExternalIP, LoadBalancer: lb4_svc_is_external in
+    // bpf/lib/tc_lb.h); ClusterIP traffic from a pod on its veth is the
+    // DESIGN.md item 3 program, not written yet. When it is: attach it at
+    // ingress of this.client.hostVeth (the pod veth, host side) in the
+    // backend namespace, fill the maps as SluiceSockMode does, and drop this.
+    void root;
+    this.unavailable = 'no per-packet ClusterIP program on pod veths yet (tc_lb.bpf.o handles NodePort/ExternalIP/LoadBalancer frontends only)';
+  }
+  async load(): Promise<LoadOutcome> {
+    return { loaded: false, ms: 0, reason: this.unavailable };
+  }
+  async unload(): Promise<void> {}
+}

@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * sluiceload: puts Sluice's socket LB (build/sock_lb.bpf.o) into a bench
+ * cgroup and fills its maps with many Services fast.
+ *
+ *   sluiceload attach --obj OBJ --bpffs DIR --cgroup CG --service-entries N
+ *                     --backends N --revnat N
+ *   sluiceload fill --bpffs DIR --services FILE --backends A:P,A:P,...
+ *
+ * attach: opens the object with libbpf, sizes the services/backends/rev-NAT
+ * maps for the scale being measured (the defaults in sluice_abi.h hold
+ * 262 144 service entries, fewer than 100 000 Services x 2 protocols x 11
+ * entries need), pins every map under DIR by name (the layout the agent and
+ * `sluice` CLI read), and attaches each program to CG with BPF_PROG_ATTACH
+ * (no link: the attachment outlives this process and goes away with the
+ * cgroup). CG must be a child cgroup the bench created.
+ *
+ * fill: FILE has one "vip port proto" line per service port. Writes, in the
+ * agent's make-before-break order, one backend per distinct address:port/proto
+ * (ids from 1), one rev-NAT entry per distinct vip:port (ids from 1), the
+ * backend slots and then the master entries, with BPF_MAP_UPDATE_BATCH.
+ * Same entries, same semantics as src/datapath/programmer.ts.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sluice_abi.h"
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+static void die(const char *what, const char *why)
+{
+	fprintf(stderr, "sluiceload: %s: %s\n", what, why);
+	exit(1);
+}
+
+static const char *arg(int argc, char **argv, const char *name, const char *def)
+{
+	for (int i = 1; i + 1 < argc; i++)
+		if (!strcmp(argv[i], name))
+			return argv[i + 1];
+	if (!def)
+		die(name, "missing argument");
+	return def;
+}
+
+static int cmd_attach(int argc, char **argv)
+{
+	const char *obj_path = arg(argc, argv, "--obj", NULL);
+	const char *dir = arg(argc, argv, "--bpffs", NULL);
+	const char *cg = arg(argc, argv, "--cgroup", NULL);
+	long svc_max = atol(arg(argc, argv, "--service-entries", "262144"));
+	long be_max = atol(arg(argc, argv, "--backends", "131072"));
+	long rn_max = atol(arg(argc, argv, "--revnat", "65536"));
+
+	struct bpf_object *obj = bpf_object__open_file(obj_path, NULL);
+	if (!obj)
+		die(obj_path, strerror(errno));
+	struct bpf_map *m;
+	char pin[4096];
+	bpf_object__for_each_map(m, obj) {
+		const char *name = bpf_map__name(m);
+		if (name[0] == '.')
+			continue; /* .rodata/.bss: internal, not pinned */
+		snprintf(pin, sizeof(pin), "%s/%s", dir, name);
+		if (bpf_map__set_pin_path(m, pin))
+			die(pin, "set_pin_path failed");
+		long max = 0;
+		if (!strcmp(name, STR(SLUICE_MAP_SERVICES4)))
+			max = svc_max;
+		else if (!strcmp(name, STR(SLUICE_MAP_BACKENDS4)))
+			max = be_max;
+		else if (!strcmp(name, STR(SLUICE_MAP_REVNAT4)))
+			max = rn_max;
+		if (max > 0 && bpf_map__set_max_entries(m, (__u32)max))
+			die(name, "set_max_entries failed");
+	}
+	int err = bpf_object__load(obj);
+	if (err)
+		die(obj_path, strerror(-err));
+	int cg_fd = open(cg, O_RDONLY | O_DIRECTORY);
+	if (cg_fd < 0)
+		die(cg, strerror(errno));
+	struct bpf_program *p;
+	bpf_object__for_each_program(p, obj) {
+		enum bpf_attach_type type = bpf_program__expected_attach_type(p);
+		if (bpf_prog_attach(bpf_program__fd(p), cg_fd, type, 0))
+			die(bpf_program__name(p), strerror(errno));
+		printf("attached %s to %s\n", bpf_program__name(p), cg);
+	}
+	close(cg_fd);
+	bpf_object__close(obj); /* the maps stay pinned, the programs attached */
+	return 0;
+}
+
+static int open_pinned(const char *dir, const char *name)
+{
+	char pin[4096];
+	snprintf(pin, sizeof(pin), "%s/%s", dir, name);
+	int fd = bpf_obj_get(pin);
+	if (fd < 0)
+		die(pin, strerror(errno));
+	return fd;
+}
+
+/* Batch update in chunks; a full map is an error, never a partial state. */
+static void update_batch(int fd, const char *what, void *keys, void *vals, size_t n, size_t ksz, size_t vsz)
+{
+	const size_t chunk = 8192;
+	for (size_t i = 0; i < n; i += chunk) {
+		__u32 count = (__u32)(n - i < chunk ? n - i : chunk);
+		if (bpf_map_update_batch(fd, (char *)keys + i * ksz, (char *)vals + i * vsz, &count, NULL)) {
+			char msg[256];
+			snprintf(msg, sizeof(msg), "batch update of %u entries at %zu: %s", count, i, strerror(errno));
+			die(what, msg);
+		}
+	}
+}
+
+struct svc_line {
+	__be32 vip;
+	__be16 port;
+	__u8 proto;
+};
+
+int cmd_fill(int argc, char **argv)
+{
+	const char *dir = arg(argc, argv, "--bpffs", NULL);
+	const char *path = arg(argc, argv, "--services", NULL);
+	char *be_list = strdup(arg(argc, argv, "--backends", NULL));
+
+	/* The backends: address:port, the same set for every service. */
+	struct { __be32 a; __be16 p; } bes[256];
+	int n_be = 0;
+	for (char *tok = strtok(be_list, ","); tok && n_be < 256; tok = strtok(NULL, ",")) {
+		char *colon = strchr(tok, ':');
+		if (!colon)
+			die(tok, "backend must be address:port");
+		*colon = 0;
+		if (inet_pton(AF_INET, tok, &bes[n_be].a) != 1)
+			die(tok, "bad backend address");
+		bes[n_be].p = htons((unsigned short)atoi(colon + 1));
+		n_be++;
+	}
+
+	FILE *f = fopen(path, "r");
+	if (!f)
+		die(path, strerror(errno));
+	size_t cap = 1024, n = 0;
+	struct svc_line *svcs = malloc(cap * sizeof(*svcs));
+	char addr[64], proto[8];
+	unsigned port;
+	while (fscanf(f, "%63s %u %7s", addr, &port, proto) == 3) {
+		if (n == cap)
+			svcs = realloc(svcs, (cap *= 2) * sizeof(*svcs));
+		if (inet_pton(AF_INET, addr, &svcs[n].vip) != 1)
+			die(addr, "bad VIP");
+		svcs[n].port = htons((unsigned short)port);
+		svcs[n].proto = strcmp(proto, "udp") ? LB_PROTO_TCP : LB_PROTO_UDP;
+		n++;
+	}
+	fclose(f);
+
+	int fd_svc = open_pinned(dir, STR(SLUICE_MAP_SERVICES4));
+	int fd_be = open_pinned(dir, STR(SLUICE_MAP_BACKENDS4));
+	int fd_rn = open_pinned(dir, STR(SLUICE_MAP_REVNAT4));
+
+	/* Backends: ids 1..n_be for tcp, n_be+1..2*n_be for udp. */
+	__u32 be_keys[512];
+	struct lb4_backend be_vals[512];
+	memset(be_vals, 0, sizeof(be_vals));
+	for (int pr = 0; pr < 2; pr++)
+		for (int i = 0; i < n_be; i++) {
+			int k = pr * n_be + i;
+			be_keys[k] = (__u32)k + 1;
+			be_vals[k].address = bes[i].a;
+			be_vals[k].port = bes[i].p;
+			be_vals[k].proto = pr ? LB_PROTO_UDP : LB_PROTO_TCP;
+		}
+	update_batch(fd_be, "backends", be_keys, be_vals, (size_t)(2 * n_be), sizeof(__u32), sizeof(struct lb4_backend));
+
+	/* Rev-NAT: one id per distinct vip:port; tcp and udp lines of one
+	 * service port come next to each other in FILE, so compare with the
+	 * previous line. */
+	__u32 *rn_keys = calloc(n, sizeof(__u32));
+	struct lb4_reverse_nat *rn_vals = calloc(n, sizeof(*rn_vals));
+	__u32 *rn_of = calloc(n, sizeof(__u32));
+	size_t n_rn = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (i > 0 && svcs[i].vip == svcs[i - 1].vip && svcs[i].port == svcs[i - 1].port) {
+			rn_of[i] = rn_of[i - 1];
+			continue;
+		}
+		rn_keys[n_rn] = (__u32)n_rn + 1;
+		rn_vals[n_rn].address = svcs[i].vip;
+		rn_vals[n_rn].port = svcs[i].port;
+		rn_of[i] = rn_keys[n_rn];
+		n_rn++;
+	}
+	update_batch(fd_rn, "rev-NAT", rn_keys, rn_vals, n_rn, sizeof(__u32), sizeof(struct lb4_reverse_nat));
+
+	/* Slots first, masters last: a master makes its slots visible. */
+	size_t n_slots = n * (size_t)n_be;
+	struct lb4_service_key *keys = calloc(n_slots > n ? n_slots : n, sizeof(*keys));
+	struct lb4_service *vals = calloc(n_slots > n ? n_slots : n, sizeof(*vals));
+	for (size_t i = 0, j = 0; i < n; i++)
+		for (int s = 0; s < n_be; s++, j++) {
+			keys[j].address = svcs[i].vip;
+			keys[j].port = svcs[i].port;
+			keys[j].proto = svcs[i].proto;
+			keys[j].scope = LB_SCOPE_EXTERNAL;
+			keys[j].backend_slot = (__u16)(s + 1);
+			vals[j].backend_id = (__u32)((svcs[i].proto == LB_PROTO_UDP ? n_be : 0) + s + 1);
+		}
+	update_batch(fd_svc, "service slots", keys, vals, n_slots, sizeof(*keys), sizeof(*vals));
+	memset(keys, 0, n * sizeof(*keys));
+	memset(vals, 0, n * sizeof(*vals));
+	for (size_t i = 0; i < n; i++) {
+		keys[i].address = svcs[i].vip;
+		keys[i].port = svcs[i].port;
+		keys[i].proto = svcs[i].proto;
+		keys[i].scope = LB_SCOPE_EXTERNAL;
+		vals[i].count = (__u16)n_be;
+		vals[i].flags = LB_SVC_FLAG_CLUSTER_IP;
+		vals[i].rev_nat_id = rn_of[i];
+		vals[i].algorithm = LB_ALG_RANDOM;
+	}
+	update_batch(fd_svc, "service masters", keys, vals, n, sizeof(*keys), sizeof(*vals));
+	printf("{\"service_ports\":%zu,\"backends\":%d,\"revnat\":%zu,\"service_entries\":%zu}\n", n, 2 * n_be, n_rn,
+	       n + n_slots);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		die("usage", "sluiceload attach|fill ...");
+	if (!strcmp(argv[1], "attach"))
+		return cmd_attach(argc, argv);
+	if (!strcmp(argv[1], "fill"))
+		return cmd_fill(argc, argv);
+	die(argv[1], "unknown command (attach, fill)");
+	return 2;
+}
