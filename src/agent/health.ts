@@ -18,8 +18,12 @@ export class ProxyHealth {
     this.oldestPending = 0;
   }
 
+  /**
+   * As kube-proxy: healthy unless a change has been pending for longer than
+   * the timeout. Before the first sync nothing is pending yet, so a fresh
+   * agent is healthy until changes start waiting too long.
+   */
   healthy(): boolean {
-    if (this.lastUpdated === 0) return false; // never synced yet
     if (this.oldestPending === 0) return true;
     return this.now() - this.oldestPending < this.healthTimeoutMs;
   }

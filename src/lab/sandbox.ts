@@ -5,17 +5,14 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { cgroup2Mount } from '../datapath/sockLb';
 
 export function sh(cmd: string, args: string[], opts: { input?: string } = {}): string {
   return execFileSync(cmd, args, { encoding: 'utf8', input: opts.input, stdio: ['pipe', 'pipe', 'pipe'] });
 }
 
 export function cgroup2Root(): string {
-  for (const line of fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-    const [pre, post] = line.split(' - ');
-    if (post?.startsWith('cgroup2 ')) return pre!.split(' ')[4]!;
-  }
-  throw new Error('no cgroup v2 mount');
+  return cgroup2Mount();
 }
 
 export function bpffsRoot(): string {

@@ -9,6 +9,7 @@ import { parseArgs, UsageError } from '../../src/cli/args';
 import { parseEndpoint } from '../../src/datapath/addr';
 import { resolveConfig, defaultConfig } from '../../src/agent/config';
 import { IdAllocator } from '../../src/datapath/ids';
+import { ProxyHealth } from '../../src/agent/health';
 
 const bin = path.resolve(__dirname, '..', '..', '..', 'bin', 'sluice');
 const run = (...args: string[]) => spawnSync(bin, args, { encoding: 'utf8' });
@@ -81,4 +82,18 @@ test('ids: 0 is never handed out, freed ids are reused lowest first, adopted ids
   ids.release(2);
   assert.equal(ids.allocate(), 2);
   assert.throws(() => ids.reserve(0), /reserved as invalid/);
+});
+
+test('health: healthy until a change waits longer than the timeout, as kube-proxy', () => {
+  let now = 1_000_000;
+  const h = new ProxyHealth(60_000, () => now);
+  assert.equal(h.healthy(), true, 'fresh: nothing pending');
+  h.queued();
+  now += 59_000;
+  assert.equal(h.healthy(), true, 'pending, within the timeout');
+  now += 2_000;
+  assert.equal(h.healthy(), false, 'pending too long without a sync');
+  h.updated();
+  assert.equal(h.healthy(), true);
+  assert.deepEqual(Object.keys(h.body()).sort(), ['currentTime', 'lastUpdated', 'nodeEligible']);
 });
