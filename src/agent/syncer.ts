@@ -50,7 +50,7 @@ export class Syncer {
   private readonly zones = new ZoneIds();
   private running = false;
   private again = false;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
   private fullTimer: NodeJS.Timeout | undefined;
   private lastSyncEnd = 0;
   private ready = false;
@@ -78,7 +78,9 @@ export class Syncer {
 
   stop(): void {
     this.stopped = true;
-    clearTimeout(this.timer);
+    const t = this.timer;
+    if (t && 'refresh' in t) clearTimeout(t);
+    else if (t) clearImmediate(t);
     clearInterval(this.fullTimer);
   }
 
@@ -93,10 +95,14 @@ export class Syncer {
     }
     if (this.timer) return;
     const wait = Math.max(0, this.lastSyncEnd + this.opts.minSyncPeriodMs - Date.now());
-    this.timer = setTimeout(() => {
+    // setTimeout(0) waits >= 1 ms (Node clamps it): a third of the whole
+    // event -> map latency. setImmediate runs right after the pending I/O,
+    // which still coalesces the events already read in this turn.
+    const sync = () => {
       this.timer = undefined;
       this.run('partial');
-    }, wait);
+    };
+    this.timer = wait === 0 ? setImmediate(sync) : setTimeout(sync, wait);
   }
 
   private fullPending = false;

@@ -70,7 +70,12 @@ export class ClusterWatch {
         if (!entry.synced) {
           entry.synced = true;
           this.log.info({ informer: name }, `listed ${name}`);
-          if (this.informers.every((i) => i.synced)) this.onSynced?.();
+          // Not yet: the informer adds the listed objects to its cache (and
+          // emits their 'add' events) only after this function returns. A
+          // full sync started now would miss them, e.g. program every
+          // Service with no endpoints for a moment. setImmediate runs after
+          // that synchronous continuation.
+          if (this.informers.every((i) => i.synced)) setImmediate(() => this.onSynced?.());
         }
       }
       return result;

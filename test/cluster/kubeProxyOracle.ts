@@ -45,6 +45,15 @@ export interface ParseOptions {
   serviceCidrs?: string[];
   /** Addresses known to be LoadBalancer ingress IPs (otherwise an external address counts as an externalIP). */
   loadBalancerIPs?: string[];
+  /**
+   * Which of kube-proxy's paths through an external chain (KUBE-EXT-* / nft
+   * external-*) to follow: 'external' (default) is what traffic from outside
+   * the cluster gets (KUBE-SVL-* for externalTrafficPolicy Local);
+   * 'internal' is the short-circuit pod and node-local traffic gets (the
+   * source-matching jumps, to the Cluster set). Where an external chain has
+   * no short-circuit (externalTrafficPolicy Cluster) both paths are the same.
+   */
+  path?: 'external' | 'internal';
 }
 
 export function frontendKey(address: string, port: number, protocol: string): string {
@@ -182,7 +191,7 @@ function parseIptTables(text: string): IptTables {
 const SERVICE_CHAIN = /^KUBE-(SVC|SVL|EXT|FW|SEP)-/;
 
 /** Backends a nat chain leads to, following kube-proxy's chain structure. */
-function iptBackends(nat: Map<string, IptRule[]>, chain: string, seen = new Set<string>()): string[] {
+function iptBackends(nat: Map<string, IptRule[]>, chain: string, seen = new Set<string>(), path: ParseOptions['path'] = 'external'): string[] {
   if (seen.has(chain)) return [];
   seen.add(chain);
   const rules = nat.get(chain) ?? [];
@@ -192,10 +201,13 @@ function iptBackends(nat: Map<string, IptRule[]>, chain: string, seen = new Set<
   let jumps = rules.filter((r) => r.target !== undefined && SERVICE_CHAIN.test(r.target));
   if (chain.startsWith('KUBE-EXT-')) {
     // The external path is the jump with no source condition; the others short-circuit pod/node-local traffic.
-    const external = jumps.filter((r) => !r.opts.has('-s') && !r.opts.has('--src-type'));
-    if (external.length > 0) jumps = external;
+    // With externalTrafficPolicy Local and no local endpoint there is no unconditional jump at
+    // all (outside traffic is dropped in filter): the external path is then empty, not the short-circuit.
+    const bySource = (r: IptRule): boolean => r.opts.has('-s') || r.opts.has('--src-type');
+    const shortCircuit = jumps.filter(bySource);
+    jumps = path === 'internal' && shortCircuit.length > 0 ? shortCircuit : jumps.filter((r) => !bySource(r));
   }
-  return jumps.flatMap((r) => iptBackends(nat, r.target!, seen));
+  return jumps.flatMap((r) => iptBackends(nat, r.target!, seen, path));
 }
 
 function commentService(comment: string | undefined): string | undefined {
@@ -226,7 +238,7 @@ export function parseIptablesSave(text: string, opts: ParseOptions = {}): Oracle
     const kind: FrontendKind = comment.endsWith(' cluster IP') ? 'clusterIP'
       : comment.endsWith(' external IP') ? 'externalIP'
         : comment.endsWith(' loadbalancer IP') ? 'loadBalancerIP' : kindOfAddress(address, opts);
-    out.push({ kind, address, port, protocol: proto, service: commentService(comment), backends: iptBackends(nat, r.target) });
+    out.push({ kind, address, port, protocol: proto, service: commentService(comment), backends: iptBackends(nat, r.target, new Set(), opts.path) });
   }
 
   for (const r of nat.get('KUBE-NODEPORTS') ?? []) {
@@ -237,7 +249,7 @@ export function parseIptablesSave(text: string, opts: ParseOptions = {}): Oracle
     const d = r.opts.get('-d');
     // A rule restricted to one destination (e.g. 127.0.0.0/8 for localhost NodePorts) is not a node address frontend.
     if (d && !d.startsWith('!')) continue;
-    const backends = iptBackends(nat, r.target);
+    const backends = iptBackends(nat, r.target, new Set(), opts.path);
     for (const address of sortedUnique(nodePortAddresses)) {
       out.push({ kind: 'nodePort', address, port, protocol: proto, service: commentService(r.opts.get('--comment')), backends });
     }
@@ -347,18 +359,20 @@ function matchesSource(exprs: Json[]): boolean {
   });
 }
 
-function nftBackends(rs: NftRuleset, chain: string, seen = new Set<string>()): string[] {
+function nftBackends(rs: NftRuleset, chain: string, seen = new Set<string>(), path: ParseOptions['path'] = 'external'): string[] {
   if (seen.has(chain)) return [];
   seen.add(chain);
   const rules = rs.chains.get(chain) ?? [];
   if (chain.startsWith('endpoint-')) return rules.flatMap(dnatTargets);
   let candidates = rules;
   if (chain.startsWith('external-')) {
-    const unconditional = rules.filter((r) => !matchesSource(r) && verdictTargets(r).some((t) => NFT_SERVICE_CHAIN.test(t)));
-    if (unconditional.length > 0) candidates = unconditional;
+    // As for iptables: no unconditional goto (eTP Local, no local endpoint) means an empty external path.
+    const toService = rules.filter((r) => verdictTargets(r).some((t) => NFT_SERVICE_CHAIN.test(t)));
+    const shortCircuit = toService.filter(matchesSource);
+    candidates = path === 'internal' && shortCircuit.length > 0 ? shortCircuit : toService.filter((r) => !matchesSource(r));
   }
   return candidates.flatMap((r) => verdictTargets(r)).filter((t) => NFT_SERVICE_CHAIN.test(t))
-    .flatMap((t) => nftBackends(rs, t, seen));
+    .flatMap((t) => nftBackends(rs, t, seen, path));
 }
 
 /** Map element -> [key parts, value]; nft -j writes elements as [key, value] or {elem: {val: [key, value]}}. */
@@ -394,7 +408,7 @@ export function parseNftJson(text: string, opts: ParseOptions = {}): OracleFront
     const [addr, proto, port] = entry?.key ?? [];
     const target = verdictTargets(entry?.value)[0];
     if (typeof addr !== 'string' || typeof proto !== 'string' || typeof port !== 'number' || !target) continue;
-    out.push({ kind: classify(addr, target), address: addr, port, protocol: proto, service: serviceFromChain(target), backends: nftBackends(rs, target) });
+    out.push({ kind: classify(addr, target), address: addr, port, protocol: proto, service: serviceFromChain(target), backends: nftBackends(rs, target, new Set(), opts.path) });
   }
 
   const nodeIps = setAddresses(rs.sets.get('nodeport-ips') ?? []);
@@ -405,7 +419,7 @@ export function parseNftJson(text: string, opts: ParseOptions = {}): OracleFront
     const target = verdictTargets(entry?.value)[0];
     if (typeof proto !== 'string' || typeof port !== 'number' || !target) continue;
     for (const address of nodePortAddrs) {
-      out.push({ kind: 'nodePort', address, port, protocol: proto, service: serviceFromChain(target), backends: nftBackends(rs, target) });
+      out.push({ kind: 'nodePort', address, port, protocol: proto, service: serviceFromChain(target), backends: nftBackends(rs, target, new Set(), opts.path) });
     }
   }
 
