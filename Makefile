@@ -51,6 +51,13 @@ $(BUILD)/%: native/%.c native/sluice_abi.h
 
 native: $(NATIVE_BINS)
 
+# The CNI plugin embeds build/pod_lb.bpf.o (.incbin), so the one binary
+# copied to /opt/cni/bin can attach the pod-veth programs even before the
+# agent has pinned them; it is linked statically (libbpf, libelf, zlib)
+# because it runs on the host, which need not have libbpf installed.
+$(BUILD)/sluice-cni: native/sluice-cni.c native/sluice_abi.h $(BUILD)/pod_lb.bpf.o
+	$(CC) -O2 -Wall -Werror -Inative -DSLUICE_POD_LB_OBJECT='"$(CURDIR)/$(BUILD)/pod_lb.bpf.o"' -static -o $@ $< -lbpf -lelf -lz
+
 test: build
 	@./scripts/test-tiers.sh $(TIERS)
 
@@ -69,8 +76,11 @@ clean:
 # bench: the C parts of `make bench` (bench/main.ts drives them): the load
 # generator, the backend server, and the loader that puts build/sock_lb.bpf.o
 # into a bench cgroup with maps sized for the scale measured.
-BENCH_BINS := $(BUILD)/connbench $(BUILD)/benchserver $(BUILD)/sluiceload
+BENCH_BINS := $(BUILD)/connbench $(BUILD)/benchserver $(BUILD)/sluiceload $(BUILD)/npbench
 $(BUILD)/connbench: bench/connbench.c
+	@mkdir -p $(BUILD)
+	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
+$(BUILD)/npbench: bench/npbench.c
 	@mkdir -p $(BUILD)
 	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
 $(BUILD)/benchserver: bench/benchserver.c

@@ -17,6 +17,9 @@ import { writeReport, BenchReport, ScaleResult, SeriesResult } from './report';
 import { SluiceSockMode, SluiceTcMode } from './sluice';
 import { processCpuMs, RoundResult, summarize } from './stats';
 import { makeServicePorts, Proto, targetLines } from './services';
+import { measureControlPlane } from './controlplane';
+import { measureNodePort } from './nodeport';
+import { measureRuleUpdates } from './ruleupdates';
 
 interface Plan {
   quick: boolean;
@@ -32,14 +35,22 @@ interface Plan {
   loadBudgetMs: number;
   /** Time kept free for the rounds of each scale not yet measured. */
   reservePerScaleMs: number;
+  /** The control-plane half and NodePort throughput (their own budgets, after the data-path half). */
+  cp: { services: number; changes: number; settleMs: number; budgetMs: number };
+  rules: { changes: number; fullChanges: number; writeTimeoutMs: number; budgetMs: number };
+  nodePort: { services: number; rounds: number; roundMs: number; budgetMs: number };
 }
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
 function plan(quick: boolean): Plan {
   return quick
-    ? { quick, scales: [1, 1000], rounds: 7, perRound: 3000, warmup: 100, roundMaxMs: 4000, taxScale: 1000, cpuScale: 1000, totalBudgetMs: 110_000, loadBudgetMs: 30_000, reservePerScaleMs: 25_000 }
-    : { quick, scales: [1, 1000, 10000, 100000], rounds: 9, perRound: 5000, warmup: 200, roundMaxMs: 6000, taxScale: 10000, cpuScale: 10000, totalBudgetMs: 840_000, loadBudgetMs: 150_000, reservePerScaleMs: 60_000 };
+    ? { quick, scales: [1, 1000], rounds: 7, perRound: 3000, warmup: 100, roundMaxMs: 4000, taxScale: 1000, cpuScale: 1000, totalBudgetMs: 110_000, loadBudgetMs: 30_000, reservePerScaleMs: 25_000,
+      cp: { services: 1000, changes: 30, settleMs: 1000, budgetMs: 20_000 }, rules: { changes: 5, fullChanges: 0, writeTimeoutMs: 10_000, budgetMs: 20_000 },
+      nodePort: { services: 1000, rounds: 2, roundMs: 1500, budgetMs: 40_000 } }
+    : { quick, scales: [1, 1000, 10000, 100000], rounds: 9, perRound: 5000, warmup: 200, roundMaxMs: 6000, taxScale: 10000, cpuScale: 10000, totalBudgetMs: 840_000, loadBudgetMs: 150_000, reservePerScaleMs: 60_000,
+      cp: { services: 10000, changes: 100, settleMs: 3000, budgetMs: 60_000 }, rules: { changes: 8, fullChanges: 0, writeTimeoutMs: 30_000, budgetMs: 120_000 },
+      nodePort: { services: 10000, rounds: 5, roundMs: 2000, budgetMs: 180_000 } };
 }
 
 const PROTOS: Proto[] = ['tcp', 'udp'];
@@ -114,7 +125,7 @@ async function main(): Promise<void> {
       legacy: await h.addClient('ipt-legacy'), nft: await h.addClient('ipt-nft'), nftables: await h.addClient('nft'),
     }) as [Mode, Mode, Mode];
     const sock = new SluiceSockMode(await h.addClient('sl-sock'), (t) => h.makeCgroup(t), (t) => h.makeBpffsDir(t), ROOT);
-    const tc = new SluiceTcMode(await h.addClient('sl-tc'), ROOT);
+    const tc = new SluiceTcMode(await h.addClient('sl-tc'), h.backendNs, (t) => h.makeCgroup(t), (t) => h.makeBpffsDir(t), ROOT);
     const modes: Mode[] = [direct, sock, tc, legacy, nftBackend, nftables];
     for (const m of modes) if (m.unavailable) report.notes.push(`${m.label}: not available: ${m.unavailable}`);
     if (!sock.unavailable) {
@@ -196,6 +207,16 @@ async function main(): Promise<void> {
           sr.series.push(res);
         }
       }
+      // One endpoint change with kube-proxy's writers, while the baselines are loaded.
+      if (scale === p.taxScale) {
+        const ns = (m: Mode) => (loaded.includes(m) ? m.client.netns : undefined);
+        const budgetMs = Math.min(p.rules.budgetMs, Math.max(10_000, deadline - Date.now() - p.reservePerScaleMs * (p.scales.length - 1 - p.scales.indexOf(scale))));
+        report.ruleUpdates = await measureRuleUpdates({
+          ports, netns: { legacy: ns(legacy), nft: ns(nftBackend), nftables: ns(nftables) },
+          changes: p.rules.changes, fullChanges: p.rules.fullChanges, writeTimeoutMs: p.rules.writeTimeoutMs, budgetMs, log,
+          initialLoadMs: Object.fromEntries(['iptables-legacy', 'iptables-nft', 'nftables'].filter((id) => sr.loads[id]?.loaded).map((id) => [id, sr.loads[id]!.ms])),
+        });
+      }
       // Unload the baselines now: their rules would only slow the next load.
       for (const m of loaded) {
         if (m === direct) continue;
@@ -208,6 +229,12 @@ async function main(): Promise<void> {
         if (Date.now() - t0 > 2000) log(`scale ${scale}: ${m.label}: flushed in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
       }
     }
+    // The control-plane half, then NodePort throughput: after the data-path
+    // half, each in its own budget (docs/bench.md).
+    const makeCgroup = (t: string) => h.makeCgroup(t);
+    const makeBpffs = (t: string) => h.makeBpffsDir(t);
+    report.controlPlane = await measureControlPlane({ root: ROOT, ...p.cp, makeCgroup, makeBpffs, log });
+    report.nodePort = await measureNodePort({ root: ROOT, ...p.nodePort, suffix: h.suffix, makeCgroup, makeBpffs, log });
   } finally {
     const problems = await h.destroy();
     fs.rmSync(tmp, { recursive: true, force: true });

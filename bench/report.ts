@@ -5,6 +5,10 @@ import * as path from 'node:path';
 import type { MachineInfo } from './machine';
 import type { LoadOutcome } from './modes';
 import { median, RoundResult, Summary } from './stats';
+import { controlPlaneMarkdown, controlPlaneTargets } from './report-controlplane';
+import type { ControlPlaneResult } from './controlplane';
+import type { NodePortResult } from './nodeport';
+import type { RuleUpdateResult } from './ruleupdates';
 
 export interface SeriesResult {
   mode: string;
@@ -38,6 +42,10 @@ export interface BenchReport {
   notes: string[];
   startedAt: string;
   durationS: number;
+  /** The control-plane half and NodePort throughput (bench/controlplane.ts, ruleupdates.ts, nodeport.ts). */
+  controlPlane?: ControlPlaneResult;
+  ruleUpdates?: RuleUpdateResult;
+  nodePort?: NodePortResult;
 }
 
 const SLUICE_MODES = ['sluice-sock', 'sluice-tc'];
@@ -160,6 +168,7 @@ export function evaluateTargets(rep: BenchReport): TargetResult[] {
           .map(([k, v]) => `${k.slice('map_bytes_'.length)} ${(Number(v) / 1048576).toFixed(1)}`).join(', ') + ' MiB)'
       : 'socket LB not loaded at this scale',
   });
+  out.push(...controlPlaneTargets(rep));
   return out;
 }
 
@@ -208,12 +217,12 @@ export function markdown(rep: BenchReport): string {
     }
     lines.push('');
   }
+  lines.push(...controlPlaneMarkdown(rep));
   lines.push('## Targets');
   lines.push('');
   lines.push('| target | verdict | measured |');
   lines.push('|---|---|---|');
   for (const t of rep.targets) lines.push(`| ${t.target} | **${t.verdict}** | ${t.detail} |`);
-  lines.push('| NodePort throughput, programming latency, agent RSS (issue 6 items 3, 4, 5b) | n/a | not part of this half of the bench yet (bench/main.ts: add a section per item) |');
   lines.push('');
   if (rep.notes.length) {
     lines.push('## Notes');

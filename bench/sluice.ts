@@ -10,8 +10,7 @@
 //
 // Extension points: when the agent's programmatic API should program the
 // maps instead (to time programming, issue item 4), replace SluiceSockMode.fill;
-// the per-packet path (TC on the pod veth) is wired as SluiceTcMode and
-// reports itself unavailable until build/tc_lb.bpf.o and its attach exist.
+// the per-packet path (TC on the pod veth, build/pod_lb.bpf.o) is SluiceTcMode.
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -123,24 +122,90 @@ export class SluiceSockMode implements Mode {
   }
 }
 
-/** Sluice per-packet path (TC on the pod veth): wired, waiting for tc_lb. */
+/**
+ * Sluice per-packet path: build/pod_lb.bpf.o on the client's veth, as the
+ * CNI plugin attaches it to a pod whose socket LB is bypassed. The client
+ * process joins no cgroup (Mode.cgroup stays undefined), so every Service
+ * packet is translated at TC ingress of client.hostVeth (in the backend
+ * namespace) and every reply restored at its egress, with conntrack.
+ *
+ * The maps come from sluiceload attach, sized for the scale like
+ * SluiceSockMode's (it also attaches sock_lb to a fresh, empty cgroup that no
+ * process ever joins: harmless, and it keeps one loader for both modes);
+ * pod_lb is then loaded against those pinned maps and attached with pinned
+ * tcx links (src/datapath/pod/attachMain.ts, inside the backend namespace).
+ * A larger scale gets a new bpffs directory: the old links are unpinned
+ * first so exactly one pod_lb runs on the veth.
+ */
 export class SluiceTcMode implements Mode {
   readonly id = 'sluice-tc';
   readonly label = 'Sluice per-packet (pod veth TC)';
   readonly usesVips = true;
   unavailable?: string;
-  constructor(readonly client: ClientNs, root: string) {
-    // build/tc_lb.bpf.o exists, but it translates only external frontends
-    // (NodePort, ExternalIP, LoadBalancer: lb4_svc_is_external in
-    // bpf/lib/tc_lb.h); ClusterIP traffic from a pod on its veth is the
-    // DESIGN.md item 3 program, not written yet. When it is: attach it at
-    // ingress of this.client.hostVeth (the pod veth, host side) in the
-    // backend namespace, fill the maps as SluiceSockMode does, and drop this.
-    void root;
-    this.unavailable = 'no per-packet ClusterIP program on pod veths yet (tc_lb.bpf.o handles NodePort/ExternalIP/LoadBalancer frontends only)';
+  private bpffs?: string;
+  private capacity = 0;
+
+  constructor(
+    readonly client: ClientNs,
+    private readonly backendNs: string,
+    private readonly makeCgroup: (tag: string) => string,
+    private readonly makeBpffs: (tag: string) => string,
+    private readonly root: string,
+  ) {
+    for (const f of [this.object, this.loader, this.attachMain]) {
+      if (!fs.existsSync(f)) this.unavailable = `${f} not built (make build; make bench)`;
+    }
   }
-  async load(): Promise<LoadOutcome> {
-    return { loaded: false, ms: 0, reason: this.unavailable };
+
+  private get object(): string {
+    return path.join(this.root, 'build', 'pod_lb.bpf.o');
   }
+  private get loader(): string {
+    return path.join(this.root, 'build', 'sluiceload');
+  }
+  private get attachMain(): string {
+    return path.join(this.root, 'dist', 'src', 'datapath', 'pod', 'attachMain.js');
+  }
+
+  private async ensureCapacity(servicePorts: number): Promise<void> {
+    const needed = servicePorts * (1 + 10);
+    if (this.bpffs && needed <= this.capacity) return;
+    const entries = Math.max(DEFAULT_SERVICE_ENTRIES, Math.ceil(needed * 1.05));
+    const tag = `podtc${entries > DEFAULT_SERVICE_ENTRIES ? entries : ''}`;
+    const cgroup = this.makeCgroup(tag);
+    const bpffs = this.makeBpffs(tag);
+    await run([
+      this.loader, 'attach', '--obj', path.join(this.root, 'build', 'sock_lb.bpf.o'), '--bpffs', bpffs, '--cgroup', cgroup,
+      '--service-entries', String(entries), '--backends', '131072', '--revnat', String(Math.max(65536, servicePorts)),
+    ], { timeoutMs: 30000 });
+    if (this.bpffs) {
+      for (const dir of ['ingress', 'egress']) fs.rmSync(path.join(this.bpffs, 'links', `pod-bench-eth0-${dir}`), { force: true });
+    }
+    await run([
+      'nsenter', `--net=/run/netns/${this.backendNs}`, process.execPath, this.attachMain,
+      '--object', this.object, '--bpffs', bpffs, '--device', this.client.hostVeth, '--container', 'bench', '--ifname', 'eth0',
+    ], { timeoutMs: 30000 });
+    this.bpffs = bpffs;
+    this.capacity = entries;
+  }
+
+  async load(ports: ServicePort[], budgetMs: number): Promise<LoadOutcome> {
+    await this.ensureCapacity(ports.length);
+    if (!this.bpffs) throw new Error(`${this.id}: no bpffs directory after attach`);
+    const file = path.join(os.tmpdir(), `sluice-bench-podtc-${process.pid}.txt`);
+    fs.writeFileSync(file, ports.map((p) => `${p.vip} ${p.port} ${p.proto}`).join('\n') + '\n');
+    const t0 = Date.now();
+    try {
+      const be = backends().map((b) => `${b.address}:${b.port}`).join(',');
+      const r = await run([this.loader, 'fill', '--bpffs', this.bpffs, '--services', file, '--backends', be], { timeoutMs: budgetMs, allowFailure: true });
+      if (r.timedOut) return { loaded: false, ms: Date.now() - t0, reason: `not loadable within the budget (${Math.round(budgetMs / 1000)} s)` };
+      if (r.code !== 0) return { loaded: false, ms: Date.now() - t0, reason: `sluiceload fill failed: ${r.stderr.trim()}` };
+    } finally {
+      fs.rmSync(file, { force: true });
+    }
+    return { loaded: true, ms: Date.now() - t0 };
+  }
+
+  /** As SluiceSockMode: the next scale overwrites; everything goes with the bpffs directory and the namespaces. */
   async unload(): Promise<void> {}
 }

@@ -3,6 +3,8 @@
  * sock_lb: Service load balancing at the socket layer (cgroup v2 hooks).
  * Entry points only; the logic is in lib/sock.h and lib/lb.h.
  */
+/* The TC conntrack map is not used here: do not create it (36 MiB). */
+#define SLUICE_NO_CONNTRACK
 #include "lib/sock.h"
 
 SEC("cgroup/connect4")

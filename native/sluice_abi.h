@@ -33,15 +33,17 @@
 #define SLUICE_MAP_BACKENDS4 sluice_be4       /* __u32 backend id -> lb4_backend */
 #define SLUICE_MAP_REVNAT4   sluice_revnat4   /* __u32 rev-NAT id -> lb4_reverse_nat */
 #define SLUICE_MAP_SOCKREV4  sluice_sk_rev4   /* lb4_sock_rev_key -> lb4_sock_rev (LRU) */
+#define SLUICE_MAP_SOCKSLOT4 sluice_sk_slot4  /* cookie & (SLUICE_SOCK_SLOTS - 1) -> lb4_sock_slot (array) */
 #define SLUICE_MAP_AFFINITY4 sluice_affin4    /* lb4_affinity_key -> lb_affinity (LRU) */
 #define SLUICE_MAP_COUNTERS  sluice_counters  /* enum lb_counter -> __u64, per CPU */
 
 /* ---- Default capacities (the agent may raise them before load) -------------- */
 
-#define SLUICE_MAX_SERVICE_ENTRIES  262144 /* master entries + backend slots */
-#define SLUICE_MAX_BACKENDS         131072
+#define SLUICE_MAX_SERVICE_ENTRIES  524288 /* master entries + backend slots (no prealloc: memory follows use) */
+#define SLUICE_MAX_BACKENDS         262144
 #define SLUICE_MAX_REVNAT           65536
-#define SLUICE_MAX_SOCKREV          262144
+#define SLUICE_MAX_SOCKREV          65536  /* UDP sockets' (backend, frontend) pairs (and TCP from an older object) */
+#define SLUICE_SOCK_SLOTS           262144 /* power of two; fixed at compile time (the programs mask with it) */
 #define SLUICE_MAX_AFFINITY         131072
 #define SLUICE_MAX_SLOTS_PER_SERVICE 65535 /* backend_slot is a __u16; slot 0 is the master */
 
@@ -175,12 +177,30 @@ struct lb_affinity {
 	__u32 pad;
 };
 
+/*
+ * A TCP socket's (backend, frontend) pair, in a direct-mapped table indexed by
+ * the socket cookie's low bits. Socket cookies are handed out sequentially
+ * (per-CPU batches), so consecutive connects write neighbouring slots: the
+ * write costs no cache miss, unlike an LRU hash insert (~0.5 us at every
+ * scale, measured). A slot is reused by the socket SLUICE_SOCK_SLOTS cookies
+ * later; only getpeername() reads it, so a very old connection then shows its
+ * backend (never a wrong frontend). UDP sockets use SLUICE_MAP_SOCKREV4,
+ * which recvmsg() keeps fresh for as long as replies arrive.
+ */
+struct lb4_sock_slot {
+	struct lb4_sock_rev_key key; /* key.cookie 0: free (cookies start at 1) */
+	struct lb4_sock_rev     rev; /* what recvmsg/getpeername show instead */
+	__u32                   pad;
+};
+
 _Static_assert(sizeof(struct lb4_service_key) == 12, "lb4_service_key layout");
 _Static_assert(sizeof(struct lb4_service) == 20, "lb4_service layout");
 _Static_assert(sizeof(struct lb4_backend) == 12, "lb4_backend layout");
 _Static_assert(sizeof(struct lb4_reverse_nat) == 8, "lb4_reverse_nat layout");
 _Static_assert(sizeof(struct lb4_sock_rev_key) == 16, "lb4_sock_rev_key layout");
 _Static_assert(sizeof(struct lb4_sock_rev) == 12, "lb4_sock_rev layout");
+_Static_assert(sizeof(struct lb4_sock_slot) == 32, "lb4_sock_slot layout");
+_Static_assert((SLUICE_SOCK_SLOTS & (SLUICE_SOCK_SLOTS - 1)) == 0, "SLUICE_SOCK_SLOTS is a power of two");
 _Static_assert(sizeof(struct lb4_affinity_key) == 16, "lb4_affinity_key layout");
 _Static_assert(sizeof(struct lb_affinity) == 16, "lb_affinity layout");
 
@@ -292,5 +312,23 @@ _Static_assert(sizeof(struct lb4_ct_entry) == 64, "lb4_ct_entry layout");
 _Static_assert(sizeof(struct lb4_src_range_key) == 12, "lb4_src_range_key layout");
 _Static_assert(sizeof(struct lb4_tc_config) == 24, "lb4_tc_config layout");
 /* ==== end of TC / north-south ================================================== */
+
+/* ==== Pod veth / per-packet ClusterIP (issue 5 part 3; bpf/pod_lb.bpf.c) ====== */
+/*
+ * Pods whose socket LB is bypassed get their Service traffic translated per
+ * packet at TC on the host side of their veth (attached by the Sluice CNI
+ * plugin, native/sluice-cni.c). The flows share SLUICE_MAP_CT4 and the TC
+ * counters with the north-south path; their entries carry LB_CT_FLAG_POD and
+ * the pod-veth programs act only on such entries. A pod that reaches
+ * itself through a Service (hairpin) is SNATed to the frontend address with a
+ * port from the SNAT range (LB_CT_FLAG_SNAT | LB_CT_FLAG_POD).
+ */
+#define LB_CT_FLAG_POD (1 << 2) /* flow translated at a pod veth, not on an external device */
+
+/* Entry points of build/pod_lb.bpf.o, pinned by the agent or the CNI plugin as
+ * <bpffs>/progs/<name> and attached with tcx links <bpffs>/links/pod-<container id>-<ifname>-<ingress|egress>. */
+#define SLUICE_PROG_POD_INGRESS sluice_pod_ingress /* host veth ingress: packets from the pod */
+#define SLUICE_PROG_POD_EGRESS  sluice_pod_egress  /* host veth egress: packets to the pod */
+/* ==== end of pod veth ============================================================ */
 
 #endif /* SLUICE_ABI_H */

@@ -36,14 +36,24 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } SLUICE_MAP_REVNAT4 SEC(".maps");
 
-/* Written from the data path on every translated socket: LRU, so a busy node
- * recycles the oldest entries instead of failing connects. */
+/* Written from the data path on every translated socket: its first
+ * (backend, frontend) pair goes to a slot of SLUICE_MAP_SOCKSLOT4 (an array
+ * indexed by the socket cookie, see lb4_sock_slot); further backends of the
+ * same socket (unconnected UDP, a backend per datagram) go to this LRU, so a
+ * busy node recycles the oldest entries instead of failing sends. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct lb4_sock_rev_key);
 	__type(value, struct lb4_sock_rev);
 	__uint(max_entries, SLUICE_MAX_SOCKREV);
 } SLUICE_MAP_SOCKREV4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lb4_sock_slot);
+	__uint(max_entries, SLUICE_SOCK_SLOTS);
+} SLUICE_MAP_SOCKSLOT4 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -70,13 +80,17 @@ static __always_inline void lb_count(__u32 counter)
 /* ==== TC / north-south (issue 4) =============================================== */
 
 /* Written per new external flow by the data path: LRU, so a flood of flows
- * recycles the oldest entries instead of failing new ones. */
+ * recycles the oldest entries instead of failing new ones. Preallocated
+ * (36 MiB at the default size), so an object that never uses it (sock_lb,
+ * SLUICE_NO_CONNTRACK) does not create it; the TC objects share it by pin. */
+#ifndef SLUICE_NO_CONNTRACK
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct lb4_ct_key);
 	__type(value, struct lb4_ct_entry);
 	__uint(max_entries, SLUICE_MAX_CT4);
 } SLUICE_MAP_CT4 SEC(".maps");
+#endif
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);

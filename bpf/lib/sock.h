@@ -5,7 +5,9 @@
  * connect()/sendmsg() to a frontend are rewritten to a backend once, before
  * the kernel routes anything: no per-packet NAT and no conntrack entry for
  * traffic that starts on this node. recvmsg()/getpeername() show the frontend
- * again, from the per-socket reverse map written at translation time.
+ * again, from the per-socket reverse entry written at translation time: the
+ * socket's slot in SLUICE_MAP_SOCKSLOT4 for its first backend, the
+ * SLUICE_MAP_SOCKREV4 LRU for any further one (see lb4_sock_slot).
  */
 #ifndef SLUICE_BPF_SOCK_H
 #define SLUICE_BPF_SOCK_H
@@ -27,6 +29,23 @@ static __always_inline bool sock_proto_supported(__u32 proto)
 	return proto == LB_PROTO_TCP || proto == LB_PROTO_UDP;
 }
 
+/* The slot of a socket in the direct-mapped reverse table (see lb4_sock_slot).
+ * NULL only if the loader shrank the map below SLUICE_SOCK_SLOTS. */
+static __always_inline struct lb4_sock_slot *sock_slot(__u64 cookie)
+{
+	__u32 index = (__u32)cookie & (SLUICE_SOCK_SLOTS - 1);
+
+	return bpf_map_lookup_elem(&SLUICE_MAP_SOCKSLOT4, &index);
+}
+
+/* The slot holds this socket's entry for this backend. */
+static __always_inline bool sock_slot_holds(const struct lb4_sock_slot *slot,
+					    const struct lb4_sock_rev_key *key)
+{
+	return slot->key.cookie == key->cookie && slot->key.address == key->address &&
+	       slot->key.port == key->port && slot->key.proto == key->proto;
+}
+
 static __always_inline void
 sock4_remember_reverse(struct bpf_sock_addr *ctx, const struct lb4_backend *backend,
 		       const struct lb4_service_key *frontend, __u32 rev_nat_id)
@@ -42,7 +61,27 @@ sock4_remember_reverse(struct bpf_sock_addr *ctx, const struct lb4_backend *back
 		.port = frontend->port,
 		.rev_nat_id = rev_nat_id,
 	};
+	struct lb4_sock_slot *slot;
 
+	/*
+	 * TCP: the socket's slot, a store to a line that is almost always in
+	 * cache (cookies are sequential). A slot is taken over by the socket
+	 * SLUICE_SOCK_SLOTS cookies later; only getpeername() reads it, so a
+	 * very old connection then shows its backend, never a wrong frontend.
+	 *
+	 * UDP: the LRU. recvmsg() reads it on every reply, which keeps a
+	 * long-lived socket's entry fresh; a slot could be taken over while the
+	 * socket still receives, and its replies would then show the backend
+	 * (resolvers drop such replies as spoofed).
+	 */
+	if (frontend->proto == LB_PROTO_TCP) {
+		slot = sock_slot(key.cookie);
+		if (slot) {
+			slot->key = key;
+			slot->rev = value;
+			return;
+		}
+	}
 	if (bpf_map_update_elem(&SLUICE_MAP_SOCKREV4, &key, &value, BPF_ANY) < 0)
 		lb_count(LB_CNT_SOCK_REV_FAILED);
 }
@@ -105,17 +144,24 @@ static __always_inline void lb4_sock_xlate_rev(struct bpf_sock_addr *ctx)
 		.port = sock4_dst_port(ctx),
 		.proto = (__u8)ctx->protocol,
 	};
+	struct lb4_sock_slot *slot = key.proto == LB_PROTO_TCP ? sock_slot(key.cookie) : NULL;
 	struct lb4_reverse_nat *rev_nat;
 	struct lb4_sock_rev *rev;
+	bool in_slot = slot && sock_slot_holds(slot, &key);
 
-	rev = bpf_map_lookup_elem(&SLUICE_MAP_SOCKREV4, &key);
+	/* Not in a slot: UDP, or a TCP socket translated by the object this one
+	 * replaced (an upgrade keeps the pinned LRU). */
+	rev = in_slot ? &slot->rev : bpf_map_lookup_elem(&SLUICE_MAP_SOCKREV4, &key);
 	if (!rev)
 		return;
 	/* The frontend may have been deleted or re-used since: only rewrite when
 	 * its rev-NAT entry still names the same address and port. */
 	rev_nat = bpf_map_lookup_elem(&SLUICE_MAP_REVNAT4, &rev->rev_nat_id);
 	if (!rev_nat || rev_nat->address != rev->address || rev_nat->port != rev->port) {
-		bpf_map_delete_elem(&SLUICE_MAP_SOCKREV4, &key);
+		if (in_slot)
+			slot->key.cookie = 0;
+		else
+			bpf_map_delete_elem(&SLUICE_MAP_SOCKREV4, &key);
 		return;
 	}
 	ctx->user_ip4 = rev->address;

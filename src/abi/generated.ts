@@ -26,6 +26,7 @@ export const LB_CNT_TC_TRANSLATED = 8;
 export const LB_CT_DIR_ORIGINAL = 0;
 export const LB_CT_DIR_REPLY = 1;
 export const LB_CT_FLAG_CLOSING = 2;
+export const LB_CT_FLAG_POD = 4;
 export const LB_CT_FLAG_SNAT = 1;
 export const LB_PROTO_TCP = 6;
 export const LB_PROTO_UDP = 17;
@@ -53,16 +54,20 @@ export const SLUICE_MAP_CT4 = "sluice_ct4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_SERVICES4 = "sluice_svc4";
 export const SLUICE_MAP_SOCKREV4 = "sluice_sk_rev4";
+export const SLUICE_MAP_SOCKSLOT4 = "sluice_sk_slot4";
 export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
 export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
 export const SLUICE_MAX_AFFINITY = 131072;
-export const SLUICE_MAX_BACKENDS = 131072;
+export const SLUICE_MAX_BACKENDS = 262144;
 export const SLUICE_MAX_CT4 = 262144;
 export const SLUICE_MAX_REVNAT = 65536;
-export const SLUICE_MAX_SERVICE_ENTRIES = 262144;
+export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
-export const SLUICE_MAX_SOCKREV = 262144;
+export const SLUICE_MAX_SOCKREV = 65536;
 export const SLUICE_MAX_SRCRANGE4 = 16384;
+export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
+export const SLUICE_PROG_POD_INGRESS = "sluice_pod_ingress";
+export const SLUICE_SOCK_SLOTS = 262144;
 
 // ---- structs (BTF) ----
 /** struct lb4_affinity_key (16 bytes) */
@@ -353,6 +358,27 @@ export function decodeLb4SockRevKey(buf: Buffer, off = 0): Lb4SockRevKey {
 }
 export const lb4_sock_rev_keyCodec: Codec<Lb4SockRevKey> = { size: 16, encode: encodeLb4SockRevKey, decode: decodeLb4SockRevKey };
 
+/** struct lb4_sock_slot (32 bytes) */
+export interface Lb4SockSlot {
+  key: Lb4SockRevKey;
+  rev: Lb4SockRev;
+}
+export const LB4_SOCK_SLOT_SIZE = 32;
+export const lb4_sock_slotLayout: StructLayout = {"name":"lb4_sock_slot","size":32,"fields":[{"name":"key","kind":"struct","offset":0,"size":16,"struct":"lb4_sock_rev_key"},{"name":"rev","kind":"struct","offset":16,"size":12,"struct":"lb4_sock_rev"},{"name":"pad","kind":"int","offset":28,"size":4,"bigEndian":false}]};
+export function encodeLb4SockSlot(v: Lb4SockSlot, buf: Buffer = Buffer.alloc(32), off = 0): Buffer {
+  buf.fill(0, off, off + 32);
+  encodeLb4SockRevKey(v.key, buf, off + 0);
+  encodeLb4SockRev(v.rev, buf, off + 16);
+  return buf;
+}
+export function decodeLb4SockSlot(buf: Buffer, off = 0): Lb4SockSlot {
+  return {
+    key: decodeLb4SockRevKey(buf, off + 0),
+    rev: decodeLb4SockRev(buf, off + 16),
+  };
+}
+export const lb4_sock_slotCodec: Codec<Lb4SockSlot> = { size: 32, encode: encodeLb4SockSlot, decode: decodeLb4SockSlot };
+
 /** struct lb4_src_range_key (12 bytes) */
 export interface Lb4SrcRangeKey {
   prefixlen: number;
@@ -434,12 +460,13 @@ export const lb_affinityCodec: Codec<LbAffinity> = { size: 16, encode: encodeLbA
 // ---- maps (BTF .maps section) ----
 export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_affin4: {"name":"sluice_affin4","type":9,"keyType":"lb4_affinity_key","keySize":16,"valueType":"lb_affinity","valueSize":16,"maxEntries":131072},
-  sluice_be4: {"name":"sluice_be4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":131072,"flags":1},
+  sluice_be4: {"name":"sluice_be4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":262144,"flags":1},
   sluice_counters: {"name":"sluice_counters","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":16},
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
-  sluice_sk_rev4: {"name":"sluice_sk_rev4","type":9,"keyType":"lb4_sock_rev_key","keySize":16,"valueType":"lb4_sock_rev","valueSize":12,"maxEntries":262144},
+  sluice_sk_rev4: {"name":"sluice_sk_rev4","type":9,"keyType":"lb4_sock_rev_key","keySize":16,"valueType":"lb4_sock_rev","valueSize":12,"maxEntries":65536},
+  sluice_sk_slot4: {"name":"sluice_sk_slot4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_sock_slot","valueSize":32,"maxEntries":262144},
   sluice_srcrng4: {"name":"sluice_srcrng4","type":11,"keyType":"lb4_src_range_key","keySize":12,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
-  sluice_svc4: {"name":"sluice_svc4","type":1,"keyType":"lb4_service_key","keySize":12,"valueType":"lb4_service","valueSize":20,"maxEntries":262144,"flags":1},
+  sluice_svc4: {"name":"sluice_svc4","type":1,"keyType":"lb4_service_key","keySize":12,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},
 };

@@ -6,7 +6,8 @@ import type * as http from 'node:http';
 import pino, { type Logger } from 'pino';
 import type { AgentConfig } from './config';
 import { parseHostPort } from './config';
-import { installSockLb } from '../datapath/sockLb';
+import { installSockLb, bpfObjectPath } from '../datapath/sockLb';
+import { pinPodPrograms } from '../datapath/pod/attach';
 import { openSockLbMaps, readCounter, type SockLbMaps } from '../datapath/maps';
 import * as abi from '../abi/generated';
 import { AgentMetrics, startMetricsServer } from './metrics';
@@ -33,6 +34,7 @@ export function makeLogger(level: string): Logger {
 export async function startAgent(config: AgentConfig, log: Logger = makeLogger(config.logLevel)): Promise<AgentHandle> {
   const install = installSockLb({ bpffs: config.bpffs, cgroupPath: config.cgroupPath, maxEntries: config.maxEntries });
   log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, ...install }, 'socket load balancer attached');
+  preparePodPrograms(config.bpffs, log);
   const maps = openSockLbMaps(config.bpffs);
   const metrics = new AgentMetrics();
   const health = new ProxyHealth(2 * config.syncPeriodSeconds * 1000);
@@ -89,6 +91,20 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
       log.info('agent stopped; the data path keeps serving from the pinned maps');
     },
   };
+}
+
+/**
+ * Pin the pod-veth programs so the CNI plugin can attach them to pods that
+ * bypass the socket LB, and swap them into existing pod links on upgrade.
+ * Not fatal: the socket LB serves every pod that does not need them.
+ */
+function preparePodPrograms(bpffs: string, log: Logger): void {
+  try {
+    const pinned = pinPodPrograms(bpfObjectPath('pod_lb.bpf.o'), bpffs);
+    log.info({ ...pinned }, 'pod-veth programs pinned for the CNI plugin');
+  } catch (err) {
+    log.warn({ error: (err as Error).message }, 'pod-veth programs not available: pods chained with the Sluice CNI plugin in per-packet mode get no Service translation');
+  }
 }
 
 function exportCounters(maps: SockLbMaps, metrics: AgentMetrics, last: Map<number, bigint>): Map<number, bigint> {

@@ -4,12 +4,13 @@
 // Nothing here deletes state because the API is away: only a successful list
 // or a DELETED event removes an object.
 import {
-  CoreV1Api, DiscoveryV1Api, KubeConfig, ListWatch, Watch, makeInformer,
+  KubeConfig, ListWatch, Watch, makeInformer,
   type KubernetesObject, type V1EndpointSlice, type V1Node, type V1Service, type Informer, type ObjectCache,
 } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { PROXY_LABEL_SELECTOR, LABEL_SERVICE_NAME } from '../translate';
 import type { ClusterState } from './store';
+import { rawLister } from './rawList';
 import type { AgentMetrics } from './metrics';
 
 /** kube-proxy watches only slices that name their Service. */
@@ -32,23 +33,21 @@ export class ClusterWatch {
     private readonly metrics: AgentMetrics,
     private readonly log: Logger,
   ) {
-    const core = kc.makeApiClient(CoreV1Api);
-    const discovery = kc.makeApiClient(DiscoveryV1Api);
     const services = makeInformer<V1Service>(kc, '/api/v1/services',
-      this.listed('services', () => core.listServiceForAllNamespaces({ labelSelector: PROXY_LABEL_SELECTOR })), PROXY_LABEL_SELECTOR);
+      this.listed('services', rawLister<V1Service>(kc, '/api/v1/services', { labelSelector: PROXY_LABEL_SELECTOR })), PROXY_LABEL_SELECTOR);
     services.on('add', (s) => state.upsertService(s));
     services.on('update', (s) => state.upsertService(s));
     services.on('delete', (s) => state.deleteService(s));
 
     const slices = makeInformer<V1EndpointSlice>(kc, '/apis/discovery.k8s.io/v1/endpointslices',
-      this.listed('endpointslices', () => discovery.listEndpointSliceForAllNamespaces({ labelSelector: SLICE_LABEL_SELECTOR })), SLICE_LABEL_SELECTOR);
+      this.listed('endpointslices', rawLister<V1EndpointSlice>(kc, '/apis/discovery.k8s.io/v1/endpointslices', { labelSelector: SLICE_LABEL_SELECTOR })), SLICE_LABEL_SELECTOR);
     slices.on('add', (s) => state.upsertSlice(s));
     slices.on('update', (s) => state.upsertSlice(s));
     slices.on('delete', (s) => state.deleteSlice(s));
 
     const fieldSelector = `metadata.name=${nodeName}`;
     const node = new ListWatch<V1Node>('/api/v1/nodes', new Watch(kc),
-      this.listed('node', () => core.listNode({ fieldSelector })), false, undefined, fieldSelector);
+      this.listed('node', rawLister<V1Node>(kc, '/api/v1/nodes', { fieldSelector })), false, undefined, fieldSelector);
     node.on('add', (n) => state.setNode(n));
     node.on('update', (n) => state.setNode(n));
     node.on('delete', () => state.setNode(undefined));

@@ -85,8 +85,9 @@ describe('NodePort to a local backend: DNAT only, client address kept', () => {
     assert.equal(row.packetsReply, 1);
     assert.ok(row.expiresInSeconds > 21000 && row.expiresInSeconds <= 21600, `TCP established timeout, got ${row.expiresInSeconds}`);
     const table = formatConntrack(rows).split('\n');
-    assert.match(table[0]!, /^PROTO\s+CLIENT\s+FRONTEND\s+BACKEND\s+SNAT/);
-    assert.match(table[1]!, new RegExp(`^tcp\\s+${CLIENT}:40001\\s+${NODE}:${NODE_PORT}\\s+${LOCAL_BE.address}:8080\\s+-\\s+active`));
+    assert.equal(row.path, 'external');
+    assert.match(table[0]!, /^PROTO\s+PATH\s+CLIENT\s+FRONTEND\s+BACKEND\s+SNAT/);
+    assert.match(table[1]!, new RegExp(`^tcp\\s+external\\s+${CLIENT}:40001\\s+${NODE}:${NODE_PORT}\\s+${LOCAL_BE.address}:8080\\s+-\\s+active`));
   });
 
   test('a reply on ingress of a DNAT-only flow is not touched (it belongs on egress)', () => {

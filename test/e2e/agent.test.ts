@@ -69,7 +69,10 @@ async function waitProgrammed(frontend: string, backends: string[] | undefined, 
     const f = programmed().find((s) => s.frontend === frontend);
     if (backends === undefined) return f === undefined;
     return f !== undefined && f.backends.map((b) => `${b.address}:${b.port}`).sort().join(',') === want;
-  }, timeoutMs);
+  }, timeoutMs).catch((err: Error) => {
+    const complaints = agent.lines.filter((l) => l.level >= 40).slice(-5).map((l) => JSON.stringify(l));
+    throw new Error(`${err.message}; agent warnings/errors: ${complaints.join(' | ')}`);
+  });
 }
 
 async function connect(vip: string, port: number, count: number) {

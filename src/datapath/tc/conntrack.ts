@@ -22,6 +22,8 @@ export interface ConntrackRow {
   backendId: number;
   revNatId: number;
   closing: boolean;
+  /** Where the flow was translated: a pod veth (per-packet ClusterIP) or an external device. */
+  path: 'pod' | 'external';
   /** Seconds until the flow's entries expire (negative: expired, awaiting GC). */
   expiresInSeconds: number;
   packetsOriginal: number;
@@ -38,7 +40,7 @@ export const monotonicNs = (): bigint => process.hrtime.bigint();
 const ep = (address: number, port: number) => `${numberToIp4(address)}:${port}`;
 
 function flowId(v: abi.Lb4CtEntry): string {
-  return `${v.proto}|${v.client_address}:${v.client_port}|${v.frontend_address}:${v.frontend_port}`;
+  return `${v.proto}|${v.flags & abi.LB_CT_FLAG_POD}|${v.client_address}:${v.client_port}|${v.frontend_address}:${v.frontend_port}`;
 }
 
 /** The flows in the conntrack map, oldest deadline first. */
@@ -56,6 +58,7 @@ export function listConntrack(map: ConntrackMap, now: bigint = monotonicNs()): C
         backendId: v.backend_id,
         revNatId: v.rev_nat_id,
         closing: false,
+        path: v.flags & abi.LB_CT_FLAG_POD ? 'pod' : 'external',
         expiresInSeconds: Number(v.expires_ns - now) / 1e9,
         packetsOriginal: 0,
         bytesOriginal: 0,
@@ -84,9 +87,10 @@ export function listConntrack(map: ConntrackMap, now: bigint = monotonicNs()): C
 
 /** Text table for `sluice ct list`. */
 export function formatConntrack(rows: ConntrackRow[]): string {
-  const header = ['PROTO', 'CLIENT', 'FRONTEND', 'BACKEND', 'SNAT', 'STATE', 'EXPIRES', 'PKTS(O/R)', 'BYTES(O/R)'];
+  const header = ['PROTO', 'PATH', 'CLIENT', 'FRONTEND', 'BACKEND', 'SNAT', 'STATE', 'EXPIRES', 'PKTS(O/R)', 'BYTES(O/R)'];
   const lines = rows.map((r) => [
     r.proto,
+    r.path,
     r.client,
     r.frontend,
     r.backend,

@@ -1,0 +1,324 @@
+// NodePort throughput (issue 6 item 3): a client outside the node reaches S
+// Services through their NodePorts on the node's address; the node forwards
+// to the ten backends (another namespace: "pods on other nodes", so both
+// modes DNAT and SNAT). Two modes, each with its own client and node
+// namespace, measured in interleaved rounds:
+//
+// * Sluice TC: the real agent (`bin/sluice agent --devices`) runs inside the
+//   node namespace, watches the built-in API (reached through the cluster
+//   tier's unix-socket forwarder, so the node namespace has no route
+//   anywhere) holding S NodePort Services x 10 endpoints, and attaches
+//   tc_lb.bpf.o to both node veths.
+// * kube-proxy iptables (legacy): kube-proxy's NodePort layout loaded with
+//   iptables-legacy-restore: KUBE-SERVICES (every ClusterIP rule, then the
+//   `addrtype LOCAL -j KUBE-NODEPORTS` tail) -> KUBE-NODEPORTS (one rule per
+//   node port) -> KUBE-EXT-* (mark for masquerade) -> KUBE-SVC-* ->
+//   KUBE-SEP-* DNAT, MASQUERADE in KUBE-POSTROUTING.
+//
+// Series per round and mode: TCP request/response on a new connection each
+// (requests/s, one at a time), and UDP packets/s (8 flows, 16 datagrams in
+// flight each, echoed: every reply crossed the node twice).
+//
+//   client C_m 198.18.(64+2m).1/24 ── node N_m .2/24 | 198.18.(65+2m).1/30 ── backend ns .2/30
+//                                                                              lo: 198.18.1.1-10
+// Safety: every namespace is ours (random suffix), no default routes, no
+// link to the machine's devices; TC only on veths inside N_m; all removed at the end.
+import { spawn, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { startApiServer, type ApiServerHandle } from '../src/k8s/apiserver';
+import { type SockLbMaps } from '../src/datapath/maps';
+import * as abi from '../src/abi/generated';
+import { readCounter } from '../src/datapath/maps';
+
+const { LB_PROTO_TCP, LB_PROTO_UDP } = abi;
+import { AgentProcess } from './agentproc';
+import { masterKey, openWhenPinned, tick, waitMastersProgrammed } from './controlplane';
+import { inNetns, run } from './exec';
+import { BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, nodePortOf, preload } from './k8sobjects';
+import { iptablesRestoreInput, portProtoHash, svcChain } from './kube-iptables';
+import { BACKEND_COUNT, BACKEND_PORT, backendAddress, makeServicePorts, ServicePort } from './services';
+import { median } from './stats';
+
+export interface NodePortOptions {
+  root: string;
+  services: number;
+  rounds: number;
+  roundMs: number;
+  budgetMs: number;
+  suffix: string;
+  makeCgroup: (tag: string) => string;
+  makeBpffs: (tag: string) => string;
+  log: (msg: string) => void;
+}
+
+export interface NodePortRound {
+  rr: { ok: number; failed: number; per_s: number; p50_us: number; p99_us: number };
+  pps: { sent: number; received: number; per_s: number };
+}
+
+export interface NodePortModeResult {
+  id: 'sluice-tc' | 'iptables-legacy';
+  label: string;
+  loadMs?: number;
+  reason?: string;
+  rounds: NodePortRound[];
+  rrPerS: number;
+  rrP50Us: number;
+  rrP99Us: number;
+  ppsPerS: number;
+  failed: number;
+}
+
+export interface NodePortResult {
+  services: number;
+  nodePorts: number;
+  modes: NodePortModeResult[];
+  /** Median over rounds of (Sluice / iptables) in the same round. */
+  rrRatio?: number;
+  ppsRatio?: number;
+  /** Sluice's data-path counters (LB_CNT_*) after the rounds, non-zero ones. */
+  sluiceCounters?: Record<string, number>;
+  error?: string;
+  notes: string[];
+}
+
+const NODE_NAME = 'bench-np-node';
+/** Endpoints live "elsewhere": both modes DNAT + SNAT, as kube-proxy does for every NodePort (eTP Cluster). */
+const ENDPOINT_NODE = 'bench-np-other';
+const FORWARDER = (root: string) => path.join(root, 'dist', 'test', 'cluster', 'forwarder.js');
+const T = { timeoutMs: 15000 };
+
+/** kube-proxy's NodePort rules on top of its ClusterIP tables (pkg/proxy/iptables, "Capture nodeports"). */
+export function nodePortRestoreInput(ports: ServicePort[], nodePort: (sp: ServicePort) => number): string {
+  const full = iptablesRestoreInput(ports);
+  const lines = full.split('\n');
+  const nat = lines.indexOf('*nat');
+  const decl = lines.indexOf(':KUBE-SERVICES - [0:0]', nat);
+  const commit = lines.lastIndexOf('COMMIT');
+  const chains: string[] = [];
+  const rules: string[] = [];
+  for (const sp of ports) {
+    const ext = 'KUBE-EXT-' + portProtoHash(sp.name, sp.proto);
+    chains.push(`:${ext} - [0:0]`);
+    rules.push(`-A KUBE-NODEPORTS -m comment --comment ${sp.name} -m ${sp.proto} -p ${sp.proto} --dport ${nodePort(sp)} -j ${ext}`);
+    rules.push(`-A ${ext} -m comment --comment "masquerade traffic for ${sp.name} external destinations" -j KUBE-MARK-MASQ`);
+    rules.push(`-A ${ext} -j ${svcChain(sp)}`);
+  }
+  return [...lines.slice(0, decl + 1), ...chains, ...lines.slice(decl + 1, commit), ...rules, ...lines.slice(commit)].join('\n');
+}
+
+interface Side {
+  id: NodePortModeResult['id'];
+  client: string;
+  node: string;
+  clientAddr: string;
+  nodeAddr: string;
+}
+
+class Topology {
+  readonly backend: string;
+  readonly sides: Side[];
+  private readonly made: string[] = [];
+  private readonly children: ChildProcess[] = [];
+
+  constructor(suffix: string) {
+    this.backend = `sbnp-be-${suffix}`;
+    this.sides = (['sluice-tc', 'iptables-legacy'] as const).map((id, m) => ({
+      id, client: `sbnp-c${m}-${suffix}`, node: `sbnp-n${m}-${suffix}`,
+      clientAddr: `198.18.${64 + 2 * m}.1`, nodeAddr: `198.18.${64 + 2 * m}.2`,
+    }));
+  }
+
+  private async netns(name: string): Promise<void> {
+    await run(['ip', 'netns', 'add', name], T);
+    this.made.push(name);
+    await run(['ip', '-n', name, 'link', 'set', 'lo', 'up'], T);
+  }
+
+  private async sysctl(ns: string, kv: Record<string, string>): Promise<void> {
+    for (const [k, v] of Object.entries(kv)) await run(['ip', 'netns', 'exec', ns, 'sysctl', '-qw', `${k}=${v}`], T);
+  }
+
+  async create(): Promise<void> {
+    await this.netns(this.backend);
+    for (let i = 0; i < BACKEND_COUNT; i++) await run(['ip', '-n', this.backend, 'addr', 'add', `${backendAddress(i)}/32`, 'dev', 'lo'], T);
+    await this.sysctl(this.backend, { 'net.core.somaxconn': '8192', 'net.ipv4.tcp_max_syn_backlog': '16384' });
+    for (const [m, s] of this.sides.entries()) {
+      const link = `198.18.${65 + 2 * m}`;
+      await this.netns(s.client);
+      await this.netns(s.node);
+      await run(['ip', '-n', s.node, 'link', 'add', 'npc', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', s.client], T);
+      await run(['ip', '-n', s.node, 'link', 'add', 'npb', 'type', 'veth', 'peer', 'name', `be${m}`, 'netns', this.backend], T);
+      await run(['ip', '-n', s.client, 'addr', 'add', `${s.clientAddr}/24`, 'dev', 'eth0'], T);
+      await run(['ip', '-n', s.node, 'addr', 'add', `${s.nodeAddr}/24`, 'dev', 'npc'], T);
+      await run(['ip', '-n', s.node, 'addr', 'add', `${link}.1/30`, 'dev', 'npb'], T);
+      await run(['ip', '-n', this.backend, 'addr', 'add', `${link}.2/30`, 'dev', `be${m}`], T);
+      for (const [ns, dev] of [[s.client, 'eth0'], [s.node, 'npc'], [s.node, 'npb'], [this.backend, `be${m}`]] as const) {
+        await run(['ip', '-n', ns, 'link', 'set', dev, 'up'], T);
+      }
+      // No default routes: the node reaches the backends, the backends reach the node's /24.
+      await run(['ip', '-n', s.node, 'route', 'add', '198.18.1.0/24', 'via', `${link}.2`], T);
+      await run(['ip', '-n', this.backend, 'route', 'add', `198.18.${64 + 2 * m}.0/24`, 'via', `${link}.1`], T);
+      await this.sysctl(s.node, { 'net.ipv4.ip_forward': '1', 'net.ipv4.conf.all.rp_filter': '0', 'net.ipv4.conf.default.rp_filter': '0' });
+      await this.sysctl(s.client, { 'net.ipv4.tcp_tw_reuse': '1', 'net.ipv4.ip_local_port_range': '10000 65000' });
+    }
+  }
+
+  async startServer(root: string): Promise<void> {
+    const binds = Array.from({ length: BACKEND_COUNT }, (_, i) => backendAddress(i)).join(',');
+    const child = spawn('nsenter', [`--net=/run/netns/${this.backend}`, path.join(root, 'build', 'npbench'), 'server', '--port', String(BACKEND_PORT), '--udp-bind', binds, '--max-s', '1500'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.children.push(child);
+    await new Promise<void>((resolve, reject) => {
+      let err = '';
+      const timer = setTimeout(() => reject(new Error(`npbench server: not ready in 5 s: ${err}`)), 5000);
+      child.stderr!.on('data', (d) => (err += d));
+      child.stdout!.once('data', () => { clearTimeout(timer); resolve(); });
+      child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`npbench server exited ${code}: ${err}`)); });
+    });
+  }
+
+  spawn(argv: string[]): ChildProcess {
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore' });
+    this.children.push(child);
+    return child;
+  }
+
+  async destroy(): Promise<void> {
+    for (const c of this.children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    for (const ns of this.made.reverse()) await run(['ip', 'netns', 'del', ns], { timeoutMs: 60000, allowFailure: true });
+  }
+}
+
+/** Builds build/npbench when missing or older than its source (the Makefile's bench target may not list it). */
+async function ensureNpbench(root: string): Promise<string> {
+  const bin = path.join(root, 'build', 'npbench');
+  const src = path.join(root, 'bench', 'npbench.c');
+  if (!fs.existsSync(bin) || fs.statSync(bin).mtimeMs < fs.statSync(src).mtimeMs) {
+    await run([process.env.CC ?? 'cc', '-O2', '-Wall', '-Wextra', '-Werror', '-o', bin, src], { timeoutMs: 60000 });
+  }
+  return bin;
+}
+
+export async function measureNodePort(o: NodePortOptions): Promise<NodePortResult> {
+  const deadline = Date.now() + o.budgetMs;
+  const res: NodePortResult = { services: o.services, nodePorts: 2 * o.services, modes: [], notes: [] };
+  const topo = new Topology(o.suffix);
+  let api: ApiServerHandle | undefined;
+  let agent: AgentProcess | undefined;
+  let maps: SockLbMaps | undefined;
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-bench-np-'));
+  try {
+    const npbench = await ensureNpbench(o.root);
+    await topo.create();
+    await topo.startServer(o.root);
+    const [sl, ipt] = topo.sides as [Side, Side];
+    const ports = makeServicePorts(o.services, ['tcp', 'udp']);
+    const nodePort = (sp: ServicePort) => nodePortOf(Number(sp.service.slice(4)), sp.proto === 'tcp' ? 'TCP' : 'UDP', o.services);
+    const modes: Record<string, NodePortModeResult> = {};
+    for (const [id, label] of [['sluice-tc', 'Sluice TC (agent, tc_lb on the node veths)'], ['iptables-legacy', 'kube-proxy iptables (legacy), NodePort layout']] as const) {
+      modes[id] = { id, label, rounds: [], rrPerS: NaN, rrP50Us: NaN, rrP99Us: NaN, ppsPerS: NaN, failed: 0 };
+      res.modes.push(modes[id]!);
+    }
+
+    // kube-proxy iptables, bounded by a share of the budget.
+    {
+      const t0 = Date.now();
+      const budget = Math.max(5000, (deadline - Date.now()) * 0.5);
+      o.log(`nodeport: loading kube-proxy's NodePort layout for ${o.services} Services (${ports.length} node ports) with iptables-legacy-restore, budget ${Math.round(budget / 1000)} s`);
+      const r = await inNetns(ipt.node, ['iptables-legacy-restore', '-w', '5'], { timeoutMs: budget, input: nodePortRestoreInput(ports, nodePort), allowFailure: true });
+      if (r.code === 0) modes['iptables-legacy']!.loadMs = Date.now() - t0;
+      else modes['iptables-legacy']!.reason = r.timedOut ? `not loadable within ${Math.round(budget / 1000)} s` : `iptables-legacy-restore failed: ${r.stderr.trim().slice(0, 200)}`;
+      o.log(`nodeport: iptables: ${modes['iptables-legacy']!.reason ?? `loaded in ${(modes['iptables-legacy']!.loadMs! / 1000).toFixed(1)} s`}`);
+    }
+
+    // Sluice: API + forwarder into the node namespace + the agent with --devices.
+    {
+      const t0 = Date.now();
+      api = await startApiServer({ serviceCIDR: BENCH_SERVICE_CIDR, nodePortRange: BENCH_NODEPORT_RANGE, bookmarkIntervalMs: 0 });
+      preload(api.store, o.services, { protos: ['TCP', 'UDP'], type: 'NodePort', endpointNode: ENDPOINT_NODE }, { name: NODE_NAME, address: sl.nodeAddr });
+      const kubeconfig = path.join(tmp, 'kubeconfig');
+      await api.writeKubeconfig(kubeconfig);
+      const sock = path.join(tmp, 'api.sock');
+      topo.spawn([process.execPath, FORWARDER(o.root), 'unix-to-tcp', sock, `127.0.0.1:${api.port}`]);
+      for (let i = 0; i < 500 && !fs.existsSync(sock); i++) await tick(10);
+      topo.spawn(['nsenter', `--net=/run/netns/${sl.node}`, process.execPath, FORWARDER(o.root), 'tcp-to-unix', '127.0.0.1:6443', sock]);
+      await tick(200);
+      const bpffs = o.makeBpffs('np');
+      // A NodePort Service has ClusterIP and NodePort frontends: 4 per Service
+      // here, x 11 entries = 440 000 at 10 000 Services, more than the default
+      // SLUICE_MAX_SERVICE_ENTRIES (262 144). The map is BPF_F_NO_PREALLOC.
+      const config = path.join(tmp, 'agent.yaml');
+      fs.writeFileSync(config, `maxEntries:\n  ${abi.SLUICE_MAP_SERVICES4}: ${Math.max(262144, 2 ** Math.ceil(Math.log2(ports.length * 2 * (BACKEND_COUNT + 1) * 1.1)))}\n`);
+      agent = new AgentProcess(o.root, ['--config', config,
+        '--kubeconfig', kubeconfig, '--k8s-api-server', '127.0.0.1:6443', '--node-name', NODE_NAME,
+        '--cgroup-path', o.makeCgroup('np'), '--bpffs', bpffs, '--devices', 'npc,npb',
+        '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--healthcheck-addresses', sl.nodeAddr,
+      ], ['nsenter', `--net=/run/netns/${sl.node}`]);
+      maps = await openWhenPinned(bpffs, agent, deadline);
+      const keys = ports.map((sp) => masterKey(sl.nodeAddr, nodePort(sp), sp.proto === 'tcp' ? LB_PROTO_TCP : LB_PROTO_UDP));
+      await waitMastersProgrammed(maps, keys, BACKEND_COUNT, agent, Math.min(deadline, Date.now() + 120_000));
+      modes['sluice-tc']!.loadMs = Date.now() - t0;
+      o.log(`nodeport: Sluice: ${ports.length} node ports programmed by the agent in ${(modes['sluice-tc']!.loadMs! / 1000).toFixed(1)} s (API preload included)`);
+    }
+
+    // Interleaved rounds.
+    const sides = topo.sides.filter((s) => modes[s.id]!.loadMs !== undefined);
+    const targets: Record<string, { tcp: string; udp: string }> = {};
+    for (const s of sides) {
+      const file = (proto: string) => {
+        const f = path.join(tmp, `np-${s.id}-${proto}.txt`);
+        fs.writeFileSync(f, ports.filter((sp) => sp.proto === proto).map((sp) => `${s.nodeAddr} ${nodePort(sp)}`).join('\n') + '\n');
+        return f;
+      };
+      targets[s.id] = { tcp: file('tcp'), udp: file('udp') };
+    }
+    for (let r = 0; r < o.rounds; r++) {
+      if (Date.now() + sides.length * 2 * (o.roundMs + 2000) > deadline) {
+        res.notes.push(`NodePort: stopped after ${r} of ${o.rounds} rounds: the budget ran out`);
+        break;
+      }
+      const order = r % 2 === 0 ? sides : [...sides].reverse();
+      for (const s of order) {
+        const ns = ['nsenter', `--net=/run/netns/${s.client}`, npbench];
+        const rr = await run([...ns, 'rr', '--targets', targets[s.id]!.tcp, '--max-ms', String(o.roundMs), '--timeout-ms', '1000', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 });
+        const pps = await run([...ns, 'pps', '--targets', targets[s.id]!.udp, '--max-ms', String(o.roundMs), '--flows', '8', '--window', '16', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 });
+        modes[s.id]!.rounds.push({ rr: JSON.parse(rr.stdout) as NodePortRound['rr'], pps: JSON.parse(pps.stdout) as NodePortRound['pps'] });
+      }
+    }
+    if (maps) {
+      res.sluiceCounters = {};
+      for (const [name, index] of Object.entries(abi)) {
+        if (!name.startsWith('LB_CNT_') || name === 'LB_CNT_MAX' || typeof index !== 'number') continue;
+        const v = Number(readCounter(maps.counters, index));
+        if (v > 0) res.sluiceCounters[name.slice(7).toLowerCase()] = v;
+      }
+    }
+    for (const m of res.modes) {
+      m.rrPerS = median(m.rounds.map((x) => x.rr.per_s));
+      m.rrP50Us = median(m.rounds.map((x) => x.rr.p50_us));
+      m.rrP99Us = median(m.rounds.map((x) => x.rr.p99_us));
+      m.ppsPerS = median(m.rounds.map((x) => x.pps.per_s));
+      m.failed = m.rounds.reduce((n, x) => n + x.rr.failed, 0);
+    }
+    const a = modes['sluice-tc']!.rounds;
+    const b = modes['iptables-legacy']!.rounds;
+    if (a.length && a.length === b.length) {
+      res.rrRatio = median(a.map((x, i) => x.rr.per_s / b[i]!.rr.per_s));
+      res.ppsRatio = median(a.map((x, i) => x.pps.per_s / b[i]!.pps.per_s));
+    }
+    o.log(`nodeport at ${o.services} Services: ` + res.modes.map((m) => `${m.id} ${m.rrPerS.toFixed(0)} req/s (p50 ${m.rrP50Us.toFixed(0)} µs), ${m.ppsPerS.toFixed(0)} replies/s`).join('; ') +
+      (res.rrRatio !== undefined ? `; Sluice/iptables ${res.rrRatio.toFixed(2)}x req/s, ${res.ppsRatio!.toFixed(2)}x pps` : ''));
+  } catch (e) {
+    res.error = (e as Error).message;
+    o.log(`nodeport: ${res.error}`);
+  } finally {
+    maps?.close();
+    await agent?.stop();
+    await topo.destroy();
+    await api?.close();
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+  return res;
+}

@@ -1,0 +1,73 @@
+// One part of `make bench` on its own, for working on it without the whole
+// run (the full bench calls the same functions from main.ts):
+//
+//   node dist/bench/part.js controlplane [--services N] [--changes N]
+//   node dist/bench/part.js nodeport [--services N] [--rounds N]
+//   node dist/bench/part.js ruleupdates [--services N] [--changes N]
+//
+// Prints the part's result as JSON. Needs root; cleans up like main.ts.
+import * as path from 'node:path';
+import { killRunning } from './exec';
+import { Harness } from './harness';
+import { measureControlPlane } from './controlplane';
+import { measureNodePort } from './nodeport';
+import { measureRuleUpdates } from './ruleupdates';
+import { makeBaselineModes } from './modes';
+import { makeServicePorts } from './services';
+
+const ROOT = path.resolve(__dirname, '..', '..');
+
+function flag(name: string, fallback: number): number {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : fallback;
+}
+
+const log = (msg: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
+
+async function main(): Promise<void> {
+  const part = process.argv[2];
+  const h = new Harness(ROOT);
+  const onSignal = () => {
+    killRunning();
+    void h.destroy().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    let result: unknown;
+    if (part === 'controlplane') {
+      result = await measureControlPlane({
+        root: ROOT, services: flag('services', 1000), changes: flag('changes', 100), settleMs: flag('settle-ms', 2000), budgetMs: flag('budget-s', 120) * 1000,
+        makeCgroup: (t) => h.makeCgroup(t), makeBpffs: (t) => h.makeBpffsDir(t), log,
+      });
+    } else if (part === 'nodeport') {
+      result = await measureNodePort({
+        root: ROOT, services: flag('services', 1000), rounds: flag('rounds', 3), roundMs: flag('round-ms', 2000), budgetMs: flag('budget-s', 120) * 1000,
+        suffix: h.suffix, makeCgroup: (t) => h.makeCgroup(t), makeBpffs: (t) => h.makeBpffsDir(t), log,
+      });
+    } else if (part === 'ruleupdates') {
+      await h.setup();
+      const modes = makeBaselineModes({ legacy: await h.addClient('ipt-legacy'), nft: await h.addClient('ipt-nft'), nftables: await h.addClient('nft') });
+      const ports = makeServicePorts(flag('services', 1000), ['tcp', 'udp']);
+      for (const m of modes) {
+        const out = await m.load(ports, 300_000);
+        log(`${m.label}: loaded in ${out.ms} ms`);
+      }
+      result = await measureRuleUpdates({
+        ports, netns: { legacy: modes[0]!.client.netns, nft: modes[1]!.client.netns, nftables: modes[2]!.client.netns },
+        changes: flag('changes', 20), fullChanges: flag('full-changes', 2), writeTimeoutMs: 30_000, budgetMs: flag('budget-s', 120) * 1000, log,
+      });
+    } else {
+      throw new Error('usage: part.js controlplane|nodeport [--services N] ...');
+    }
+    process.stdout.write(JSON.stringify(result, null, 1) + '\n');
+  } finally {
+    const problems = await h.destroy();
+    if (problems.length) log(`cleanup problems: ${problems.join('; ')}`);
+  }
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`bench part: ${(e as Error).stack ?? String(e)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,133 @@
+// The report's sections for the control-plane half (cold start, one endpoint
+// change against kube-proxy's rule writers, agent RSS, BPF map memory) and
+// NodePort throughput, and their PASS/FAIL targets (issue 6 items 3, 4, 5b).
+import type { ControlPlaneResult } from './controlplane';
+import type { NodePortResult } from './nodeport';
+import type { RuleUpdateResult } from './ruleupdates';
+
+export interface ControlPlaneReport {
+  quick: boolean;
+  controlPlane?: ControlPlaneResult;
+  ruleUpdates?: RuleUpdateResult;
+  nodePort?: NodePortResult;
+}
+
+interface Target {
+  target: string;
+  verdict: 'PASS' | 'FAIL' | 'n/a';
+  detail: string;
+}
+
+const MiB = (b: number) => (b / 1048576).toFixed(1);
+const ms = (x: number) => (Number.isFinite(x) ? x.toFixed(x < 10 ? 2 : 0) : '–');
+const scaleNote = (rep: ControlPlaneReport, n: number) => (n < 10000 ? ` (measured at ${n} Services${rep.quick ? ', QUICK' : ''}; the target is for 10 000)` : '');
+
+export function controlPlaneTargets(rep: ControlPlaneReport): Target[] {
+  const out: Target[] = [];
+  const cp = rep.controlPlane;
+  const why = cp?.error ?? 'not measured';
+  const n = cp?.services ?? 10000;
+  const c = cp?.coldStart;
+  out.push({
+    target: `Sluice cold start to fully programmed <= 2 s at 10 000 Services x 10 endpoints${scaleNote(rep, n)}`,
+    verdict: c ? (c.startToProgrammedMs <= 2000 ? 'PASS' : 'FAIL') : 'n/a',
+    detail: c ? `${ms(c.startToProgrammedMs)} ms from the agent's start (informers synced -> programmed ${ms(c.syncedToProgrammedMs)} ms)` : why,
+  });
+  const ch = cp?.change;
+  out.push({
+    target: `Sluice one endpoint change at 10 000 Services programmed in p99 <= 5 ms (API write -> map)${scaleNote(rep, n)}`,
+    verdict: ch && ch.n > 0 ? (ch.p99 <= 5 && ch.timeouts === 0 ? 'PASS' : 'FAIL') : 'n/a',
+    detail: ch && ch.n > 0 ? `p50 ${ms(ch.p50)} ms, p99 ${ms(ch.p99)} ms, max ${ms(ch.max)} ms over ${ch.n} changes${ch.timeouts ? `, ${ch.timeouts} not seen within 2 s` : ''}` : why,
+  });
+  const m = cp?.memory;
+  out.push({
+    target: `Sluice agent RSS <= 200 MiB at 10 000 Services x 10 endpoints${scaleNote(rep, n)}`,
+    verdict: m ? (m.vmRss <= 200 * 1048576 ? 'PASS' : 'FAIL') : 'n/a',
+    detail: m ? `VmRSS ${MiB(m.vmRss)} MiB after settling (peak ${MiB(m.vmHwm)}); V8 heap used ${MiB(m.heap['nodejs_heap_size_used_bytes'] ?? NaN)} MiB, external ${MiB(m.heap['nodejs_external_memory_bytes'] ?? NaN)} MiB` : why,
+  });
+  const mp = cp?.maps;
+  out.push({
+    target: `Sluice BPF map memory (maps the agent pinned) <= 100 MiB at 10 000 Services x 10 endpoints${scaleNote(rep, n)}`,
+    verdict: mp ? (mp.totalBytes <= 100 * 1048576 ? 'PASS' : 'FAIL') : 'n/a',
+    detail: mp ? `${MiB(mp.totalBytes)} MiB: ` + Object.entries(mp.perMap).sort((a, b) => b[1] - a[1]).filter(([, v]) => v > 0).map(([k, v]) => `${k} ${MiB(v)}`).join(', ') : why,
+  });
+  const np = rep.nodePort;
+  out.push({
+    target: `NodePort requests/s >= 1.5x iptables DNAT at 10 000 Services${scaleNote(rep, np?.services ?? 10000)}`,
+    verdict: np?.rrRatio !== undefined ? (np.rrRatio >= 1.5 ? 'PASS' : 'FAIL') : 'n/a',
+    detail: np?.rrRatio !== undefined
+      ? `Sluice TC ${np.rrRatio.toFixed(2)}x requests/s of kube-proxy iptables (legacy) (median of per-round ratios); packets/s ${np.ppsRatio!.toFixed(2)}x` +
+        (np.modes.some((x) => x.failed > 0) ? `; failed requests (each costs a 1 s timeout): ${np.modes.map((x) => `${x.id} ${x.failed}`).join(', ')}` : '')
+      : (np?.error ?? np?.modes.map((x) => x.reason).filter(Boolean).join('; ') ?? 'not measured'),
+  });
+  return out;
+}
+
+export function controlPlaneMarkdown(rep: ControlPlaneReport): string[] {
+  const lines: string[] = [];
+  const cp = rep.controlPlane;
+  if (cp) {
+    lines.push(`## Programming: Sluice agent at ${cp.services} Services x ${cp.endpointsPerService} endpoints (${cp.servicePorts} service ports)`);
+    lines.push('');
+    if (cp.error) lines.push(`Error: ${cp.error}`, '');
+    const c = cp.coldStart;
+    if (c) {
+      lines.push(`Cold start (built-in API preloaded, \`bin/sluice agent\` started as a child process; programmed = every master entry in the pinned map with its 10 backends): **${ms(c.startToProgrammedMs)} ms**; from the "informers synced" log line: ${ms(c.syncedToProgrammedMs)} ms.`);
+      lines.push('');
+      lines.push('| phase (agent log) | ms after start |');
+      lines.push('|---|---:|');
+      for (const [k, v] of Object.entries(c.phases)) lines.push(`| ${k} | ${v} |`);
+      for (const s of c.syncs) lines.push(`| sync pass (${String(s['kind'])}, ${String(s['services'])} Services, ${String(s['written'])} frontends written) took ${ms(Number(s['durationMs']))} ms | ${String(s['atMs'])} |`);
+      lines.push('');
+    }
+    if (cp.memory) {
+      const h = cp.memory.heap;
+      lines.push(`Agent memory after settling: VmRSS **${MiB(cp.memory.vmRss)} MiB** (peak ${MiB(cp.memory.vmHwm)}, anonymous ${MiB(cp.memory.rssAnon)}, file-backed ${MiB(cp.memory.rssFile)}); ` +
+        `V8 heap used ${MiB(h['nodejs_heap_size_used_bytes'] ?? NaN)} of ${MiB(h['nodejs_heap_size_total_bytes'] ?? NaN)} MiB (old space ${MiB(h['nodejs_heap_space_size_used_bytes.old'] ?? NaN)}, large objects ${MiB(h['nodejs_heap_space_size_used_bytes.large_object'] ?? NaN)}), external ${MiB(h['nodejs_external_memory_bytes'] ?? NaN)} MiB` +
+        (cp.memoryAfterChanges ? `; VmRSS after the changes ${MiB(cp.memoryAfterChanges.vmRss)} MiB.` : '.'));
+      lines.push('');
+    }
+    if (cp.maps) {
+      lines.push(`BPF map memory (bytes_memlock of every map the agent pinned): **${MiB(cp.maps.totalBytes)} MiB** — ` +
+        Object.entries(cp.maps.perMap).sort((a, b) => b[1] - a[1]).map(([k, v]) => `${k} ${MiB(v)}`).join(', ') + ' MiB.');
+      lines.push('');
+    }
+  }
+  const ru = rep.ruleUpdates;
+  const ch = cp?.change;
+  if (ch || ru) {
+    lines.push(`## One endpoint change (a Service's EndpointSlice 10 -> 9 endpoints, both its ports)`);
+    lines.push('');
+    lines.push('| writer | Services | changes | p50 ms | p99 ms | max ms | note |');
+    lines.push('|---|---:|---:|---:|---:|---:|---|');
+    if (ch && cp) {
+      lines.push(`| Sluice agent: API write -> both master entries show 9 backends (polled every 0.1 ms) | ${cp.services} | ${ch.n} | ${ms(ch.p50)} | ${ms(ch.p99)} | ${ms(ch.max)} | agent's own sync pass p50 ${ms(ch.agentSyncMs.p50)} / p99 ${ms(ch.agentSyncMs.p99)} ms; the API write itself p50 ${ms(ch.apiWriteMs.p50)} ms${ch.timeouts ? `; ${ch.timeouts} not seen in 2 s` : ''} |`);
+    }
+    for (const s of ru?.series ?? []) {
+      lines.push(`| ${s.label} | ${ru!.services} | ${s.stats.n} | ${ms(s.stats.p50)} | ${s.stats.n >= 20 ? ms(s.stats.p99) : '–'} | ${ms(s.stats.max)} | ${s.note ?? ''} |`);
+    }
+    lines.push('');
+    if (ru?.nftListMs !== undefined) lines.push(`kube-proxy's nftables sync also lists the chains and sets every time (\`nft --json list chains ip\` + \`list sets ip\`): ${ru.nftListMs} ms at ${ru.services} Services, not included above.`, '');
+    lines.push('Baseline writers are timed from process start to exit inside the namespaces where the data-path half loaded them (the same S Services); p99 is shown only from 20 samples up.');
+    lines.push('');
+  }
+  const np = rep.nodePort;
+  if (np) {
+    lines.push(`## NodePort throughput at ${np.services} Services (${np.nodePorts} node ports), client -> node -> backends on another "node" (DNAT + SNAT in both modes)`);
+    lines.push('');
+    if (np.error) lines.push(`Error: ${np.error}`, '');
+    lines.push('| mode | setup s | rounds | requests/s | request p50 µs | request p99 µs | failed | UDP replies/s (packets/s through the node: x2) |');
+    lines.push('|---|---:|---:|---:|---:|---:|---:|---:|');
+    for (const m of np.modes) {
+      if (m.rounds.length === 0) {
+        lines.push(`| ${m.label} | | | | | | | ${m.reason ?? 'not measured'} |`);
+        continue;
+      }
+      lines.push(`| ${m.label} | ${m.loadMs !== undefined ? (m.loadMs / 1000).toFixed(1) : ''} | ${m.rounds.length} | ${m.rrPerS.toFixed(0)} | ${m.rrP50Us.toFixed(0)} | ${m.rrP99Us.toFixed(0)} | ${m.failed} | ${m.ppsPerS.toFixed(0)} |`);
+    }
+    lines.push('');
+    if (np.rrRatio !== undefined) lines.push(`Sluice / iptables, median of per-round ratios: requests/s **${np.rrRatio.toFixed(2)}x**, packets/s **${np.ppsRatio!.toFixed(2)}x**.`, '');
+    if (np.sluiceCounters) lines.push(`Sluice data-path counters after the rounds: ${Object.entries(np.sluiceCounters).map(([k, v]) => `${k} ${v}`).join(', ')}.`, '');
+  }
+  return lines;
+}

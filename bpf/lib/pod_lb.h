@@ -1,0 +1,306 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * pod_lb.h: per-packet Service translation at TC on the host side of a pod's
+ * veth, for pods whose socket LB is bypassed (service meshes that redirect
+ * sockets themselves, or socketLB: hostNamespaceOnly). Attached by the Sluice
+ * CNI plugin (native/sluice-cni.c).
+ *
+ * Direction names are the host's: TC *ingress* of the host veth sees packets
+ * *from* the pod, TC *egress* sees packets *to* the pod.
+ *
+ * Ingress (from the pod), in order:
+ *   1. a reply of a hairpin flow (the pod answering itself, see below):
+ *      restored to frontend -> pod and sent straight back into the pod;
+ *   2. a packet of a known flow (pod -> frontend): its DNAT is applied;
+ *   3. a new flow to any frontend (ClusterIP, and NodePort / ExternalIP /
+ *      LoadBalancer addresses reached from inside the cluster), looked up in
+ *      the internal scope as the socket hooks do: pick a backend, write both
+ *      conntrack entries, DNAT. A frontend with no backend is rejected with
+ *      an ICMP port unreachable sent back into the pod (kube-proxy REJECTs
+ *      the same way), so TCP connect() fails at once with ECONNREFUSED.
+ *   ICMP errors the pod sends about a translated reply are translated back.
+ * Egress (to the pod): a reply (or ICMP error) of a flow this pod started is
+ * given the frontend as its source again.
+ *
+ * Only DNAT: the backend sees the pod's own address, and its reply comes back
+ * to the pod through this veth (backends on this node over the bridge,
+ * backends elsewhere routed to this node), where egress restores the
+ * frontend. The exception is hairpin: when the backend picked is the client
+ * pod itself, a packet pod:p -> pod:backend-port would arrive with the pod's
+ * own source and be dropped as martian, so, like kube-proxy's hairpin
+ * masquerade, the source is rewritten: to the frontend address with a port
+ * from the SNAT range. The pod can always answer that address (it has just
+ * routed a packet to it), its answer comes back to this ingress hook, and
+ * both directions are redirected straight back into the pod without
+ * touching the node's stack.
+ *
+ * The flows live in the north-south conntrack map (SLUICE_MAP_CT4) flagged
+ * LB_CT_FLAG_POD; this program acts only on such entries. The counters are
+ * the TC path's (LB_CNT_TC_*).
+ */
+#ifndef SLUICE_BPF_POD_LB_H
+#define SLUICE_BPF_POD_LB_H
+
+#include "tc_lb.h"
+
+#define LB_ICMP_PORT_UNREACH 3
+#define LB_IP_HLEN           20
+/* An ICMP error quotes the offending IPv4 header and the first 8 bytes after it. */
+#define LB_ICMP_QUOTE_LEN    (LB_IP_HLEN + 8)
+
+static __always_inline bool lb4_ct_is_pod(const struct lb4_ct_entry *e)
+{
+	return e->flags & LB_CT_FLAG_POD;
+}
+
+static __always_inline bool lb4_ct_is_hairpin(const struct lb4_ct_entry *e)
+{
+	return (e->flags & (LB_CT_FLAG_POD | LB_CT_FLAG_SNAT)) == (LB_CT_FLAG_POD | LB_CT_FLAG_SNAT);
+}
+
+/*
+ * Send the (rewritten) frame back into the pod it came from: the pod's MAC
+ * was the source and the gateway's the destination, so the two swap, and the
+ * TTL drops by one as through any router.
+ */
+static __always_inline int lb4_pod_bounce(struct __sk_buff *skb)
+{
+	__u8 macs[12], swapped[12];
+
+	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)) < 0)
+		return TC_ACT_SHOT;
+	__builtin_memcpy(swapped, macs + 6, 6);
+	__builtin_memcpy(swapped + 6, macs, 6);
+	if (bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0) < 0)
+		return TC_ACT_SHOT;
+	if (lb4_dec_ttl(skb) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+static __always_inline __u16 lb_csum_fold(__s64 sum)
+{
+	__u32 s = (__u32)sum;
+
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+/* The reply of lb4_pod_reject: IPv4 + ICMP header + quote, built whole. */
+struct lb4_icmp_unreach {
+	struct iphdr ip;
+	__u8   type;
+	__u8   code;
+	__sum16 checksum;
+	__u32  unused;
+	__u8   quote[LB_ICMP_QUOTE_LEN];
+};
+
+/*
+ * Reject a packet to a frontend without backends: the frame is turned into
+ * an ICMP port unreachable from the frontend to the pod, quoting the
+ * packet's IPv4 header and first 8 payload bytes (RFC 792), and sent back
+ * into the pod. A packet with IPv4 options or a GSO packet (never a first
+ * packet in practice) is dropped instead.
+ */
+static __always_inline int lb4_pod_reject(struct __sk_buff *skb, const struct lb4_packet *pkt)
+{
+	struct lb4_icmp_unreach r = {};
+	__u8 eth[LB_ETH_HLEN];
+	__s64 sum;
+
+	lb_count(LB_CNT_TC_NO_BACKEND);
+	if (pkt->l4_off != LB_ETH_HLEN + LB_IP_HLEN || skb->gso_size)
+		return TC_ACT_SHOT;
+	if (bpf_skb_load_bytes(skb, 0, eth, sizeof(eth)) < 0 ||
+	    bpf_skb_load_bytes(skb, LB_ETH_HLEN, r.quote, sizeof(r.quote)) < 0)
+		return TC_ACT_SHOT;
+
+	r.type = LB_ICMP_DEST_UNREACH;
+	r.code = LB_ICMP_PORT_UNREACH;
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)&r.type, 8 + LB_ICMP_QUOTE_LEN, 0);
+	if (sum < 0)
+		return TC_ACT_SHOT;
+	r.checksum = lb_csum_fold(sum);
+
+	r.ip.version = 4;
+	r.ip.ihl = 5;
+	r.ip.tot_len = bpf_htons(sizeof(r));
+	r.ip.ttl = 64;
+	r.ip.protocol = LB_IPPROTO_ICMP;
+	r.ip.saddr = pkt->tuple.daddr;
+	r.ip.daddr = pkt->tuple.saddr;
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)&r.ip, LB_IP_HLEN, 0);
+	if (sum < 0)
+		return TC_ACT_SHOT;
+	r.ip.check = lb_csum_fold(sum);
+
+	if (bpf_skb_change_tail(skb, LB_ETH_HLEN + sizeof(r), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, 0, eth + 6, 6, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, 6, eth, 6, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, LB_ETH_HLEN, &r, sizeof(r), 0) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+/* Pod -> frontend becomes pod -> backend (hairpin: frontend:nat-port -> pod). */
+static __always_inline int
+lb4_pod_xlate_original(struct __sk_buff *skb, const struct lb4_packet *pkt,
+		       const struct lb4_ct_entry *e)
+{
+	struct lb4_tuple to = pkt->tuple;
+
+	to.daddr = e->backend_address;
+	to.dport = e->backend_port;
+	if (e->flags & LB_CT_FLAG_SNAT) {
+		to.saddr = e->nat_address;
+		to.sport = e->nat_port;
+	}
+	if (lb4_rewrite(skb, pkt, &to) < 0)
+		return TC_ACT_SHOT;
+	return (e->flags & LB_CT_FLAG_SNAT) ? lb4_pod_bounce(skb) : TC_ACT_OK;
+}
+
+/* A new flow from the pod to a frontend; anything else passes untouched. */
+static __always_inline int
+lb4_pod_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struct lb4_tc_config *cfg)
+{
+	const struct lb4_tuple *t = &pkt->tuple;
+	struct lb4_service_key skey = {
+		.address = t->daddr,
+		.port = t->dport,
+		.proto = t->proto,
+	};
+	struct lb4_affinity_key akey = {};
+	struct lb4_ct_entry e = {};
+	struct lb4_backend *backend;
+	struct lb4_service *svc;
+	struct lb4_ct_key key;
+	__u32 backend_id = 0;
+
+	svc = lb4_lookup_service(&skey, true);
+	if (!svc)
+		return TC_ACT_OK;
+	if (!svc->count)
+		return lb4_pod_reject(skb, pkt);
+	akey.client_id = t->saddr;
+	akey.rev_nat_id = svc->rev_nat_id;
+	backend = lb4_pick_backend(&skey, svc, &akey, &backend_id);
+	if (!backend)
+		return lb4_pod_reject(skb, pkt);
+
+	e.client_address = t->saddr;
+	e.client_port = t->sport;
+	e.frontend_address = t->daddr;
+	e.frontend_port = t->dport;
+	e.backend_address = backend->address;
+	e.backend_port = backend->port;
+	e.backend_id = backend_id;
+	e.rev_nat_id = svc->rev_nat_id;
+	e.proto = t->proto;
+	e.flags = LB_CT_FLAG_POD;
+	e.ifindex = skb->ifindex;
+	e.expires_ns = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, 0);
+
+	if (backend->address == t->saddr) {
+		/* Hairpin: source becomes frontend:port-from-the-SNAT-range. */
+		e.flags |= LB_CT_FLAG_SNAT;
+		e.nat_address = t->daddr;
+		if (lb4_snat_alloc_port(&e, cfg) < 0) {
+			lb_count(LB_CNT_TC_SNAT_FAILED);
+			return TC_ACT_SHOT;
+		}
+	} else {
+		e.dir = LB_CT_DIR_REPLY;
+		lb4_ct_reply_key(&key, &e);
+		if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, &e, BPF_ANY) < 0) {
+			lb_count(LB_CNT_TC_CT_FAILED);
+			return TC_ACT_SHOT;
+		}
+	}
+	e.dir = LB_CT_DIR_ORIGINAL;
+	e.packets = 1;
+	e.bytes = skb->len;
+	lb4_ct_key_of(&key, t, LB_CT_DIR_ORIGINAL);
+	if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, &e, BPF_ANY) < 0) {
+		lb4_ct_delete_flow(&e);
+		lb_count(LB_CNT_TC_CT_FAILED);
+		return TC_ACT_SHOT;
+	}
+	lb_count(LB_CNT_TC_TRANSLATED);
+	return lb4_pod_xlate_original(skb, pkt, &e);
+}
+
+static __always_inline int lb4_pod_ingress(struct __sk_buff *skb)
+{
+	struct lb4_packet pkt = {};
+	struct lb4_tc_config cfg;
+	struct lb4_ct_entry *e;
+	struct lb4_ct_key key;
+
+	if (lb4_parse(skb, &pkt) < 0)
+		return TC_ACT_OK;
+	if (pkt.tuple.proto == LB_IPPROTO_ICMP)
+		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_tc_icmp_error(skb, &pkt, true) : TC_ACT_OK;
+	cfg = lb4_tc_config_get();
+
+	/* The pod answering itself through a hairpin flow. */
+	lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
+	e = lb4_ct_lookup(&key);
+	if (e && lb4_ct_is_hairpin(e)) {
+		struct lb4_tuple to = pkt.tuple;
+
+		lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
+		to.saddr = e->frontend_address;
+		to.sport = e->frontend_port;
+		to.daddr = e->client_address;
+		to.dport = e->client_port;
+		if (lb4_rewrite(skb, &pkt, &to) < 0)
+			return TC_ACT_SHOT;
+		lb_count(LB_CNT_TC_REV_XLATED);
+		return lb4_pod_bounce(skb);
+	}
+
+	lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_ORIGINAL);
+	e = lb4_ct_lookup(&key);
+	if (e && lb4_ct_is_pod(e) && !lb4_ct_is_reopen(e, &pkt.tuple)) {
+		if (lb4_ct_backend_alive(e)) {
+			lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
+			return lb4_pod_xlate_original(skb, &pkt, e);
+		}
+		/* The backend went away: balance the flow again. */
+		lb_count(LB_CNT_TC_BACKEND_GONE);
+		lb4_ct_delete_flow(e);
+	}
+	return lb4_pod_new_flow(skb, &pkt, &cfg);
+}
+
+static __always_inline int lb4_pod_egress(struct __sk_buff *skb)
+{
+	struct lb4_packet pkt = {};
+	struct lb4_tc_config cfg;
+	struct lb4_ct_entry *e;
+	struct lb4_ct_key key;
+	struct lb4_tuple to;
+
+	if (lb4_parse(skb, &pkt) < 0)
+		return TC_ACT_OK;
+	if (pkt.tuple.proto == LB_IPPROTO_ICMP)
+		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_tc_icmp_error(skb, &pkt, false) : TC_ACT_OK;
+	lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
+	e = lb4_ct_lookup(&key);
+	if (!e || !lb4_ct_is_pod(e) || (e->flags & LB_CT_FLAG_SNAT))
+		return TC_ACT_OK;
+	cfg = lb4_tc_config_get();
+	lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
+	to = pkt.tuple;
+	to.saddr = e->frontend_address;
+	to.sport = e->frontend_port;
+	if (lb4_rewrite(skb, &pkt, &to) < 0)
+		return TC_ACT_SHOT;
+	lb_count(LB_CNT_TC_REV_XLATED);
+	return TC_ACT_OK;
+}
+
+#endif /* SLUICE_BPF_POD_LB_H */

@@ -1,0 +1,266 @@
+// Pod-veth data path (bpf/pod_lb.bpf.c) on crafted packets through
+// BPF_PROG_TEST_RUN: ClusterIP DNAT from a pod, reverse translation on the
+// way back, hairpin, rejection of frontends without backends, and what must
+// stay untouched. The maps are the TC harness's (tc_lb loaded in a throwaway
+// bpffs directory); pod_lb is loaded against the same pinned maps, as on a
+// node. Every output is compared byte by byte with a packet built from
+// scratch with all checksums recomputed (test/bpf/tc_packet.ts).
+import { after, before, beforeEach, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as path from 'node:path';
+import { BpfObject, progTestRun } from '../../src/bpf';
+import * as abi from '../../src/abi/generated';
+import { ip4ToNumber } from '../../src/datapath/addr';
+import { writeTcConfig } from '../../src/datapath/tc/config';
+import { listConntrack } from '../../src/datapath/tc/conntrack';
+import { TcHarness } from './tc_harness';
+import {
+  TC_ACT_OK, TC_ACT_REDIRECT, TCP_ACK, TCP_PSH, TCP_SYN,
+  checksum, diffHex, frame, icmpError, ipPacket, rewriteQuoted, type L4Spec,
+} from './tc_packet';
+
+const POD_OBJECT = path.resolve(__dirname, '../../../build/pod_lb.bpf.o');
+
+const POD = '198.18.10.5'; // the client pod behind the veth
+const VIP = '10.96.0.10'; // ClusterIP (exists only as map entries here)
+const VIP_PORT = 80;
+const BE1 = { id: 11, address: '198.18.10.20', port: 8080, local: true };
+const BE2 = { id: 12, address: '198.18.20.30', port: 8080, local: false };
+const SELF = { id: 13, address: POD, port: 8080, local: true }; // the client pod is a backend too
+const CLUSTER_IP = abi.LB_SVC_FLAG_CLUSTER_IP;
+
+let h: TcHarness;
+let pod: BpfObject;
+
+before(() => {
+  h = TcHarness.create('sluice-podtest');
+  pod = BpfObject.open(POD_OBJECT, { pinDir: h.pinDir });
+  pod.load();
+});
+after(() => {
+  pod?.close();
+  h?.close();
+});
+beforeEach(() => {
+  h.reset();
+  writeTcConfig(h.tc.config, {});
+});
+
+function run(direction: 'ingress' | 'egress', packet: Buffer): { verdict: number; out: Buffer } {
+  const prog = pod.program(direction === 'ingress' ? abi.SLUICE_PROG_POD_INGRESS : abi.SLUICE_PROG_POD_EGRESS);
+  const r = progTestRun(prog.fd, { dataIn: packet });
+  return { verdict: r.retval, out: r.dataOut };
+}
+
+function expectPacket(actual: Buffer, expected: Buffer, what: string): void {
+  assert.ok(actual.equals(expected), `${what}: output differs from the expected packet\n${diffHex(actual, expected)}`);
+}
+
+/** The frame as sent back into the pod it came from: MAC addresses swapped. */
+function bounced(f: Buffer): Buffer {
+  const out = Buffer.from(f);
+  f.copy(out, 0, 6, 12);
+  f.copy(out, 6, 0, 6);
+  return out;
+}
+
+function check(direction: 'ingress' | 'egress', input: L4Spec, expected: L4Spec | null, verdict = TC_ACT_OK): Buffer {
+  const packet = frame(input);
+  const { verdict: got, out } = run(direction, packet);
+  assert.equal(got, verdict, `verdict for ${input.src}:${input.sport} -> ${input.dst}:${input.dport} on ${direction}`);
+  expectPacket(out, expected ? frame(expected) : packet, `${direction} ${input.proto}`);
+  return out;
+}
+
+/** ICMP port unreachable from `from` to `to` quoting the first 28 bytes of `quoted`, as pod_lb builds it. */
+function portUnreachable(from: string, to: string, quoted: Buffer): Buffer {
+  const icmp = Buffer.concat([Buffer.alloc(8), quoted.subarray(0, 28)]);
+  icmp.writeUInt8(3, 0);
+  icmp.writeUInt8(3, 1);
+  icmp.writeUInt16BE(checksum(icmp), 2);
+  const ip = Buffer.alloc(20);
+  ip.writeUInt8(0x45, 0);
+  ip.writeUInt16BE(20 + icmp.length, 2);
+  ip.writeUInt8(64, 8);
+  ip.writeUInt8(1, 9);
+  ip.writeUInt32BE(ip4ToNumber(from), 12);
+  ip.writeUInt32BE(ip4ToNumber(to), 16);
+  ip.writeUInt16BE(checksum(ip), 10);
+  const eth = bounced(frame({ proto: 'udp', src: to, dst: from, sport: 1, dport: 1 })).subarray(0, 14);
+  return Buffer.concat([eth, ip, icmp]);
+}
+
+describe('ClusterIP from a pod: DNAT, pod address kept', () => {
+  beforeEach(() => h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 21, backends: [BE1] }));
+
+  test('SYN is DNATed to the backend; checksums match a from-scratch packet', () => {
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 40000, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
+  });
+
+  test('the flow keeps its backend, the reply gets the ClusterIP back on egress, conntrack shows a pod flow', () => {
+    const before = h.counter(abi.LB_CNT_TC_TRANSLATED);
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 40001, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
+    const data: L4Spec = { ...syn, tcpFlags: TCP_ACK | TCP_PSH, payload: Buffer.from('GET / HTTP/1.0\r\n\r\n') };
+    check('ingress', data, { ...data, dst: BE1.address, dport: BE1.port });
+    assert.equal(h.counter(abi.LB_CNT_TC_TRANSLATED) - before, 1n, 'one new flow');
+
+    const reply: L4Spec = { proto: 'tcp', src: BE1.address, dst: POD, sport: BE1.port, dport: 40001, tcpFlags: TCP_SYN | TCP_ACK, payload: Buffer.from('hello') };
+    check('egress', reply, { ...reply, src: VIP, sport: VIP_PORT });
+
+    const rows = listConntrack(h.tc.conntrack);
+    assert.equal(rows.length, 1);
+    assert.equal(rows[0]?.client, `${POD}:40001`);
+    assert.equal(rows[0]?.frontend, `${VIP}:${VIP_PORT}`);
+    assert.equal(rows[0]?.backend, `${BE1.address}:${BE1.port}`);
+    assert.equal(rows[0]?.snat, undefined);
+    const raw = [...h.tc.conntrack.entries()].map(([, v]) => v);
+    assert.ok(raw.every((v) => (v.flags & abi.LB_CT_FLAG_POD) !== 0), 'both entries are flagged LB_CT_FLAG_POD');
+  });
+
+  test('a reply is not touched on ingress, a request not on egress', () => {
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 40002, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    run('ingress', frame(syn));
+    check('ingress', { proto: 'tcp', src: BE1.address, dst: POD, sport: BE1.port, dport: 40002, tcpFlags: TCP_ACK }, null);
+    check('egress', syn, null);
+  });
+
+  test('traffic to other addresses and ports passes untouched in both directions', () => {
+    check('ingress', { proto: 'tcp', src: POD, dst: BE1.address, sport: 40003, dport: BE1.port, tcpFlags: TCP_SYN }, null);
+    check('ingress', { proto: 'tcp', src: POD, dst: VIP, sport: 40003, dport: 81, tcpFlags: TCP_SYN }, null);
+    check('ingress', { proto: 'udp', src: POD, dst: VIP, sport: 40003, dport: VIP_PORT }, null);
+    check('egress', { proto: 'tcp', src: BE2.address, dst: POD, sport: 443, dport: 40003, tcpFlags: TCP_ACK }, null);
+  });
+
+  test('a backend that went away: the flow is balanced again', () => {
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 40004, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
+    h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 21, backends: [BE2] });
+    h.backends.delete(BE1.id);
+    const before = h.counter(abi.LB_CNT_TC_BACKEND_GONE);
+    const data: L4Spec = { ...syn, tcpFlags: TCP_ACK };
+    check('ingress', data, { ...data, dst: BE2.address, dport: BE2.port });
+    assert.equal(h.counter(abi.LB_CNT_TC_BACKEND_GONE) - before, 1n);
+  });
+});
+
+describe('UDP from a pod', () => {
+  beforeEach(() => h.upsertFrontend({ address: VIP, port: 53, proto: 'udp', flags: CLUSTER_IP, revNatId: 22, backends: [BE2] }));
+
+  test('datagram DNATed to a backend on another node, reply restored', () => {
+    const q: L4Spec = { proto: 'udp', src: POD, dst: VIP, sport: 45000, dport: 53, payload: Buffer.from('query') };
+    check('ingress', q, { ...q, dst: BE2.address, dport: BE2.port });
+    const a: L4Spec = { proto: 'udp', src: BE2.address, dst: POD, sport: BE2.port, dport: 45000, payload: Buffer.from('answer!') };
+    check('egress', a, { ...a, src: VIP, sport: 53 });
+  });
+
+  test('a zero UDP checksum stays zero', () => {
+    const q: L4Spec = { proto: 'udp', src: POD, dst: VIP, sport: 45001, dport: 53, payload: Buffer.from('q'), udpNoChecksum: true };
+    check('ingress', q, { ...q, dst: BE2.address, dport: BE2.port });
+  });
+
+  test('port unreachable from the backend reaches the pod as from the ClusterIP', () => {
+    const q: L4Spec = { proto: 'udp', src: POD, dst: VIP, sport: 45002, dport: 53, payload: Buffer.from('q') };
+    run('ingress', frame(q));
+    const quoted = ipPacket({ ...q, dst: BE2.address, dport: BE2.port });
+    const input = icmpError(BE2.address, POD, quoted);
+    const expected = icmpError(VIP, POD, rewriteQuoted(quoted, { src: POD, dst: VIP, sport: 45002, dport: 53 }));
+    const { verdict, out } = run('egress', input);
+    assert.equal(verdict, TC_ACT_OK);
+    expectPacket(out, expected, 'ICMP error egress');
+  });
+});
+
+describe('hairpin: a pod that reaches itself through its Service', () => {
+  beforeEach(() => h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 23, backends: [SELF] }));
+
+  test('request and reply are SNATed to the ClusterIP and bounced back into the pod', () => {
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 62100, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    // The client port lies in the SNAT range (61000-65535) and is kept.
+    const { verdict, out } = run('ingress', frame(syn));
+    assert.equal(verdict, TC_ACT_REDIRECT);
+    expectPacket(out, bounced(frame({ ...syn, src: VIP, sport: 62100, dst: POD, dport: SELF.port, ttl: 63 })), 'hairpin request');
+
+    const reply: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: SELF.port, dport: 62100, tcpFlags: TCP_SYN | TCP_ACK };
+    const r = run('ingress', frame(reply));
+    assert.equal(r.verdict, TC_ACT_REDIRECT);
+    expectPacket(r.out, bounced(frame({ ...reply, src: VIP, sport: VIP_PORT, dst: POD, dport: 62100, ttl: 63 })), 'hairpin reply');
+    const [row] = listConntrack(h.tc.conntrack);
+    assert.equal(row?.snat, `${VIP}:62100`);
+  });
+
+  test('a client port outside the SNAT range gets one from the range', () => {
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 40100, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    const { verdict, out } = run('ingress', frame(syn));
+    assert.equal(verdict, TC_ACT_REDIRECT);
+    const sport = out.readUInt16BE(14 + 20);
+    assert.ok(sport >= 61000 && sport <= 65535, `SNAT port ${sport} in range`);
+    expectPacket(out, bounced(frame({ ...syn, src: VIP, sport, dst: POD, dport: SELF.port, ttl: 63 })), 'hairpin request');
+  });
+});
+
+describe('frontends without backends are rejected with ICMP port unreachable', () => {
+  for (const proto of ['tcp', 'udp'] as const) {
+    test(`${proto}: the packet becomes an ICMP error from the frontend, sent back into the pod`, () => {
+      h.upsertFrontend({ address: VIP, port: VIP_PORT, proto, flags: CLUSTER_IP, revNatId: 24, backends: [] });
+      const before = h.counter(abi.LB_CNT_TC_NO_BACKEND);
+      const input: L4Spec = { proto, src: POD, dst: VIP, sport: 40200, dport: VIP_PORT, tcpFlags: TCP_SYN, payload: Buffer.from('some payload') };
+      const { verdict, out } = run('ingress', frame(input));
+      assert.equal(verdict, TC_ACT_REDIRECT);
+      expectPacket(out, portUnreachable(VIP, POD, ipPacket(input)), `${proto} reject`);
+      assert.equal(h.counter(abi.LB_CNT_TC_NO_BACKEND) - before, 1n);
+      assert.equal(listConntrack(h.tc.conntrack).length, 0, 'no conntrack entry');
+    });
+  }
+});
+
+describe('sessionAffinity ClientIP', () => {
+  test('every new flow of the pod goes to the backend it used first', () => {
+    h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP | abi.LB_SVC_FLAG_AFFINITY, revNatId: 28, backends: [BE1, BE2], affinityTimeout: 600 });
+    const chosen = new Set<number>();
+    for (let i = 0; i < 12; i++) {
+      const { out } = run('ingress', frame({ proto: 'tcp', src: POD, dst: VIP, sport: 41000 + i, dport: VIP_PORT, tcpFlags: TCP_SYN }));
+      chosen.add(out.readUInt32BE(14 + 16));
+    }
+    assert.equal(chosen.size, 1, 'one backend for all flows');
+    const [key] = [...h.affinity.entries()].map(([k]) => k);
+    // client_id holds the IPv4 address as the packet carries it (network order), as on the north-south path.
+    const wire = Buffer.alloc(4);
+    wire.writeUInt32BE(ip4ToNumber(POD));
+    assert.equal(key?.client_id, BigInt(wire.readUInt32LE(0)), 'affinity keyed by the pod address');
+    assert.equal(key?.netns_cookie, 0);
+  });
+});
+
+describe('scopes and frontend kinds', () => {
+  test('externalTrafficPolicy Local without a local endpoint: the pod uses the internal scope', () => {
+    const flags = abi.LB_SVC_FLAG_LOADBALANCER | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES;
+    const lbIp = '198.18.200.1';
+    h.upsertFrontend({ address: lbIp, port: 443, proto: 'tcp', flags, revNatId: 25, backends: [] }, abi.LB_SCOPE_EXTERNAL);
+    h.upsertFrontend({ address: lbIp, port: 443, proto: 'tcp', flags, revNatId: 25, backends: [BE2] }, abi.LB_SCOPE_INTERNAL);
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: lbIp, sport: 40300, dport: 443, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE2.address, dport: BE2.port });
+  });
+
+  test('a NodePort reached from a pod is translated too', () => {
+    const node = '198.18.0.1';
+    h.upsertFrontend({ address: node, port: 30080, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 26, backends: [BE1] });
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: node, sport: 40301, dport: 30080, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
+  });
+
+  test('north-south flows are not taken for pod flows', () => {
+    // tc_lb's NodePort flow to a pod on this node that is SNATed (the
+    // backend is its own client): its reply leaves that pod through the pod
+    // veth and must pass pod_lb untouched.
+    const node = '198.18.0.1';
+    writeTcConfig(h.tc.config, { snatAddress: node });
+    h.upsertFrontend({ address: node, port: 30081, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 27, backends: [SELF] });
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: node, sport: 62200, dport: 30081, tcpFlags: TCP_SYN };
+    const ns = h.run('ingress', frame(syn));
+    assert.equal(ns.out.readUInt32BE(14 + 12), ip4ToNumber(node), 'tc_lb SNATed the flow');
+    check('ingress', { proto: 'tcp', src: POD, dst: node, sport: SELF.port, dport: 62200, tcpFlags: TCP_SYN | TCP_ACK }, null);
+    check('egress', { proto: 'tcp', src: node, dst: POD, sport: 62200, dport: SELF.port, tcpFlags: TCP_SYN }, null);
+  });
+});
