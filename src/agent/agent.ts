@@ -34,7 +34,7 @@ export function makeLogger(level: string): Logger {
 export async function startAgent(config: AgentConfig, log: Logger = makeLogger(config.logLevel)): Promise<AgentHandle> {
   const install = installSockLb({ bpffs: config.bpffs, cgroupPath: config.cgroupPath, maxEntries: config.maxEntries });
   log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, ...install }, 'socket load balancer attached');
-  preparePodPrograms(config.bpffs, log);
+  if (config.podVethPrograms) preparePodPrograms(config.bpffs, log);
   const maps = openSockLbMaps(config.bpffs);
   const metrics = new AgentMetrics();
   const health = new ProxyHealth(2 * config.syncPeriodSeconds * 1000);

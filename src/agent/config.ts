@@ -38,6 +38,12 @@ export interface AgentConfig {
   conntrackUdpSeconds: number;
   /** Where healthCheckNodePort servers listen (kube-proxy: the nodePortAddresses; default all). */
   healthCheckAddresses: string[];
+  /**
+   * Pin the pod-veth programs for the Sluice CNI plugin (per-packet ClusterIP
+   * for pods that bypass the socket LB). Off by default: it creates the
+   * conntrack map (36 MiB preallocated) that a socket-LB-only node never uses.
+   */
+  podVethPrograms: boolean;
 }
 
 export function defaultConfig(): AgentConfig {
@@ -58,6 +64,7 @@ export function defaultConfig(): AgentConfig {
     conntrackTcpCloseWaitSeconds: 60,
     conntrackUdpSeconds: 30,
     healthCheckAddresses: ['0.0.0.0'],
+    podVethPrograms: false,
   };
 }
 
@@ -81,6 +88,7 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   'conntrack-tcp-close-wait': { field: 'conntrackTcpCloseWaitSeconds', parse: positiveInt('conntrack-tcp-close-wait') },
   'conntrack-udp': { field: 'conntrackUdpSeconds', parse: positiveInt('conntrack-udp') },
   'healthcheck-addresses': { field: 'healthCheckAddresses', parse: (v) => v.split(',').filter(Boolean) },
+  'pod-veth-programs': { field: 'podVethPrograms', parse: (v) => v === 'true' },
 };
 
 export const AGENT_FLAGS = [...Object.keys(FLAGS), 'config'];

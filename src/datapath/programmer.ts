@@ -9,6 +9,7 @@ import * as abi from '../abi/generated';
 import type { SockLbMaps } from './maps';
 import { ip4ToNumber, numberToIp4, protoName, protoNumber, type ProtoName } from './addr';
 import { IdAllocator } from './ids';
+import { ServiceEntryBatch } from './serviceBatch';
 import { readSourceRanges, syncSourceRanges } from './tc/sourceRanges';
 
 export type ScopeName = 'external' | 'internal';
@@ -285,10 +286,11 @@ export class LbProgrammer {
     result.backendsWritten += backendWrites.length;
 
     // 2. slots, 3. masters, 4. shrink: slots beyond the new count.
-    const slotWrites: Array<[abi.Lb4ServiceKey, abi.Lb4Service]> = [];
-    const masterWrites: Array<[abi.Lb4ServiceKey, abi.Lb4Service]> = [];
+    const slotWrites = new ServiceEntryBatch(frontends.length * 4);
+    const masterWrites = new ServiceEntryBatch(frontends.length);
     const slotDeletes: abi.Lb4ServiceKey[] = [];
     const updates: ProgrammedFrontend[] = [];
+    const slot: abi.Lb4Service = { backend_id: 0, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 };
     for (const f of frontends) {
       const id = frontendId(f);
       const ids = idsFor.get(f)!;
@@ -297,16 +299,19 @@ export class LbProgrammer {
       }
       const cur = this.frontends.get(id);
       const revNatId = this.revNats.get(revNatKeyOf(f))!;
-      ids.forEach((backendId, i) => {
-        if (cur?.backendIds[i] !== backendId) {
-          slotWrites.push([serviceKey(f, i + 1), { backend_id: backendId, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 }]);
-        }
-      });
-      masterWrites.push([serviceKey(f, 0), {
+      const key = serviceKey(f, 0);
+      for (let i = 0; i < ids.length; i++) {
+        if (cur?.backendIds[i] === ids[i]) continue;
+        key.backend_slot = i + 1;
+        slot.backend_id = ids[i]!;
+        slotWrites.add(key, slot);
+      }
+      key.backend_slot = 0;
+      masterWrites.add(key, {
         backend_id: 0, count: ids.length, flags: f.flags, rev_nat_id: revNatId, affinity_timeout: f.affinityTimeout, algorithm: abi.LB_ALG_RANDOM,
-      }]);
-      for (let slot = ids.length + 1; slot <= (cur?.backendIds.length ?? 0); slot++) slotDeletes.push(serviceKey(f, slot));
-      updates.push({ id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, revNatId, backendIds: ids, sourceRanges: [...(f.sourceRanges ?? [])].sort() });
+      });
+      for (let s = ids.length + 1; s <= (cur?.backendIds.length ?? 0); s++) slotDeletes.push({ ...key, backend_slot: s });
+      updates.push({ id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : [] });
     }
     // Source ranges are written before the master that turns them on, and
     // ranges no longer wanted are removed only after it (make-before-break).
@@ -318,19 +323,21 @@ export class LbProgrammer {
       }
     }
     try {
-      this.maps.services.setMany(slotWrites);
-      this.maps.services.setMany(masterWrites);
+      slotWrites.writeTo(this.maps.services);
+      masterWrites.writeTo(this.maps.services);
     } catch (err) {
       // Nothing half-done stays behind: slots this batch added beyond what a
       // visible master covers are removed, and backends nobody references
       // are collected at the end of apply(). Slots rewritten in place always
       // name existing backends; the frontend stays "changed" and is rewritten
       // by the next attempt.
-      const added = slotWrites.filter(([k]) => {
+      const added: abi.Lb4ServiceKey[] = [];
+      for (let i = 0; i < slotWrites.count; i++) {
+        const k = slotWrites.keyAt(i);
         const cur = this.frontends.get(frontendId(keyToFrontend(k)));
-        return k.backend_slot > (cur?.backendIds.length ?? 0);
-      });
-      this.maps.services.deleteMany(added.map(([k]) => k));
+        if (k.backend_slot > (cur?.backendIds.length ?? 0)) added.push(k);
+      }
+      this.maps.services.deleteMany(added);
       for (const b of newBackends) this.orphans.add(b.id);
       throw err;
     }
