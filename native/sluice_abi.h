@@ -36,6 +36,7 @@
 #define SLUICE_MAP_SOCKSLOT4 sluice_sk_slot4  /* cookie & (SLUICE_SOCK_SLOTS - 1) -> lb4_sock_slot (array) */
 #define SLUICE_MAP_AFFINITY4 sluice_affin4    /* lb4_affinity_key -> lb_affinity (LRU) */
 #define SLUICE_MAP_COUNTERS  sluice_counters  /* enum lb_counter -> __u64, per CPU */
+#define SLUICE_MAP_AGENT     sluice_agent     /* 0 -> sluice_agent_status (written by the agent only) */
 
 /* ---- Default capacities (the agent may raise them before load) -------------- */
 
@@ -177,6 +178,25 @@ struct lb_affinity {
 	__u32 pad;
 };
 
+/* ---- What the agent last did (for `sluice status` without the agent) --------- */
+
+/*
+ * One entry, written by the agent after every sync; the programs never read
+ * it. Pinned like every map, so an operator sees when the maps were last
+ * programmed even while no agent runs.
+ */
+struct sluice_agent_status {
+	__u64 last_sync_unix_ms;      /* end of the last successful sync */
+	__u64 last_full_sync_unix_ms; /* end of the last full resync */
+	__u64 syncs;                  /* syncs since the agent started */
+	__u32 agent_pid;              /* process that wrote this */
+	__u32 services;               /* Services with frontends */
+	__u32 frontends;              /* frontends programmed */
+	__u32 backends;               /* backends programmed */
+	__u32 last_sync_failures;     /* frontends the last sync could not program */
+	__u32 pad;
+};
+
 /*
  * A TCP socket's (backend, frontend) pair, in a direct-mapped table indexed by
  * the socket cookie's low bits. Socket cookies are handed out sequentially
@@ -203,6 +223,7 @@ _Static_assert(sizeof(struct lb4_sock_slot) == 32, "lb4_sock_slot layout");
 _Static_assert((SLUICE_SOCK_SLOTS & (SLUICE_SOCK_SLOTS - 1)) == 0, "SLUICE_SOCK_SLOTS is a power of two");
 _Static_assert(sizeof(struct lb4_affinity_key) == 16, "lb4_affinity_key layout");
 _Static_assert(sizeof(struct lb_affinity) == 16, "lb_affinity layout");
+_Static_assert(sizeof(struct sluice_agent_status) == 48, "sluice_agent_status layout");
 
 /* ==== TC / north-south (issue 4; bpf/tc_lb.bpf.c) ============================= */
 /*

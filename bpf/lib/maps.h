@@ -69,6 +69,13 @@ struct {
 	__uint(max_entries, LB_CNT_MAX);
 } SLUICE_MAP_COUNTERS SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct sluice_agent_status);
+	__uint(max_entries, 1);
+} SLUICE_MAP_AGENT SEC(".maps");
+
 static __always_inline void lb_count(__u32 counter)
 {
 	__u64 *value = bpf_map_lookup_elem(&SLUICE_MAP_COUNTERS, &counter);

@@ -48,6 +48,7 @@ export const LB_TC_DEFAULT_TCP_ESTABLISHED_S = 21600;
 export const LB_TC_DEFAULT_UDP_S = 60;
 export const LB_TC_SNAT_RETRIES = 16;
 export const SLUICE_MAP_AFFINITY4 = "sluice_affin4";
+export const SLUICE_MAP_AGENT = "sluice_agent";
 export const SLUICE_MAP_BACKENDS4 = "sluice_be4";
 export const SLUICE_MAP_COUNTERS = "sluice_counters";
 export const SLUICE_MAP_CT4 = "sluice_ct4";
@@ -457,9 +458,49 @@ export function decodeLbAffinity(buf: Buffer, off = 0): LbAffinity {
 }
 export const lb_affinityCodec: Codec<LbAffinity> = { size: 16, encode: encodeLbAffinity, decode: decodeLbAffinity };
 
+/** struct sluice_agent_status (48 bytes) */
+export interface SluiceAgentStatus {
+  last_sync_unix_ms: bigint;
+  last_full_sync_unix_ms: bigint;
+  syncs: bigint;
+  agent_pid: number;
+  services: number;
+  frontends: number;
+  backends: number;
+  last_sync_failures: number;
+}
+export const SLUICE_AGENT_STATUS_SIZE = 48;
+export const sluice_agent_statusLayout: StructLayout = {"name":"sluice_agent_status","size":48,"fields":[{"name":"last_sync_unix_ms","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"last_full_sync_unix_ms","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"syncs","kind":"int","offset":16,"size":8,"bigEndian":false},{"name":"agent_pid","kind":"int","offset":24,"size":4,"bigEndian":false},{"name":"services","kind":"int","offset":28,"size":4,"bigEndian":false},{"name":"frontends","kind":"int","offset":32,"size":4,"bigEndian":false},{"name":"backends","kind":"int","offset":36,"size":4,"bigEndian":false},{"name":"last_sync_failures","kind":"int","offset":40,"size":4,"bigEndian":false},{"name":"pad","kind":"int","offset":44,"size":4,"bigEndian":false}]};
+export function encodeSluiceAgentStatus(v: SluiceAgentStatus, buf: Buffer = Buffer.alloc(48), off = 0): Buffer {
+  buf.fill(0, off, off + 48);
+  buf.writeBigUInt64LE(v.last_sync_unix_ms, off + 0);
+  buf.writeBigUInt64LE(v.last_full_sync_unix_ms, off + 8);
+  buf.writeBigUInt64LE(v.syncs, off + 16);
+  buf.writeUInt32LE(v.agent_pid >>> 0, off + 24);
+  buf.writeUInt32LE(v.services >>> 0, off + 28);
+  buf.writeUInt32LE(v.frontends >>> 0, off + 32);
+  buf.writeUInt32LE(v.backends >>> 0, off + 36);
+  buf.writeUInt32LE(v.last_sync_failures >>> 0, off + 40);
+  return buf;
+}
+export function decodeSluiceAgentStatus(buf: Buffer, off = 0): SluiceAgentStatus {
+  return {
+    last_sync_unix_ms: buf.readBigUInt64LE(off + 0),
+    last_full_sync_unix_ms: buf.readBigUInt64LE(off + 8),
+    syncs: buf.readBigUInt64LE(off + 16),
+    agent_pid: buf.readUInt32LE(off + 24),
+    services: buf.readUInt32LE(off + 28),
+    frontends: buf.readUInt32LE(off + 32),
+    backends: buf.readUInt32LE(off + 36),
+    last_sync_failures: buf.readUInt32LE(off + 40),
+  };
+}
+export const sluice_agent_statusCodec: Codec<SluiceAgentStatus> = { size: 48, encode: encodeSluiceAgentStatus, decode: decodeSluiceAgentStatus };
+
 // ---- maps (BTF .maps section) ----
 export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_affin4: {"name":"sluice_affin4","type":9,"keyType":"lb4_affinity_key","keySize":16,"valueType":"lb_affinity","valueSize":16,"maxEntries":131072},
+  sluice_agent: {"name":"sluice_agent","type":2,"keyType":"u32","keySize":4,"valueType":"sluice_agent_status","valueSize":48,"maxEntries":1},
   sluice_be4: {"name":"sluice_be4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":262144,"flags":1},
   sluice_counters: {"name":"sluice_counters","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":16},
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},

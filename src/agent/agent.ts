@@ -13,7 +13,7 @@ import * as abi from '../abi/generated';
 import { AgentMetrics, startMetricsServer } from './metrics';
 import { ProxyHealth, startHealthServer } from './health';
 import { ClusterState } from './store';
-import { Syncer } from './syncer';
+import { Syncer, type SyncReport } from './syncer';
 import { ClusterWatch, loadKubeConfig } from './watch';
 import { startNorthSouth } from './northSouth';
 
@@ -45,6 +45,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     nodeName: config.nodeName,
     onBackendsDeleted: (ids) => northSouth?.backendsDeleted(ids),
     onHealthChecks: (checks) => northSouth?.healthChecks(checks),
+    onSyncDone: (report, programmed) => recordStatus(maps, report, programmed),
     translate: { nodePortAddresses: config.nodePortAddresses, maxEndpointsPerService: config.maxEndpointsPerService, ipFamilies: ['IPv4'] },
     minSyncPeriodMs: config.minSyncPeriodMs,
     syncPeriodMs: config.syncPeriodSeconds * 1000,
@@ -104,6 +105,31 @@ function preparePodPrograms(bpffs: string, log: Logger): void {
     log.info({ ...pinned }, 'pod-veth programs pinned for the CNI plugin');
   } catch (err) {
     log.warn({ error: (err as Error).message }, 'pod-veth programs not available: pods chained with the Sluice CNI plugin in per-packet mode get no Service translation');
+  }
+}
+
+let syncCount = 0n;
+let lastFullSync = 0n;
+
+/** The pinned status entry `sluice status` shows when no agent runs. */
+function recordStatus(maps: SockLbMaps, report: SyncReport, programmed: { services: number; frontends: number; backends: number }): void {
+  if (!maps.agent) return;
+  syncCount++;
+  const now = BigInt(Date.now());
+  if (report.kind === 'full' && report.failures === 0) lastFullSync = now;
+  try {
+    maps.agent.set(0, {
+      last_sync_unix_ms: now,
+      last_full_sync_unix_ms: lastFullSync,
+      syncs: syncCount,
+      agent_pid: process.pid,
+      services: programmed.services,
+      frontends: programmed.frontends,
+      backends: programmed.backends,
+      last_sync_failures: report.failures,
+    });
+  } catch {
+    // Status only: never let it fail a sync.
   }
 }
 

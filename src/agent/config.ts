@@ -61,7 +61,7 @@ export function defaultConfig(): AgentConfig {
     maxEntries: {},
     devices: [],
     conntrackTcpEstablishedSeconds: 86400,
-    conntrackTcpCloseWaitSeconds: 60,
+    conntrackTcpCloseWaitSeconds: 10, // FIN or RST seen: the SNAT port is free again soon (the kernel: 10 s for CLOSE)
     conntrackUdpSeconds: 30,
     healthCheckAddresses: ['0.0.0.0'],
     podVethPrograms: false,

@@ -37,6 +37,8 @@ export interface SyncerOptions {
   nodeName: string;
   /** Backends were deleted from the maps (the TC path forgets their flows). */
   onBackendsDeleted?: (ids: number[]) => void;
+  /** After every sync: what it did and what is programmed now. */
+  onSyncDone?: (report: SyncReport, programmed: { services: number; frontends: number; backends: number }) => void;
   /** healthCheckNodePort services and their local endpoint counts changed. */
   onHealthChecks?: (checks: HealthCheckService[]) => void;
   translate: TranslateOptions;
@@ -204,6 +206,11 @@ export class Syncer {
     report.durationMs = Number(process.hrtime.bigint() - start) / 1e6;
     this.metrics.syncDuration.observe(report.durationMs / 1000);
     this.updateGauges();
+    this.opts.onSyncDone?.(report, {
+      services: this.desired.size,
+      frontends: this.programmer.programmedFrontends().length,
+      backends: this.programmer.programmedBackends().length,
+    });
     this.reports.push(report);
     if (this.reports.length > 100) this.reports.shift();
     this.log.debug(report, 'sync done');

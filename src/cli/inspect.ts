@@ -70,8 +70,22 @@ export interface MapFill {
   maxEntries: number;
 }
 
+export interface AgentStatusView {
+  lastSync?: string;
+  lastSyncAgoSeconds?: number;
+  lastFullSync?: string;
+  syncs: number;
+  agentPid: number;
+  agentRunning: boolean;
+  services: number;
+  frontends: number;
+  backends: number;
+  lastSyncFailures: number;
+}
+
 export interface StatusView {
   bpffs: string;
+  agent?: AgentStatusView;
   attachments: AttachmentStatus[];
   maps: MapFill[];
   counters: Record<string, string>;
@@ -83,8 +97,23 @@ export function statusView(bpffs: string, maps: SockLbMaps): StatusView {
   for (const [name, index] of Object.entries(abi).filter(([n]) => n.startsWith('LB_CNT_') && n !== 'LB_CNT_MAX')) {
     counters[name.slice('LB_CNT_'.length).toLowerCase()] = readCounter(maps.counters, index as number).toString();
   }
+  const a = maps.agent?.get(0);
+  const iso = (ms: bigint) => (ms > 0n ? new Date(Number(ms)).toISOString() : undefined);
+  const agent: AgentStatusView | undefined = a && a.syncs > 0n ? {
+    lastSync: iso(a.last_sync_unix_ms),
+    lastSyncAgoSeconds: Math.round((Date.now() - Number(a.last_sync_unix_ms)) / 1000),
+    lastFullSync: iso(a.last_full_sync_unix_ms),
+    syncs: Number(a.syncs),
+    agentPid: a.agent_pid,
+    agentRunning: processAlive(a.agent_pid),
+    services: a.services,
+    frontends: a.frontends,
+    backends: a.backends,
+    lastSyncFailures: a.last_sync_failures,
+  } : undefined;
   return {
     bpffs,
+    agent,
     attachments: sockLbStatus(bpffs),
     maps: [
       fill(maps.services.name, count(maps.services.map), maps.services.map.maxEntries),
@@ -95,6 +124,15 @@ export function statusView(bpffs: string, maps: SockLbMaps): StatusView {
     ],
     counters,
   };
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 function count(map: { keys(): Iterable<Buffer> }): number {

@@ -62,7 +62,13 @@ const commands: Record<string, Command> = {
         printJson(view);
         return 0;
       }
-      print(`bpffs: ${view.bpffs}\n\n`);
+      print(`bpffs: ${view.bpffs}\n`);
+      const ag = view.agent;
+      print(ag
+        ? `last sync: ${ag.lastSync} (${ag.lastSyncAgoSeconds} s ago, agent pid ${ag.agentPid} ${ag.agentRunning ? 'running' : 'not running'}); ` +
+          `last full resync: ${ag.lastFullSync ?? 'never'}; ${ag.services} Services, ${ag.frontends} frontends, ${ag.backends} backends` +
+          `${ag.lastSyncFailures ? `; ${ag.lastSyncFailures} frontends failed in the last sync` : ''}\n\n`
+        : 'last sync: never (no agent has synced these maps; `sluice service upsert` does not count)\n\n');
       print(table(['HOOK', 'PROGRAM', 'ATTACHED', 'CGROUP', 'LINK'], view.attachments.map((s) => [
         s.hook, s.program, s.attached ? 'yes' : 'no', s.cgroupPath ?? (s.cgroupId !== undefined ? `id ${s.cgroupId}` : '-'), s.linkId !== undefined ? String(s.linkId) : '-',
       ])));

@@ -17,6 +17,8 @@ export interface SockLbMaps {
   /** loadBalancerSourceRanges (LPM, read by the TC path; every object pins it). */
   sourceRanges?: TypedMap<abi.Lb4SrcRangeKey, number>;
   counters: BpfMap;
+  /** What the agent last did; absent in pins made by an older Sluice. */
+  agent?: TypedMap<number, abi.SluiceAgentStatus>;
   close(): void;
 }
 
@@ -46,6 +48,9 @@ export function openSockLbMaps(bpffs: string): SockLbMaps {
       affinity: new TypedMap(open(abi.SLUICE_MAP_AFFINITY4), abi.lb4_affinity_keyCodec, abi.lb_affinityCodec),
       sourceRanges: new TypedMap(open(abi.SLUICE_MAP_SRCRANGE4), abi.lb4_src_range_keyCodec, u8Codec),
       counters: open(abi.SLUICE_MAP_COUNTERS),
+      agent: fs.existsSync(mapPinPath(bpffs, abi.SLUICE_MAP_AGENT))
+        ? new TypedMap(open(abi.SLUICE_MAP_AGENT), u32Codec, abi.sluice_agent_statusCodec)
+        : undefined,
       close: () => opened.forEach((m) => m.close()),
     };
     return maps;

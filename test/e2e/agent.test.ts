@@ -179,6 +179,20 @@ test('healthz, livez and metrics speak kube-proxy', async () => {
   assert.match(text, /kubeproxy_network_programming_duration_seconds_count [1-9]/);
 });
 
+test('sluice status shows the last sync from the pinned maps', () => {
+  const status = JSON.parse(sh(sluiceBin, ['status', '-o', 'json', '--bpffs', sb.bpffs])) as {
+    agent?: { lastSync: string; lastSyncAgoSeconds: number; agentRunning: boolean; frontends: number; syncs: number };
+    attachments: Array<{ hook: string; attached: boolean; cgroupPath?: string }>;
+  };
+  assert.ok(status.agent, 'the agent wrote its status');
+  assert.ok(status.agent.lastSyncAgoSeconds <= 10, `last sync ${status.agent.lastSyncAgoSeconds} s ago (full resync every 5 s)`);
+  assert.equal(status.agent.agentRunning, true);
+  assert.ok(status.agent.frontends >= 1 && status.agent.syncs >= 1);
+  assert.ok(status.attachments.every((a) => a.attached && a.cgroupPath === sb.cgroup), JSON.stringify(status.attachments));
+  const text = sh(sluiceBin, ['status', '--bpffs', sb.bpffs]);
+  assert.match(text, /last sync: \d{4}-\d\d-\d\dT.* s ago, agent pid \d+ running/);
+});
+
 test('NodePort, ExternalIP and ClientIP affinity work from the node through the socket hooks', async () => {
   const svc = createService('np', {
     type: 'NodePort',
