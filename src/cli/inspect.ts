@@ -91,7 +91,7 @@ export interface StatusView {
   counters: Record<string, string>;
 }
 
-export function statusView(bpffs: string, maps: SockLbMaps): StatusView {
+export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string): StatusView {
   const fill = (name: string, count: number, max: number): MapFill => ({ name, entries: count, maxEntries: max });
   const counters: Record<string, string> = {};
   for (const [name, index] of Object.entries(abi).filter(([n]) => n.startsWith('LB_CNT_') && n !== 'LB_CNT_MAX')) {
@@ -114,7 +114,7 @@ export function statusView(bpffs: string, maps: SockLbMaps): StatusView {
   return {
     bpffs,
     agent,
-    attachments: sockLbStatus(bpffs),
+    attachments: sockLbStatus(bpffs, cgroupRoot),
     maps: [
       fill(maps.services.name, count(maps.services.map), maps.services.map.maxEntries),
       fill(maps.backends.name, count(maps.backends.map), maps.backends.map.maxEntries),

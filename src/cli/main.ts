@@ -53,11 +53,12 @@ const commands: Record<string, Command> = {
     },
   },
   status: {
-    summary: 'programs attached and where, map fill levels, data-path counters',
-    values: ['bpffs', 'output'],
+    summary: 'last sync, programs attached and where, map fill levels, data-path counters',
+    values: ['bpffs', 'output', 'cgroup-root'],
     run(a) {
       const bpffs = bpffsOf(a);
-      const view = withMaps(bpffs, (maps) => statusView(bpffs, maps));
+      // In a container the node's cgroup tree is mounted elsewhere (e.g. /host/sys/fs/cgroup).
+      const view = withMaps(bpffs, (maps) => statusView(bpffs, maps, a.flags.get('cgroup-root')));
       if (json(a)) {
         printJson(view);
         return 0;
