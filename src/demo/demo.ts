@@ -29,7 +29,8 @@ type Results = Array<{ backend?: string; peer?: string; error?: string; ms: numb
 
 export async function runDemo(opts: DemoOptions = {}): Promise<void> {
   const say = opts.out ?? ((s: string) => process.stdout.write(s + '\n'));
-  const step = (n: number, title: string) => say(`\n\x1b[1m[${n}] ${title}\x1b[0m`);
+  const bold = process.stdout.isTTY ? (s: string) => `\x1b[1m${s}\x1b[0m` : (s: string) => s;
+  const step = (n: number, title: string) => say(`\n${bold(`[${n}] ${title}`)}`);
   preflight();
 
   let sb: Sandbox | undefined;
