@@ -176,7 +176,6 @@ lb4_pod_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const stru
 	struct lb4_ct_entry e = {};
 	struct lb4_backend *backend;
 	struct lb4_service *svc;
-	struct lb4_ct_key key;
 	__u32 backend_id = 0;
 
 	svc = lb4_lookup_service(&skey, true);
@@ -207,28 +206,9 @@ lb4_pod_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const stru
 		/* Hairpin: source becomes frontend:port-from-the-SNAT-range. */
 		e.flags |= LB_CT_FLAG_SNAT;
 		e.nat_address = t->daddr;
-		if (lb4_snat_alloc_port(&e, cfg) < 0) {
-			lb_count(LB_CNT_TC_SNAT_FAILED);
-			return TC_ACT_SHOT;
-		}
-	} else {
-		e.dir = LB_CT_DIR_REPLY;
-		lb4_ct_reply_key(&key, &e);
-		if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, &e, BPF_ANY) < 0) {
-			lb_count(LB_CNT_TC_CT_FAILED);
-			return TC_ACT_SHOT;
-		}
 	}
-	e.dir = LB_CT_DIR_ORIGINAL;
-	e.packets = 1;
-	e.bytes = skb->len;
-	lb4_ct_key_of(&key, t, LB_CT_DIR_ORIGINAL);
-	if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, &e, BPF_ANY) < 0) {
-		lb4_ct_delete_flow(&e);
-		lb_count(LB_CNT_TC_CT_FAILED);
+	if (lb4_ct_create_flow(skb, t, &e, cfg) < 0)
 		return TC_ACT_SHOT;
-	}
-	lb_count(LB_CNT_TC_TRANSLATED);
 	return lb4_pod_xlate_original(skb, pkt, &e);
 }
 

@@ -172,6 +172,45 @@ lb4_snat_alloc_port(struct lb4_ct_entry *e, const struct lb4_tc_config *cfg)
 	return -1;
 }
 
+/*
+ * Store a new flow's two conntrack entries: the reply entry first (with
+ * LB_CT_FLAG_SNAT it is also the SNAT port's reservation), then the original.
+ * Shared by the north-south and the pod-veth paths. Counts and returns -1 on
+ * failure, leaving no half flow behind.
+ */
+static __always_inline int
+lb4_ct_create_flow(struct __sk_buff *skb, const struct lb4_tuple *t, struct lb4_ct_entry *e,
+		   const struct lb4_tc_config *cfg)
+{
+	struct lb4_ct_key key;
+
+	if (e->flags & LB_CT_FLAG_SNAT) {
+		if (lb4_snat_alloc_port(e, cfg) < 0) {
+			lb_count(LB_CNT_TC_SNAT_FAILED);
+			return -1;
+		}
+	} else {
+		e->dir = LB_CT_DIR_REPLY;
+		lb4_ct_reply_key(&key, e);
+		if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, e, BPF_ANY) < 0) {
+			lb_count(LB_CNT_TC_CT_FAILED);
+			return -1;
+		}
+	}
+	/* The reply entry starts at zero packets; this packet is the original's. */
+	e->dir = LB_CT_DIR_ORIGINAL;
+	e->packets = 1;
+	e->bytes = skb->len;
+	lb4_ct_key_of(&key, t, LB_CT_DIR_ORIGINAL);
+	if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, e, BPF_ANY) < 0) {
+		lb4_ct_delete_flow(e);
+		lb_count(LB_CNT_TC_CT_FAILED);
+		return -1;
+	}
+	lb_count(LB_CNT_TC_TRANSLATED);
+	return 0;
+}
+
 /* A new flow to a north-south frontend. */
 static __always_inline int
 lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struct lb4_tc_config *cfg)
@@ -183,7 +222,6 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 		.proto = t->proto,
 	};
 	struct lb4_affinity_key akey = {};
-	struct lb4_ct_key key;
 	struct lb4_ct_entry e = {};
 	struct lb4_backend *backend;
 	struct lb4_service *svc;
@@ -232,29 +270,9 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 		}
 		e.flags |= LB_CT_FLAG_SNAT;
 		e.nat_address = cfg->snat_address;
-		if (lb4_snat_alloc_port(&e, cfg) < 0) {
-			lb_count(LB_CNT_TC_SNAT_FAILED);
-			return TC_ACT_SHOT;
-		}
-	} else {
-		e.dir = LB_CT_DIR_REPLY;
-		lb4_ct_reply_key(&key, &e);
-		if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, &e, BPF_ANY) < 0) {
-			lb_count(LB_CNT_TC_CT_FAILED);
-			return TC_ACT_SHOT;
-		}
 	}
-	/* The reply entry starts at zero packets; this packet is the original's. */
-	e.dir = LB_CT_DIR_ORIGINAL;
-	e.packets = 1;
-	e.bytes = skb->len;
-	lb4_ct_key_of(&key, t, LB_CT_DIR_ORIGINAL);
-	if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, &e, BPF_ANY) < 0) {
-		lb4_ct_delete_flow(&e);
-		lb_count(LB_CNT_TC_CT_FAILED);
+	if (lb4_ct_create_flow(skb, t, &e, cfg) < 0)
 		return TC_ACT_SHOT;
-	}
-	lb_count(LB_CNT_TC_TRANSLATED);
 	return lb4_tc_xlate_original(skb, pkt, &e);
 }
 
