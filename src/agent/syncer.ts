@@ -58,7 +58,8 @@ export interface SyncReport {
 export class Syncer {
   private programmer: LbProgrammer;
   /** serviceKey -> the frontends it last asked for. */
-  private readonly desired = new Map<string, FrontendSpec[]>();
+  /** serviceKey -> ids of the frontends it last asked for (the specs themselves are not kept). */
+  private readonly desired = new Map<string, string[]>();
   /** frontend id -> owning serviceKey: one frontend, one Service. */
   private readonly owners = new Map<string, string>();
   private readonly owned = new Map<string, Set<string>>();
@@ -167,15 +168,15 @@ export class Syncer {
       if (full) this.programmer = LbProgrammer.adopt(this.maps); // re-read: repairs drift
       const serviceKeys = full || all ? new Set([...this.state.services.keys(), ...this.desired.keys(), ...keys]) : keys;
       const upserts: FrontendSpec[] = [];
-      const removals: FrontendSpec[] = [];
+      const removals: string[] = [];
       for (const key of serviceKeys) {
         report.services++;
         const before = this.desired.get(key) ?? [];
         const after = this.translate(key, node);
         const afterIds = new Set(after.map(frontendId));
-        for (const f of before) if (!afterIds.has(frontendId(f))) removals.push(f);
+        for (const id of before) if (!afterIds.has(id)) removals.push(id);
         upserts.push(...after);
-        if (after.length > 0) this.desired.set(key, after);
+        if (after.length > 0) this.desired.set(key, [...afterIds]);
         else this.desired.delete(key);
       }
       const failures = this.apply(upserts, removals, full);
@@ -273,16 +274,17 @@ export class Syncer {
     }
   }
 
-  private apply(upserts: FrontendSpec[], removals: FrontendSpec[], full: boolean) {
+  /** In a full sync `upserts` holds every Service's frontends (all were translated). */
+  private apply(upserts: FrontendSpec[], removals: string[], full: boolean) {
     const failedServices = new Set<string>();
     let deleted = 0;
     const deletedBackends: number[] = [];
-    for (const f of removals) {
-      const r = this.programmer.remove(f.address, f.port, f.proto, f.scope);
+    for (const id of removals) {
+      const r = this.programmer.removeFrontend(id);
       deleted += r.frontends;
       deletedBackends.push(...r.deletedBackendIds);
     }
-    const result = this.programmer.apply(full ? [...this.allDesired()] : upserts, { prune: full });
+    const result = this.programmer.apply(upserts, { prune: full });
     deletedBackends.push(...result.deletedBackendIds);
     if (deletedBackends.length > 0) this.opts.onBackendsDeleted?.(deletedBackends);
     for (const failure of result.failures) {
@@ -301,10 +303,6 @@ export class Syncer {
       for (const key of list) this.state.markDirty(key);
     }, RETRY_DELAY_MS);
     t.unref();
-  }
-
-  private *allDesired(): Generator<FrontendSpec> {
-    for (const specs of this.desired.values()) yield* specs;
   }
 
   private updateGauges(): void {

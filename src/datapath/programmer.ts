@@ -207,6 +207,13 @@ export class LbProgrammer {
     return result;
   }
 
+  /** Remove one frontend by id; returns the backend ids deleted. */
+  removeFrontend(id: string): { frontends: number; deletedBackendIds: number[] } {
+    if (!this.frontends.has(id)) return { frontends: 0, deletedBackendIds: [] };
+    this.deleteFrontend(id);
+    return { frontends: 1, deletedBackendIds: this.collectGarbage() };
+  }
+
   /** Remove one frontend (both scopes when scope is not given); returns the backend ids deleted. */
   remove(address: string, port: number, proto: ProtoName, only?: ScopeName): { frontends: number; deletedBackendIds: number[] } {
     let frontends = 0;
