@@ -4,7 +4,6 @@ import * as abi from '../abi/generated';
 import { openSockLbMaps, readCounter, type SockLbMaps } from '../datapath/maps';
 import { LbProgrammer } from '../datapath/programmer';
 import { sockLbStatus, type AttachmentStatus } from '../datapath/sockLb';
-import { MAP_SPECS } from '../abi/generated';
 
 export function flagNames(flags: number): string[] {
   const names: Array<[number, string]> = [
@@ -149,5 +148,3 @@ export function withMaps<T>(bpffs: string, fn: (maps: SockLbMaps) => T): T {
     maps.close();
   }
 }
-
-export const knownMaps = () => Object.keys(MAP_SPECS);
