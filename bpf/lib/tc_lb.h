@@ -32,6 +32,12 @@ static __always_inline bool lb_svc_is_north_south(const struct lb4_service *svc)
 	return svc->flags & (LB_SVC_FLAG_NODEPORT | LB_SVC_FLAG_EXTERNAL_IP | LB_SVC_FLAG_LOADBALANCER);
 }
 
+/* externalTrafficPolicy: Local: the client's address is kept, no SNAT. */
+static __always_inline bool lb_svc_is_ext_local(const struct lb4_service *svc)
+{
+	return svc->flags & LB_SVC_FLAG_EXT_LOCAL;
+}
+
 static __always_inline bool lb_svc_has_source_ranges(const struct lb4_service *svc)
 {
 	return svc->flags & LB_SVC_FLAG_SOURCE_RANGE;
@@ -260,10 +266,13 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 	e.ifindex = skb->ingress_ifindex;
 	e.expires_ns = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, 0);
 
-	if (!lb4_backend_is_local(backend) || backend->address == t->saddr) {
-		/* The backend is on another node, or is the client itself (a pod
-		 * reaching its own NodePort: hairpin): its reply must come back
-		 * here to be translated, so it must be addressed to the node. */
+	if (!lb_svc_is_ext_local(svc) || !lb4_backend_is_local(backend) || backend->address == t->saddr) {
+		/* externalTrafficPolicy: Cluster masquerades, as kube-proxy does
+		 * (the backend sees the node, on this node or another); so does
+		 * a pod reaching its own NodePort (hairpin). The reply comes back
+		 * to the node address: on the external device from another node,
+		 * on the pod's device (where the agent attaches this program
+		 * too) from a local pod. Only Local keeps the client's address. */
 		if (!cfg->snat_address) {
 			lb_count(LB_CNT_TC_SNAT_FAILED);
 			return TC_ACT_SHOT;

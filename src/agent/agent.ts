@@ -45,7 +45,13 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     nodeName: config.nodeName,
     onBackendsDeleted: (ids) => northSouth?.backendsDeleted(ids),
     onHealthChecks: (checks) => northSouth?.healthChecks(checks),
-    onSyncDone: (report, programmed) => recordStatus(maps, report, programmed),
+    onSyncDone: (report, programmed) => {
+      recordStatus(maps, report, programmed);
+      if (northSouth && (report.written > 0 || report.kind === 'full')) {
+        const local = syncer!.programmed().programmedBackends().filter((b) => b.flags & abi.LB_BACKEND_FLAG_LOCAL);
+        northSouth.localBackends(local.map((b) => b.address));
+      }
+    },
     translate: { nodePortAddresses: config.nodePortAddresses, maxEndpointsPerService: config.maxEndpointsPerService, ipFamilies: ['IPv4'] },
     minSyncPeriodMs: config.minSyncPeriodMs,
     syncPeriodMs: config.syncPeriodSeconds * 1000,

@@ -22,6 +22,8 @@ const EXTERNAL_IP = '198.18.100.10';
 const LOCAL_BE = { id: 1, address: '198.18.1.10', port: 8080, local: true };
 const REMOTE_BE = { id: 2, address: '198.18.2.20', port: 8080, local: false };
 const NODEPORT = abi.LB_SVC_FLAG_NODEPORT;
+/** externalTrafficPolicy: Local (what the agent sets): DNAT only, the client's address kept. */
+const LOCAL_POLICY = abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES;
 
 let h: TcHarness;
 
@@ -54,8 +56,8 @@ describe('packet builder', () => {
   });
 });
 
-describe('NodePort to a local backend: DNAT only, client address kept', () => {
-  beforeEach(() => h.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: NODEPORT, revNatId: 7, backends: [LOCAL_BE] }));
+describe('NodePort (externalTrafficPolicy Local) to a local backend: DNAT only, client address kept', () => {
+  beforeEach(() => h.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: NODEPORT | LOCAL_POLICY, revNatId: 7, backends: [LOCAL_BE] }));
 
   test('SYN is DNATed; checksums match a from-scratch packet', () => {
     const syn: L4Spec = { proto: 'tcp', src: CLIENT, dst: NODE, sport: 40000, dport: NODE_PORT, tcpFlags: TCP_SYN };
@@ -109,6 +111,18 @@ describe('NodePort to a local backend: DNAT only, client address kept', () => {
     check('ingress', fwd, { ...fwd, dst: LOCAL_BE.address, dport: LOCAL_BE.port });
     assert.equal(h.counter(abi.LB_CNT_TC_TRANSLATED) - before, 1n, 'the SYN opened a new flow');
     assert.equal(listConntrack(h.tc.conntrack)[0]?.closing, false);
+  });
+});
+
+describe('NodePort (externalTrafficPolicy Cluster) to a local backend: SNAT to the node, as kube-proxy masquerades', () => {
+  test('the local backend sees the node; its reply (arriving on the pod device ingress) is restored byte for byte', () => {
+    h.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: NODEPORT, revNatId: 18, backends: [LOCAL_BE] });
+    const syn: L4Spec = { proto: 'tcp', src: CLIENT, dst: NODE, sport: 62900, dport: NODE_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, src: NODE, dst: LOCAL_BE.address, dport: LOCAL_BE.port });
+    const reply: L4Spec = { proto: 'tcp', src: LOCAL_BE.address, dst: NODE, sport: LOCAL_BE.port, dport: 62900, tcpFlags: TCP_SYN | TCP_ACK };
+    check('ingress', reply, { ...reply, src: NODE, sport: NODE_PORT, dst: CLIENT, dport: 62900 });
+    const [row] = listConntrack(h.tc.conntrack);
+    assert.equal(row?.snat, `${NODE}:62900`);
   });
 });
 
@@ -190,7 +204,8 @@ describe('UDP', () => {
     h.upsertFrontend({ address: EXTERNAL_IP, port: 53, proto: 'udp', flags: abi.LB_SVC_FLAG_EXTERNAL_IP, revNatId: 9, backends: [NEW_BE] });
     h.backends.delete(REMOTE_BE.id);
     const before = h.counter(abi.LB_CNT_TC_BACKEND_GONE);
-    check('ingress', q, { ...q, dst: NEW_BE.address, dport: NEW_BE.port });
+    // externalTrafficPolicy Cluster: SNAT to the node, local backend too (the client's port 63002 is in the range).
+    check('ingress', q, { ...q, src: NODE, dst: NEW_BE.address, dport: NEW_BE.port });
     assert.equal(h.counter(abi.LB_CNT_TC_BACKEND_GONE) - before, 1n);
     const rows = listConntrack(h.tc.conntrack);
     assert.equal(rows.length, 1, 'the old flow was deleted with both entries');
@@ -231,7 +246,7 @@ describe('loadBalancerSourceRanges', () => {
   beforeEach(() => {
     // Ranges first, then the flag (make-before-break).
     syncSourceRanges(h.tc.sourceRanges, 11, ['198.18.0.0/28', '198.19.5.0/24']);
-    h.upsertFrontend({ address: LB_IP, port: 443, proto: 'tcp', flags: abi.LB_SVC_FLAG_LOADBALANCER | abi.LB_SVC_FLAG_SOURCE_RANGE, revNatId: 11, backends: [LOCAL_BE] });
+    h.upsertFrontend({ address: LB_IP, port: 443, proto: 'tcp', flags: abi.LB_SVC_FLAG_LOADBALANCER | abi.LB_SVC_FLAG_SOURCE_RANGE | LOCAL_POLICY, revNatId: 11, backends: [LOCAL_BE] });
   });
 
   test('a client inside a range is served, one outside is dropped and counted', () => {
@@ -267,7 +282,7 @@ describe('packets that are not ours pass untouched', () => {
 
 describe('ICMP errors about translated flows', () => {
   test('port unreachable from a local backend (egress): outer source and quoted packet restored', () => {
-    h.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: NODEPORT, revNatId: 14, backends: [LOCAL_BE] });
+    h.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: NODEPORT | LOCAL_POLICY, revNatId: 14, backends: [LOCAL_BE] });
     const q: L4Spec = { proto: 'udp', src: CLIENT, dst: NODE, sport: 40400, dport: NODE_PORT, payload: Buffer.from('ping') };
     h.run('ingress', frame(q));
     // What the backend received, quoted in its error.
@@ -296,7 +311,7 @@ describe('ICMP errors about translated flows', () => {
 describe('ICMP errors about replies (PMTU towards the client)', () => {
   for (const [what, backend, flags] of [['local backend', LOCAL_BE, 0], ['remote backend (SNAT)', REMOTE_BE, 1]] as const) {
     test(`fragmentation needed about a reply is sent on to the ${what}`, () => {
-      h.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: NODEPORT, revNatId: 17, backends: [backend] });
+      h.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: NODEPORT | (flags ? 0 : LOCAL_POLICY), revNatId: 17, backends: [backend] });
       const fwd: L4Spec = { proto: 'tcp', src: CLIENT, dst: NODE, sport: 62600, dport: NODE_PORT, tcpFlags: TCP_SYN };
       h.run('ingress', frame(fwd));
       // The reply as it left this node (frontend -> client), too big for a router on the way.

@@ -17,25 +17,41 @@ export interface TcAttachment {
 }
 
 export function attachTcDevices(objectPath: string, bpffs: string, devices: string[]): TcAttachment[] {
-  const obj = BpfObject.open(objectPath, { pinDir: bpffs });
+  const obj = loadTcObject(objectPath, bpffs);
   try {
-    obj.load();
-    const out: TcAttachment[] = [];
-    for (const device of devices) {
-      for (const direction of ['ingress', 'egress'] as const) {
-        const link = attachTc(obj.program(TC_PROGRAMS[direction]), device, direction, bpffs);
-        try {
-          const info = link.info();
-          out.push({ device, direction, linkId: info.id, programId: info.progId, ifindex: info.ifindex ?? 0 });
-        } finally {
-          link.close();
-        }
-      }
-    }
-    return out;
+    return attachLoaded(obj, bpffs, devices);
   } finally {
     obj.close();
   }
+}
+
+/** Load tc_lb once (maps reused from their pins) for several attaches. */
+export function loadTcObject(objectPath: string, bpffs: string): BpfObject {
+  const obj = BpfObject.open(objectPath, { pinDir: bpffs });
+  try {
+    obj.load();
+  } catch (err) {
+    obj.close();
+    throw err;
+  }
+  return obj;
+}
+
+/** Attach a loaded tc_lb to devices (pinned tcx links; an existing pin is updated in place). */
+export function attachLoaded(obj: BpfObject, bpffs: string, devices: string[]): TcAttachment[] {
+  const out: TcAttachment[] = [];
+  for (const device of devices) {
+    for (const direction of ['ingress', 'egress'] as const) {
+      const link = attachTc(obj.program(TC_PROGRAMS[direction]), device, direction, bpffs);
+      try {
+        const info = link.info();
+        out.push({ device, direction, linkId: info.id, programId: info.progId, ifindex: info.ifindex ?? 0 });
+      } finally {
+        link.close();
+      }
+    }
+  }
+  return out;
 }
 
 function main(argv: string[]): void {
