@@ -47,10 +47,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     onHealthChecks: (checks) => northSouth?.healthChecks(checks),
     onSyncDone: (report, programmed) => {
       recordStatus(maps, report, programmed);
-      if (northSouth && (report.written > 0 || report.kind === 'full')) {
-        const local = syncer!.programmed().programmedBackends().filter((b) => b.flags & abi.LB_BACKEND_FLAG_LOCAL);
-        northSouth.localBackends(local.map((b) => b.address));
-      }
+      if (northSouth && (report.written > 0 || report.kind === 'full')) northSouth.localBackends(externalLocalBackends(syncer!));
     },
     translate: { nodePortAddresses: config.nodePortAddresses, maxEndpointsPerService: config.maxEndpointsPerService, ipFamilies: ['IPv4'] },
     minSyncPeriodMs: config.minSyncPeriodMs,
@@ -112,6 +109,25 @@ function preparePodPrograms(bpffs: string, log: Logger): void {
   } catch (err) {
     log.warn({ error: (err as Error).message }, 'pod-veth programs not available: pods chained with the Sluice CNI plugin in per-packet mode get no Service translation');
   }
+}
+
+/**
+ * Local backends of frontends reachable from outside (NodePort, ExternalIP,
+ * LoadBalancer): the ones whose SNATed replies enter on their own device.
+ * Backends of ClusterIP-only Services need no TC program.
+ */
+function externalLocalBackends(syncer: Syncer): string[] {
+  const external = abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_LOADBALANCER;
+  const p = syncer.programmed();
+  const addresses = new Set<string>();
+  for (const f of p.programmedFrontends()) {
+    if ((f.flags & external) === 0 || f.scope !== 'external') continue;
+    for (const id of f.backendIds) {
+      const b = p.backendById(id);
+      if (b && b.flags & abi.LB_BACKEND_FLAG_LOCAL) addresses.add(b.address);
+    }
+  }
+  return [...addresses];
 }
 
 let syncCount = 0n;
