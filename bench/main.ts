@@ -20,6 +20,7 @@ import { makeServicePorts, Proto, targetLines } from './services';
 import { measureControlPlane } from './controlplane';
 import { measureNodePort } from './nodeport';
 import { measureRuleUpdates } from './ruleupdates';
+import { measureUpstream } from './upstream';
 
 interface Plan {
   quick: boolean;
@@ -39,6 +40,8 @@ interface Plan {
   cp: { services: number; changes: number; settleMs: number; budgetMs: number };
   rules: { changes: number; fullChanges: number; writeTimeoutMs: number; budgetMs: number };
   nodePort: { services: number; rounds: number; roundMs: number; budgetMs: number };
+  /** Upstream kube-proxy and the Sluice agent on one real API server (bench/upstream.ts). */
+  upstream: { services: number; changes: number };
 }
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -47,10 +50,10 @@ function plan(quick: boolean): Plan {
   return quick
     ? { quick, scales: [1, 1000], rounds: 7, perRound: 3000, warmup: 100, roundMaxMs: 4000, taxScale: 1000, cpuScale: 1000, totalBudgetMs: 110_000, loadBudgetMs: 30_000, reservePerScaleMs: 25_000,
       cp: { services: 1000, changes: 30, settleMs: 1000, budgetMs: 20_000 }, rules: { changes: 5, fullChanges: 0, writeTimeoutMs: 10_000, budgetMs: 20_000 },
-      nodePort: { services: 1000, rounds: 2, roundMs: 1500, budgetMs: 40_000 } }
+      nodePort: { services: 1000, rounds: 2, roundMs: 1500, budgetMs: 40_000 }, upstream: { services: 0, changes: 0 } }
     : { quick, scales: [1, 1000, 10000, 100000], rounds: 9, perRound: 5000, warmup: 200, roundMaxMs: 6000, taxScale: 10000, cpuScale: 10000, totalBudgetMs: 840_000, loadBudgetMs: 150_000, reservePerScaleMs: 60_000,
       cp: { services: 10000, changes: 100, settleMs: 3000, budgetMs: 60_000 }, rules: { changes: 8, fullChanges: 0, writeTimeoutMs: 30_000, budgetMs: 120_000 },
-      nodePort: { services: 10000, rounds: 5, roundMs: 2000, budgetMs: 180_000 } };
+      nodePort: { services: 10000, rounds: 5, roundMs: 2000, budgetMs: 180_000 }, upstream: { services: 1000, changes: 20 } };
 }
 
 const PROTOS: Proto[] = ['tcp', 'udp'];
@@ -235,6 +238,10 @@ async function main(): Promise<void> {
     const makeBpffs = (t: string) => h.makeBpffsDir(t);
     report.controlPlane = await measureControlPlane({ root: ROOT, ...p.cp, makeCgroup, makeBpffs, log });
     report.nodePort = await measureNodePort({ root: ROOT, ...p.nodePort, suffix: h.suffix, makeCgroup, makeBpffs, log });
+    // The real thing: upstream kube-proxy's own sync against the agent's, on the cluster tier's control plane.
+    report.upstream = p.upstream.services > 0
+      ? await measureUpstream({ root: ROOT, ...p.upstream, log })
+      : { services: 0, endpointsPerService: 0, skipped: 'full run only (QUICK=1 keeps to 2 minutes; `node dist/bench/part.js upstream` runs it alone)', notes: [] };
   } finally {
     const problems = await h.destroy();
     fs.rmSync(tmp, { recursive: true, force: true });

@@ -4,6 +4,7 @@
 //   node dist/bench/part.js controlplane [--services N] [--changes N]
 //   node dist/bench/part.js nodeport [--services N] [--rounds N]
 //   node dist/bench/part.js ruleupdates [--services N] [--changes N]
+//   node dist/bench/part.js upstream [--services N] [--changes N]
 //
 // Prints the part's result as JSON. Needs root; cleans up like main.ts.
 import * as path from 'node:path';
@@ -11,6 +12,7 @@ import { killRunning } from './exec';
 import { Harness } from './harness';
 import { measureControlPlane } from './controlplane';
 import { measureNodePort } from './nodeport';
+import { measureUpstream } from './upstream';
 import { measureRuleUpdates } from './ruleupdates';
 import { makeBaselineModes } from './modes';
 import { makeServicePorts } from './services';
@@ -40,6 +42,8 @@ async function main(): Promise<void> {
         root: ROOT, services: flag('services', 1000), changes: flag('changes', 100), settleMs: flag('settle-ms', 2000), budgetMs: flag('budget-s', 120) * 1000,
         makeCgroup: (t) => h.makeCgroup(t), makeBpffs: (t) => h.makeBpffsDir(t), log,
       });
+    } else if (part === 'upstream') {
+      result = await measureUpstream({ root: ROOT, services: flag('services', 1000), changes: flag('changes', 20), log });
     } else if (part === 'nodeport') {
       result = await measureNodePort({
         root: ROOT, services: flag('services', 1000), rounds: flag('rounds', 3), roundMs: flag('round-ms', 2000), budgetMs: flag('budget-s', 120) * 1000,

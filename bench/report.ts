@@ -6,6 +6,7 @@ import type { MachineInfo } from './machine';
 import type { LoadOutcome } from './modes';
 import { median, RoundResult, Summary } from './stats';
 import { controlPlaneMarkdown, controlPlaneTargets } from './report-controlplane';
+import type { UpstreamResult, UpstreamSide } from './upstream';
 import type { ControlPlaneResult } from './controlplane';
 import type { NodePortResult } from './nodeport';
 import type { RuleUpdateResult } from './ruleupdates';
@@ -46,6 +47,7 @@ export interface BenchReport {
   controlPlane?: ControlPlaneResult;
   ruleUpdates?: RuleUpdateResult;
   nodePort?: NodePortResult;
+  upstream?: UpstreamResult;
 }
 
 const SLUICE_MODES = ['sluice-sock', 'sluice-tc'];
@@ -218,6 +220,7 @@ export function markdown(rep: BenchReport): string {
     lines.push('');
   }
   lines.push(...controlPlaneMarkdown(rep));
+  lines.push(...upstreamMarkdown(rep.upstream));
   lines.push('## Targets');
   lines.push('');
   lines.push('| target | verdict | measured |');
@@ -298,4 +301,31 @@ export function writeReport(rep: BenchReport, dir: string): string[] {
   write(`${base}-latest.md`, md);
   write(`${base}-latest.svg`, svgChart(rep));
   return files;
+}
+
+/** Upstream kube-proxy and the Sluice agent, measured alike on one real API server. */
+function upstreamMarkdown(u: UpstreamResult | undefined): string[] {
+  if (!u) return [];
+  const lines = [`## Upstream kube-proxy v1.34.4 and the Sluice agent on one real API server (${u.services} Services x ${u.endpointsPerService} endpoints)`, ''];
+  if (u.skipped) return [...lines, `Not measured: ${u.skipped}`, ''];
+  const pct = (xs: number[], q: number) => {
+    const s = [...xs].sort((a, b) => a - b);
+    return s.length ? s[Math.min(s.length - 1, Math.floor(q * s.length))]! : undefined;
+  };
+  const row = (label: string, side: UpstreamSide | undefined) => {
+    if (!side) return `| ${label} | – | – | – | – | – |`;
+    const f = (v: number | undefined) => (v === undefined ? '–' : String(v));
+    return `| ${label} | ${f(side.coldStartMs)} | ${f(pct(side.changeMs, 0.5))} | ${f(pct(side.changeMs, 0.99))} | ${side.changeMs.length} | ${side.timeouts} |`;
+  };
+  lines.push('Both watch the same etcd-backed kube-apiserver, each on its own node; cold start = process start to every Service programmed; a change = one EndpointSlice replaced (10 -> 9 endpoints) until the rules (iptables-save, polled every 20 ms) or the map (polled every 0.5 ms) show it.');
+  lines.push('');
+  lines.push('| proxy | cold start ms | change p50 ms | change p99 ms | changes | timeouts |');
+  lines.push('|---|---:|---:|---:|---:|---:|');
+  lines.push(row('upstream kube-proxy (iptables mode)', u.kubeProxy));
+  lines.push(row('Sluice agent', u.sluice));
+  lines.push('');
+  if (u.createMs !== undefined) lines.push(`Creating the objects in the API server took ${u.createMs} ms.`);
+  for (const n of u.notes) lines.push(`- ${n}`);
+  lines.push('');
+  return lines;
 }
