@@ -242,17 +242,9 @@ static __always_inline int lb4_pod_ingress(struct __sk_buff *skb)
 		return lb4_pod_bounce(skb);
 	}
 
-	lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_ORIGINAL);
-	e = lb4_ct_lookup(&key);
-	if (e && lb4_ct_is_pod(e) && !lb4_ct_is_reopen(e, &pkt.tuple)) {
-		if (lb4_ct_backend_alive(e)) {
-			lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
-			return lb4_pod_xlate_original(skb, &pkt, e);
-		}
-		/* The backend went away: balance the flow again. */
-		lb_count(LB_CNT_TC_BACKEND_GONE);
-		lb4_ct_delete_flow(e);
-	}
+	e = lb4_ct_live_original(skb, &pkt.tuple, &cfg, LB_CT_FLAG_POD);
+	if (e)
+		return lb4_pod_xlate_original(skb, &pkt, e);
 	return lb4_pod_new_flow(skb, &pkt, &cfg);
 }
 

@@ -368,6 +368,32 @@ lb4_tc_icmp_error(struct __sk_buff *skb, const struct lb4_packet *pkt, bool ingr
 	return TC_ACT_OK;
 }
 
+/*
+ * The original-direction entry of a known flow, touched, when its backend is
+ * still there and it carries `need_flags`; NULL otherwise. A flow whose
+ * backend went away (UDP included) is deleted here, so the caller balances it
+ * again instead of feeding a dead address (the stale-conntrack bug).
+ */
+static __always_inline struct lb4_ct_entry *
+lb4_ct_live_original(struct __sk_buff *skb, const struct lb4_tuple *t,
+		     const struct lb4_tc_config *cfg, __u16 need_flags)
+{
+	struct lb4_ct_entry *e;
+	struct lb4_ct_key key;
+
+	lb4_ct_key_of(&key, t, LB_CT_DIR_ORIGINAL);
+	e = lb4_ct_lookup(&key);
+	if (!e || (e->flags & need_flags) != need_flags || lb4_ct_is_reopen(e, t))
+		return NULL;
+	if (lb4_ct_backend_alive(e)) {
+		lb4_ct_touch(e, cfg, t, skb->len);
+		return e;
+	}
+	lb_count(LB_CNT_TC_BACKEND_GONE);
+	lb4_ct_delete_flow(e);
+	return NULL;
+}
+
 static __always_inline int lb4_tc_ingress(struct __sk_buff *skb)
 {
 	struct lb4_packet pkt = {};
@@ -388,18 +414,9 @@ static __always_inline int lb4_tc_ingress(struct __sk_buff *skb)
 		return lb4_tc_xlate_reply(skb, &pkt, e, true);
 	}
 
-	lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_ORIGINAL);
-	e = lb4_ct_lookup(&key);
-	if (e && !lb4_ct_is_reopen(e, &pkt.tuple)) {
-		if (lb4_ct_backend_alive(e)) {
-			lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
-			return lb4_tc_xlate_original(skb, &pkt, e);
-		}
-		/* The backend went away (UDP included): the flow is balanced
-		 * again instead of feeding a dead address. */
-		lb_count(LB_CNT_TC_BACKEND_GONE);
-		lb4_ct_delete_flow(e);
-	}
+	e = lb4_ct_live_original(skb, &pkt.tuple, &cfg, 0);
+	if (e)
+		return lb4_tc_xlate_original(skb, &pkt, e);
 	return lb4_tc_new_flow(skb, &pkt, &cfg);
 }
 
