@@ -35,13 +35,15 @@
  * touching the node's stack.
  *
  * The flows live in the north-south conntrack map (SLUICE_MAP_CT4) flagged
- * LB_CT_FLAG_POD; this program acts only on such entries. The counters are
+ * LB_CT_FLAG_POD; this program acts only on such entries. The flow helpers
+ * (filling, storing, translating) are shared with the north-south path in
+ * nat_flow.h, told apart by enum lb_path. The counters are
  * the TC path's (LB_CNT_TC_*).
  */
 #ifndef SLUICE_BPF_POD_LB_H
 #define SLUICE_BPF_POD_LB_H
 
-#include "tc_lb.h"
+#include "nat_flow.h"
 
 #define LB_ICMP_PORT_UNREACH 3
 #define LB_IP_HLEN           20
@@ -56,26 +58,6 @@ static __always_inline bool lb4_ct_is_pod(const struct lb4_ct_entry *e)
 static __always_inline bool lb4_ct_is_hairpin(const struct lb4_ct_entry *e)
 {
 	return (e->flags & (LB_CT_FLAG_POD | LB_CT_FLAG_SNAT)) == (LB_CT_FLAG_POD | LB_CT_FLAG_SNAT);
-}
-
-/*
- * Send the (rewritten) frame back into the pod it came from: the pod's MAC
- * was the source and the gateway's the destination, so the two swap, and the
- * TTL drops by one as through any router.
- */
-static __always_inline int lb4_pod_bounce(struct __sk_buff *skb)
-{
-	__u8 macs[12], swapped[12];
-
-	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)) < 0)
-		return TC_ACT_SHOT;
-	__builtin_memcpy(swapped, macs + 6, 6);
-	__builtin_memcpy(swapped + 6, macs, 6);
-	if (bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0) < 0)
-		return TC_ACT_SHOT;
-	if (lb4_dec_ttl(skb) < 0)
-		return TC_ACT_SHOT;
-	return bpf_redirect(skb->ifindex, 0);
 }
 
 static __always_inline __u16 lb_csum_fold(__s64 sum)
@@ -144,24 +126,6 @@ static __always_inline int lb4_pod_reject(struct __sk_buff *skb, const struct lb
 	return bpf_redirect(skb->ifindex, 0);
 }
 
-/* Pod -> frontend becomes pod -> backend (hairpin: frontend:nat-port -> pod). */
-static __always_inline int
-lb4_pod_xlate_original(struct __sk_buff *skb, const struct lb4_packet *pkt,
-		       const struct lb4_ct_entry *e)
-{
-	struct lb4_tuple to = pkt->tuple;
-
-	to.daddr = e->backend_address;
-	to.dport = e->backend_port;
-	if (e->flags & LB_CT_FLAG_SNAT) {
-		to.saddr = e->nat_address;
-		to.sport = e->nat_port;
-	}
-	if (lb4_rewrite(skb, pkt, &to) < 0)
-		return TC_ACT_SHOT;
-	return (e->flags & LB_CT_FLAG_SNAT) ? lb4_pod_bounce(skb) : TC_ACT_OK;
-}
-
 /* A new flow from the pod to a frontend; anything else passes untouched. */
 static __always_inline int
 lb4_pod_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struct lb4_tc_config *cfg)
@@ -189,18 +153,7 @@ lb4_pod_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const stru
 	if (!backend)
 		return lb4_pod_reject(skb, pkt);
 
-	e.client_address = t->saddr;
-	e.client_port = t->sport;
-	e.frontend_address = t->daddr;
-	e.frontend_port = t->dport;
-	e.backend_address = backend->address;
-	e.backend_port = backend->port;
-	e.backend_id = backend_id;
-	e.rev_nat_id = svc->rev_nat_id;
-	e.proto = t->proto;
-	e.flags = LB_CT_FLAG_POD;
-	e.ifindex = skb->ifindex;
-	e.expires_ns = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, 0);
+	lb4_flow_fill(&e, t, svc, backend, backend_id, LB_PATH_POD, skb->ifindex, cfg);
 
 	if (backend->address == t->saddr) {
 		/* Hairpin: source becomes frontend:port-from-the-SNAT-range. */
@@ -209,7 +162,7 @@ lb4_pod_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const stru
 	}
 	if (lb4_ct_create_flow(skb, t, &e, cfg) < 0)
 		return TC_ACT_SHOT;
-	return lb4_pod_xlate_original(skb, pkt, &e);
+	return lb4_flow_xlate_original(skb, pkt, &e, LB_PATH_POD);
 }
 
 static __always_inline int lb4_pod_ingress(struct __sk_buff *skb)
@@ -222,29 +175,20 @@ static __always_inline int lb4_pod_ingress(struct __sk_buff *skb)
 	if (lb4_parse(skb, &pkt) < 0)
 		return TC_ACT_OK;
 	if (pkt.tuple.proto == LB_IPPROTO_ICMP)
-		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_tc_icmp_error(skb, &pkt, true) : TC_ACT_OK;
+		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_flow_icmp_error(skb, &pkt, LB_PATH_POD, LB_HOOK_INGRESS) : TC_ACT_OK;
 	cfg = lb4_tc_config_get();
 
 	/* The pod answering itself through a hairpin flow. */
 	lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
 	e = lb4_ct_lookup(&key);
 	if (e && lb4_ct_is_hairpin(e)) {
-		struct lb4_tuple to = pkt.tuple;
-
 		lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
-		to.saddr = e->frontend_address;
-		to.sport = e->frontend_port;
-		to.daddr = e->client_address;
-		to.dport = e->client_port;
-		if (lb4_rewrite(skb, &pkt, &to) < 0)
-			return TC_ACT_SHOT;
-		lb_count(LB_CNT_TC_REV_XLATED);
-		return lb4_pod_bounce(skb);
+		return lb4_flow_xlate_reply(skb, &pkt, e, LB_PATH_POD, LB_HOOK_INGRESS);
 	}
 
-	e = lb4_ct_live_original(skb, &pkt.tuple, &cfg, LB_CT_FLAG_POD);
+	e = lb4_ct_live_original(skb, &pkt.tuple, &cfg, LB_PATH_POD);
 	if (e)
-		return lb4_pod_xlate_original(skb, &pkt, e);
+		return lb4_flow_xlate_original(skb, &pkt, e, LB_PATH_POD);
 	return lb4_pod_new_flow(skb, &pkt, &cfg);
 }
 
@@ -254,25 +198,18 @@ static __always_inline int lb4_pod_egress(struct __sk_buff *skb)
 	struct lb4_tc_config cfg;
 	struct lb4_ct_entry *e;
 	struct lb4_ct_key key;
-	struct lb4_tuple to;
 
 	if (lb4_parse(skb, &pkt) < 0)
 		return TC_ACT_OK;
 	if (pkt.tuple.proto == LB_IPPROTO_ICMP)
-		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_tc_icmp_error(skb, &pkt, false) : TC_ACT_OK;
+		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_flow_icmp_error(skb, &pkt, LB_PATH_POD, LB_HOOK_EGRESS) : TC_ACT_OK;
 	lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
 	e = lb4_ct_lookup(&key);
 	if (!e || !lb4_ct_is_pod(e) || (e->flags & LB_CT_FLAG_SNAT))
 		return TC_ACT_OK;
 	cfg = lb4_tc_config_get();
 	lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
-	to = pkt.tuple;
-	to.saddr = e->frontend_address;
-	to.sport = e->frontend_port;
-	if (lb4_rewrite(skb, &pkt, &to) < 0)
-		return TC_ACT_SHOT;
-	lb_count(LB_CNT_TC_REV_XLATED);
-	return TC_ACT_OK;
+	return lb4_flow_xlate_reply(skb, &pkt, e, LB_PATH_POD, LB_HOOK_EGRESS);
 }
 
 #endif /* SLUICE_BPF_POD_LB_H */

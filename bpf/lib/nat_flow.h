@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * nat_flow.h: one translated flow, shared by the two per-packet paths: the
+ * north-south path on the node's external devices (tc_lb.h) and the pod-veth
+ * path (pod_lb.h). Both keep the flow's two conntrack entries in
+ * SLUICE_MAP_CT4 (see LB_CT_DIR_* in sluice_abi.h), translate the original
+ * direction (X -> frontend becomes X or SNAT -> backend) and the reply
+ * direction (backend -> X becomes frontend -> client) the same way; they
+ * differ only in which frontends they serve and in where a packet with a
+ * local source is sent (enum lb_path).
+ */
+#ifndef SLUICE_BPF_NAT_FLOW_H
+#define SLUICE_BPF_NAT_FLOW_H
+
+#include "lb.h"
+#include "nat.h"
+#include "conntrack.h"
+
+/*
+ * Where a program runs. It decides which conntrack entries are the path's
+ * own (pod-veth entries carry LB_CT_FLAG_POD), how a packet whose new source
+ * is a local address is forwarded, and the `path` label of its counters.
+ */
+enum lb_path {
+	LB_PATH_NORTH_SOUTH = 0, /* TC on an external device: NodePort, ExternalIP, LoadBalancer */
+	LB_PATH_POD         = 1, /* TC on the host side of a pod veth: per-packet ClusterIP */
+};
+
+/* Which TC hook of its device a program is attached to. */
+enum lb_hook {
+	LB_HOOK_INGRESS = 0, /* packets the device receives */
+	LB_HOOK_EGRESS  = 1, /* packets the device sends */
+};
+
+/* The conntrack flags an entry must carry to belong to this path. */
+static __always_inline __u16 lb_path_ct_flags(enum lb_path path)
+{
+	return path == LB_PATH_POD ? LB_CT_FLAG_POD : 0;
+}
+
+/* Decrement the TTL of a packet we forward ourselves (the stack would). */
+static __always_inline int lb4_dec_ttl(struct __sk_buff *skb)
+{
+	__u8 ttl_proto[2];
+	__u16 old, new;
+
+	if (bpf_skb_load_bytes(skb, LB_ETH_HLEN + 8, ttl_proto, 2) < 0)
+		return -1;
+	if (ttl_proto[0] <= 1)
+		return -1;
+	__builtin_memcpy(&old, ttl_proto, 2);
+	ttl_proto[0]--;
+	__builtin_memcpy(&new, ttl_proto, 2);
+	if (bpf_l3_csum_replace(skb, LB_IP_OFF_CHECK, old, new, 2) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, LB_ETH_HLEN + 8, ttl_proto, 1, 0);
+}
+
+/*
+ * Forward a translated packet whose source is a local address: route it with
+ * the FIB and redirect it to the egress of the chosen device. When there is no
+ * route (or the TTL is spent) the stack gets the packet and decides.
+ */
+static __always_inline int lb4_tc_redirect(struct __sk_buff *skb, __be32 saddr, __be32 daddr)
+{
+	struct bpf_fib_lookup fib = {};
+	int rc;
+
+	fib.family = AF_INET;
+	fib.ipv4_src = saddr;
+	fib.ipv4_dst = daddr;
+	fib.ifindex = skb->ingress_ifindex;
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
+		lb_count(LB_CNT_TC_FIB_FAILED);
+		return TC_ACT_OK;
+	}
+	if (lb4_dec_ttl(skb) < 0)
+		return TC_ACT_OK;
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return bpf_redirect_neigh(fib.ifindex, NULL, 0, 0);
+	if (bpf_skb_store_bytes(skb, 0, fib.dmac, 6, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, 6, fib.smac, 6, 0) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect(fib.ifindex, 0);
+}
+
+/*
+ * Send the (rewritten) frame back into the pod it came from: the pod's MAC
+ * was the source and the gateway's the destination, so the two swap, and the
+ * TTL drops by one as through any router.
+ */
+static __always_inline int lb4_pod_bounce(struct __sk_buff *skb)
+{
+	__u8 macs[12], swapped[12];
+
+	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)) < 0)
+		return TC_ACT_SHOT;
+	__builtin_memcpy(swapped, macs + 6, 6);
+	__builtin_memcpy(swapped + 6, macs, 6);
+	if (bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0) < 0)
+		return TC_ACT_SHOT;
+	if (lb4_dec_ttl(skb) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+/*
+ * A translated packet whose source is now a local address cannot go through
+ * the stack (input routing drops a forwarded packet with a local source as
+ * martian): the north-south path routes it itself, the pod path (hairpin,
+ * the only case there) sends it straight back into the pod.
+ */
+static __always_inline int
+lb4_flow_forward(struct __sk_buff *skb, enum lb_path path, __be32 saddr, __be32 daddr)
+{
+	if (path == LB_PATH_POD)
+		return lb4_pod_bounce(skb);
+	return lb4_tc_redirect(skb, saddr, daddr);
+}
+
+/* Original direction of a known flow: client -> frontend becomes
+ * client (or SNAT address:port) -> backend. */
+static __always_inline int
+lb4_flow_xlate_original(struct __sk_buff *skb, const struct lb4_packet *pkt,
+			const struct lb4_ct_entry *e, enum lb_path path)
+{
+	struct lb4_tuple to = pkt->tuple;
+	bool snat = e->flags & LB_CT_FLAG_SNAT;
+
+	to.daddr = e->backend_address;
+	to.dport = e->backend_port;
+	if (snat) {
+		to.saddr = e->nat_address;
+		to.sport = e->nat_port;
+	}
+	if (lb4_rewrite(skb, pkt, &to) < 0)
+		return TC_ACT_SHOT;
+	return snat ? lb4_flow_forward(skb, path, to.saddr, to.daddr) : TC_ACT_OK;
+}
+
+/*
+ * Reply direction: backend -> client (or SNAT address:port) becomes
+ * frontend -> client. A reply seen at ingress is addressed to this node (a
+ * SNATed flow) and is forwarded by us; one seen at egress continues out.
+ */
+static __always_inline int
+lb4_flow_xlate_reply(struct __sk_buff *skb, const struct lb4_packet *pkt,
+		     const struct lb4_ct_entry *e, enum lb_path path, enum lb_hook hook)
+{
+	struct lb4_tuple to = pkt->tuple;
+
+	to.saddr = e->frontend_address;
+	to.sport = e->frontend_port;
+	to.daddr = e->client_address;
+	to.dport = e->client_port;
+	if (lb4_rewrite(skb, pkt, &to) < 0)
+		return TC_ACT_SHOT;
+	lb_count(LB_CNT_TC_REV_XLATED);
+	return hook == LB_HOOK_INGRESS ? lb4_flow_forward(skb, path, to.saddr, to.daddr) : TC_ACT_OK;
+}
+
+/*
+ * The conntrack value of a new flow from `t` to `backend`, before SNAT is
+ * decided (the caller sets LB_CT_FLAG_SNAT and nat_address when it applies).
+ */
+static __always_inline void
+lb4_flow_fill(struct lb4_ct_entry *e, const struct lb4_tuple *t, const struct lb4_service *svc,
+	      const struct lb4_backend *backend, __u32 backend_id, enum lb_path path,
+	      __u32 ifindex, const struct lb4_tc_config *cfg)
+{
+	e->client_address = t->saddr;
+	e->client_port = t->sport;
+	e->frontend_address = t->daddr;
+	e->frontend_port = t->dport;
+	e->backend_address = backend->address;
+	e->backend_port = backend->port;
+	e->backend_id = backend_id;
+	e->rev_nat_id = svc->rev_nat_id;
+	e->proto = t->proto;
+	e->flags = lb_path_ct_flags(path);
+	e->ifindex = ifindex;
+	e->expires_ns = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, e->flags);
+}
+
+/*
+ * SNAT source-port allocation: the reply entry is the reservation. The
+ * client's own port is tried first when it is inside the range (kube-proxy's
+ * masquerade keeps it too when it can), then random ports; an insert with
+ * BPF_NOEXIST fails on a collision, and an expired holder may be replaced.
+ */
+static __always_inline int
+lb4_snat_alloc_port(struct lb4_ct_entry *e, const struct lb4_tc_config *cfg)
+{
+	__u32 range = (__u32)cfg->snat_port_max - cfg->snat_port_min + 1;
+	__u32 port = bpf_ntohs(e->client_port);
+	struct lb4_ct_key key;
+	int i;
+
+	if (port < cfg->snat_port_min || port > cfg->snat_port_max)
+		port = cfg->snat_port_min + bpf_get_prandom_u32() % range;
+	e->dir = LB_CT_DIR_REPLY;
+	for (i = 0; i <= LB_TC_SNAT_RETRIES; i++) {
+		struct lb4_ct_entry *holder;
+
+		e->nat_port = bpf_htons((__u16)port);
+		lb4_ct_reply_key(&key, e);
+		if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, e, BPF_NOEXIST) == 0)
+			return 0;
+		holder = bpf_map_lookup_elem(&SLUICE_MAP_CT4, &key);
+		if (holder && holder->expires_ns <= bpf_ktime_get_ns() &&
+		    bpf_map_update_elem(&SLUICE_MAP_CT4, &key, e, BPF_ANY) == 0)
+			return 0;
+		port = cfg->snat_port_min + bpf_get_prandom_u32() % range;
+	}
+	return -1;
+}
+
+/*
+ * Store a new flow's two conntrack entries: the reply entry first (with
+ * LB_CT_FLAG_SNAT it is also the SNAT port's reservation), then the original.
+ * Counts and returns -1 on failure, leaving no half flow behind.
+ */
+static __always_inline int
+lb4_ct_create_flow(struct __sk_buff *skb, const struct lb4_tuple *t, struct lb4_ct_entry *e,
+		   const struct lb4_tc_config *cfg)
+{
+	struct lb4_ct_key key;
+
+	if (e->flags & LB_CT_FLAG_SNAT) {
+		if (lb4_snat_alloc_port(e, cfg) < 0) {
+			lb_count(LB_CNT_TC_SNAT_FAILED);
+			return -1;
+		}
+	} else {
+		e->dir = LB_CT_DIR_REPLY;
+		lb4_ct_reply_key(&key, e);
+		if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, e, BPF_ANY) < 0) {
+			lb_count(LB_CNT_TC_CT_FAILED);
+			return -1;
+		}
+	}
+	/* The reply entry starts at zero packets; this packet is the original's. */
+	e->dir = LB_CT_DIR_ORIGINAL;
+	e->packets = 1;
+	e->bytes = skb->len;
+	lb4_ct_key_of(&key, t, LB_CT_DIR_ORIGINAL);
+	if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, e, BPF_ANY) < 0) {
+		lb4_ct_delete_flow(e);
+		lb_count(LB_CNT_TC_CT_FAILED);
+		return -1;
+	}
+	lb_count(LB_CNT_TC_TRANSLATED);
+	return 0;
+}
+
+/* Is the backend a flow was balanced to still there, at the same address? */
+static __always_inline bool lb4_ct_backend_alive(const struct lb4_ct_entry *e)
+{
+	struct lb4_backend *backend = lb4_lookup_backend(e->backend_id);
+
+	return backend && backend->address == e->backend_address && backend->port == e->backend_port;
+}
+
+/*
+ * The original-direction entry of a known flow of this path, touched, when
+ * its backend is still there; NULL otherwise. A flow whose backend went away
+ * (UDP included) is deleted here, so the caller balances it again instead of
+ * feeding a dead address (the stale-conntrack bug).
+ */
+static __always_inline struct lb4_ct_entry *
+lb4_ct_live_original(struct __sk_buff *skb, const struct lb4_tuple *t,
+		     const struct lb4_tc_config *cfg, enum lb_path path)
+{
+	__u16 need_flags = lb_path_ct_flags(path);
+	struct lb4_ct_entry *e;
+	struct lb4_ct_key key;
+
+	lb4_ct_key_of(&key, t, LB_CT_DIR_ORIGINAL);
+	e = lb4_ct_lookup(&key);
+	if (!e || (e->flags & need_flags) != need_flags || lb4_ct_is_reopen(e, t))
+		return NULL;
+	if (lb4_ct_backend_alive(e)) {
+		lb4_ct_touch(e, cfg, t, skb->len);
+		return e;
+	}
+	lb_count(LB_CNT_TC_BACKEND_GONE);
+	lb4_ct_delete_flow(e);
+	return NULL;
+}
+
+/*
+ * ICMP errors about translated flows. Both kinds are found by the quoted
+ * packet's tuple reversed.
+ *
+ * About a packet on its way to the backend (quoted as X -> backend, X the
+ * client or the SNAT address; e.g. "port unreachable" from the backend): the
+ * quote reversed is the flow's reply key. The error is rewritten to quote
+ * client -> frontend and sent to the client; its outer source, if it is the
+ * backend, becomes the frontend. Seen at egress (DNAT-only flows: from a
+ * local backend) and at ingress (SNATed flows: from the remote backend or a
+ * router on its way).
+ *
+ * About a reply on its way to the client (quoted as frontend -> client;
+ * e.g. "fragmentation needed" from a router between us and the client),
+ * arriving at ingress: the quote reversed is the flow's original key. The
+ * error is rewritten to quote what the backend sent (backend -> client or
+ * SNAT address) and sent on to the backend, so its PMTU discovery works.
+ */
+static __always_inline int
+lb4_flow_icmp_error(struct __sk_buff *skb, const struct lb4_packet *pkt, enum lb_path path,
+		    enum lb_hook hook)
+{
+	bool ingress = hook == LB_HOOK_INGRESS;
+	struct lb4_icmp_quote q;
+	struct lb4_tuple rev, quote_to;
+	struct lb4_ct_key key;
+	struct lb4_ct_entry *e;
+	__be32 outer_saddr;
+
+	if (lb4_parse_icmp_quote(skb, pkt, &q) < 0)
+		return TC_ACT_OK;
+	rev.saddr = q.tuple.daddr;
+	rev.daddr = q.tuple.saddr;
+	rev.sport = q.tuple.dport;
+	rev.dport = q.tuple.sport;
+	rev.proto = q.tuple.proto;
+	quote_to = q.tuple;
+
+	lb4_ct_key_of(&key, &rev, LB_CT_DIR_REPLY);
+	e = lb4_ct_lookup(&key);
+	/* SNATed flows' replies come back in at ingress, the others' leave at egress. */
+	if (e && !!(e->flags & LB_CT_FLAG_SNAT) == ingress) {
+		quote_to.saddr = e->client_address;
+		quote_to.sport = e->client_port;
+		quote_to.daddr = e->frontend_address;
+		quote_to.dport = e->frontend_port;
+		outer_saddr = pkt->tuple.saddr == e->backend_address ? e->frontend_address
+								   : pkt->tuple.saddr;
+		if (lb4_rewrite_icmp_error(skb, pkt, &q, outer_saddr, e->client_address,
+					   &quote_to) < 0)
+			return TC_ACT_SHOT;
+		lb_count(LB_CNT_TC_REV_XLATED);
+		return ingress ? lb4_flow_forward(skb, path, outer_saddr, e->client_address) : TC_ACT_OK;
+	}
+	if (!ingress)
+		return TC_ACT_OK;
+
+	lb4_ct_key_of(&key, &rev, LB_CT_DIR_ORIGINAL);
+	e = lb4_ct_lookup(&key);
+	if (!e)
+		return TC_ACT_OK;
+	quote_to.saddr = e->backend_address;
+	quote_to.sport = e->backend_port;
+	if (e->flags & LB_CT_FLAG_SNAT) {
+		quote_to.daddr = e->nat_address;
+		quote_to.dport = e->nat_port;
+	} else {
+		quote_to.daddr = e->client_address;
+		quote_to.dport = e->client_port;
+	}
+	/* The router that sent it stays the source: not a local address, so
+	 * the stack forwards the error to the backend like any packet. */
+	if (lb4_rewrite_icmp_error(skb, pkt, &q, pkt->tuple.saddr, e->backend_address,
+				   &quote_to) < 0)
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
+}
+
+#endif /* SLUICE_BPF_NAT_FLOW_H */
