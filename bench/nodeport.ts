@@ -30,7 +30,7 @@ import * as path from 'node:path';
 import { startApiServer, type ApiServerHandle } from '../src/k8s/apiserver';
 import { type SockLbMaps } from '../src/datapath/maps';
 import * as abi from '../src/abi/generated';
-import { readCounter } from '../src/datapath/maps';
+import { counterName, readCounters } from '../src/datapath/counters';
 
 const { LB_PROTO_TCP, LB_PROTO_UDP } = abi;
 import { AgentProcess } from './agentproc';
@@ -289,10 +289,8 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
     }
     if (maps) {
       res.sluiceCounters = {};
-      for (const [name, index] of Object.entries(abi)) {
-        if (!name.startsWith('LB_CNT_') || name === 'LB_CNT_MAX' || typeof index !== 'number') continue;
-        const v = Number(readCounter(maps.counters, index));
-        if (v > 0) res.sluiceCounters[name.slice(7).toLowerCase()] = v;
+      for (const { labels, value } of readCounters(maps.counters)) {
+        if (value > 0n) res.sluiceCounters[counterName(labels)] = Number(value);
       }
     }
     for (const m of res.modes) {

@@ -18,4 +18,16 @@ int sluice_tc_egress(struct __sk_buff *skb)
 	return lb4_tc_egress(skb);
 }
 
+/*
+ * Conntrack garbage collection, run by the agent through BPF_PROG_TEST_RUN
+ * with a dummy packet (src/datapath/tc/conntrack.ts): deletes expired
+ * entries in the kernel, race-free against the data path. Returns the
+ * number deleted. Never attached to a device.
+ */
+SEC("tc")
+int SLUICE_PROG_CT_GC(struct __sk_buff *skb)
+{
+	return lb4_ct_gc();
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

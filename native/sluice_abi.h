@@ -35,7 +35,7 @@
 #define SLUICE_MAP_SOCKREV4  sluice_sk_rev4   /* lb4_sock_rev_key -> lb4_sock_rev (LRU) */
 #define SLUICE_MAP_SOCKSLOT4 sluice_sk_slot4  /* cookie & (SLUICE_SOCK_SLOTS - 1) -> lb4_sock_slot (array) */
 #define SLUICE_MAP_AFFINITY4 sluice_affin4    /* lb4_affinity_key -> lb_affinity (LRU) */
-#define SLUICE_MAP_COUNTERS  sluice_counters  /* enum lb_counter -> __u64, per CPU */
+#define SLUICE_MAP_COUNTERS  sluice_cnt_v2    /* LB_CNT_* index -> __u64, per CPU (v2: 128 indices) */
 #define SLUICE_MAP_AGENT     sluice_agent     /* 0 -> sluice_agent_status (written by the agent only) */
 
 /* ---- Default capacities (the agent may raise them before load) -------------- */
@@ -84,13 +84,27 @@
 #define LB_BACKEND_FLAG_LOCAL       (1 << 0) /* runs on this node */
 #define LB_BACKEND_FLAG_TERMINATING (1 << 1) /* serving but terminating (fallback set) */
 
-/* Counters (index into SLUICE_MAP_COUNTERS), read by the agent for metrics. */
+/*
+ * Counters: SLUICE_MAP_COUNTERS is a plain per-CPU array; each index is one
+ * {reason, direction, path} combination. src/datapath/counters.ts maps every
+ * index to those labels (sluice_datapath_events_total{reason,direction,path});
+ * a new counter is a #define here plus one row there. Index ranges are owned
+ * by features, so parallel work never collides:
+ *     0-15  socket LB (below)
+ *    16-31  per-packet flows on the north-south path (LB_CNT_TC_*, TC section)
+ *    32-47  socket LB, per-socket state
+ *    48-63  north-south fragments and PMTU
+ *    64-79  agent-side events
+ *    80-95  socket destroy
+ *   96-111  per-packet flows on the pod-veth path: LB_CNT_TC_* + LB_CNT_POD_OFFSET
+ *  112-127  free
+ */
+#define LB_CNT_MAX               128
 #define LB_CNT_SOCK_TRANSLATED   0 /* connect/sendmsg rewritten to a backend */
 #define LB_CNT_SOCK_NO_BACKEND   1 /* refused: the frontend has no backends */
 #define LB_CNT_SOCK_SLOT_MISSING 2 /* a slot or backend entry was missing (agent mid-update) */
 #define LB_CNT_SOCK_REV_XLATED   3 /* recvmsg/getpeername shown the frontend again */
 #define LB_CNT_SOCK_REV_FAILED   4 /* sock reverse entry could not be stored */
-#define LB_CNT_MAX               16
 
 /* ---- Services: frontend -> master entry and backend slots -------------------- */
 
@@ -245,6 +259,9 @@ _Static_assert(sizeof(struct sluice_agent_status) == 48, "sluice_agent_status la
 #define SLUICE_MAP_SRCRANGE4 sluice_srcrng4 /* lb4_src_range_key -> __u8 (LPM trie) */
 #define SLUICE_MAP_TC_CONFIG sluice_tc_cfg  /* __u32 0 -> lb4_tc_config (array of one) */
 
+/* Entry points of build/tc_lb.bpf.o besides sluice_tc_ingress/egress. */
+#define SLUICE_PROG_CT_GC sluice_ct_gc /* run by the agent (BPF_PROG_TEST_RUN): deletes expired conntrack entries in the kernel */
+
 #define SLUICE_MAX_CT4       262144
 #define SLUICE_MAX_SRCRANGE4 16384
 
@@ -252,27 +269,56 @@ _Static_assert(sizeof(struct sluice_agent_status) == 48, "sluice_agent_status la
 #define LB_CT_DIR_ORIGINAL 0
 #define LB_CT_DIR_REPLY    1
 
-/* Conntrack flags (lb4_ct_entry.flags). */
-#define LB_CT_FLAG_SNAT    (1 << 0) /* source rewritten to nat_address:nat_port */
-#define LB_CT_FLAG_CLOSING (1 << 1) /* TCP FIN or RST seen in this direction */
+/*
+ * Conntrack flags (lb4_ct_entry.flags). Both entries of a flow carry the same
+ * flags (a packet through one copies them to the other). TCP state, from
+ * the flags, picks the timeout (see bpf/lib/conntrack.h):
+ *   new (no ESTABLISHED yet)          -> tcp_syn_timeout
+ *   ESTABLISHED, also half-closed     -> tcp_established_timeout
+ *   CLOSING (RST, or FIN both ways)   -> tcp_closing_timeout
+ */
+#define LB_CT_FLAG_SNAT         (1 << 0) /* source rewritten to nat_address:nat_port (a node address) */
+#define LB_CT_FLAG_CLOSING      (1 << 1) /* TCP: RST seen, or FIN seen in both directions */
+#define LB_CT_FLAG_SEEN_REPLY   (1 << 3) /* a packet went backend -> client */
+#define LB_CT_FLAG_ESTABLISHED  (1 << 4) /* TCP: the client sent after a reply (handshake done) */
+#define LB_CT_FLAG_FIN_ORIGINAL (1 << 5) /* TCP: the client sent FIN */
+#define LB_CT_FLAG_FIN_REPLY    (1 << 6) /* TCP: the backend sent FIN */
+#define LB_CT_FLAG_SPORT        (1 << 7) /* client port remapped to nat_port, address kept (the DNATed tuple was in use) */
+
+/*
+ * expires_ns of an entry being replaced: whoever swaps an expired (or the
+ * same flow's) deadline for this value with compare-and-swap owns the key
+ * and deletes it; everyone else sees the entry as absent and leaves it alone.
+ */
+#define LB_CT_EXPIRES_CLAIMED 1
 
 /* Defaults the data path uses for a zero field of lb4_tc_config. */
 #define LB_TC_DEFAULT_TCP_ESTABLISHED_S 21600 /* 6 h */
+#define LB_TC_DEFAULT_TCP_SYN_S         60    /* until the handshake completes (Cilium: 60 s) */
 #define LB_TC_DEFAULT_TCP_CLOSING_S     10
 #define LB_TC_DEFAULT_UDP_S             60
 #define LB_TC_DEFAULT_SNAT_PORT_MIN     61000 /* above Linux's default ephemeral range */
 #define LB_TC_DEFAULT_SNAT_PORT_MAX     65535
 #define LB_TC_SNAT_RETRIES              16    /* random ports tried after the client's own */
 
-/* Counters of the TC path (SLUICE_MAP_COUNTERS indices 8..15; 5..7 are free). */
-#define LB_CNT_TC_TRANSLATED     8  /* new flow: backend picked, DNAT (+SNAT) done */
-#define LB_CNT_TC_REV_XLATED     9  /* reply (or ICMP error) restored to frontend -> client */
-#define LB_CNT_TC_NO_BACKEND     10 /* dropped: frontend has no (local) backend */
-#define LB_CNT_TC_SRC_RANGE_DROP 11 /* dropped: source outside loadBalancerSourceRanges */
-#define LB_CNT_TC_SNAT_FAILED    12 /* dropped: no SNAT address configured or no free port */
-#define LB_CNT_TC_BACKEND_GONE   13 /* a flow's backend vanished; flow re-balanced */
-#define LB_CNT_TC_CT_FAILED      14 /* conntrack entry could not be written */
-#define LB_CNT_TC_FIB_FAILED     15 /* no route for a redirected packet; left to the stack */
+/*
+ * Counters of per-packet flows (SLUICE_MAP_COUNTERS indices 16..31 on the
+ * north-south path; the pod-veth path counts the same reasons at
+ * index + LB_CNT_POD_OFFSET, 96..111). Direction: of the packet counted.
+ */
+#define LB_CNT_POD_OFFSET            80
+#define LB_CNT_TC_TRANSLATED         16 /* original: new flow, backend picked, DNAT (+SNAT) done */
+#define LB_CNT_TC_REV_XLATED         17 /* reply: reply (or ICMP error) restored to frontend -> client */
+#define LB_CNT_TC_NO_BACKEND         18 /* original: dropped (pod path: rejected), no (local) backend */
+#define LB_CNT_TC_SRC_RANGE_DROP     19 /* original: dropped, source outside loadBalancerSourceRanges */
+#define LB_CNT_TC_SNAT_FAILED        20 /* original: dropped, no SNAT address configured or no free port */
+#define LB_CNT_TC_BACKEND_GONE       21 /* original: a flow's backend vanished; flow re-balanced */
+#define LB_CNT_TC_CT_FAILED          22 /* original: dropped, conntrack entry could not be written */
+#define LB_CNT_TC_FIB_FAILED         23 /* none: no route for a packet we forward; left to the stack */
+#define LB_CNT_TC_CT_RESTORED_ORIG   24 /* original: a flow's missing original entry put back (LRU took it) */
+#define LB_CNT_TC_CT_RESTORED_REPLY  25 /* reply: a flow's missing reply entry (SNAT port) put back */
+#define LB_CNT_TC_CT_PEER_LOST       26 /* none: a missing entry's key went to another flow; flow ended */
+#define LB_CNT_TC_SPORT_REMAPPED     27 /* original: DNATed tuple in use by another flow; client port remapped */
 
 struct lb4_ct_key {
 	__be32 saddr; /* source address as the packet carries it */
@@ -323,9 +369,9 @@ struct lb4_tc_config {
 	__u16  snat_port_min;           /* SNAT source port range, inclusive */
 	__u16  snat_port_max;
 	__u32  tcp_established_timeout; /* seconds */
-	__u32  tcp_closing_timeout;     /* seconds, after FIN or RST */
+	__u32  tcp_closing_timeout;     /* seconds, after RST or FIN in both directions */
 	__u32  udp_timeout;             /* seconds */
-	__u32  pad;
+	__u32  tcp_syn_timeout;         /* seconds, until the handshake completes (was pad: 0 = default) */
 };
 
 _Static_assert(sizeof(struct lb4_ct_key) == 16, "lb4_ct_key layout");

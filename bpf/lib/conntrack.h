@@ -1,13 +1,29 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * conntrack.h: the per-flow state of north-south translation.
+ * conntrack.h: the per-flow state of per-packet translation (north-south and
+ * pod-veth paths).
  *
  * Every entry carries its own deadline (expires_ns). A packet pushes the
  * deadline out by the timeout of its protocol and state; an expired entry is
- * treated as absent, so timeouts hold even before user space garbage-collects
- * (src/datapath/tc/conntrack.ts deletes expired entries to free LRU space).
- * The two entries of a flow (see LB_CT_DIR_* in sluice_abi.h) share one
- * deadline: a packet in either direction refreshes both.
+ * treated as absent, so timeouts hold even before garbage collection (the
+ * agent runs sluice_ct_gc, which deletes expired entries in the kernel, to
+ * free LRU space). The two entries of a flow (see LB_CT_DIR_* in
+ * sluice_abi.h) share one deadline and one set of flags: a packet in either
+ * direction refreshes both, and re-creates the other when it is missing.
+ *
+ * TCP state, per direction (flags in sluice_abi.h):
+ *   SYN seen                       -> tcp_syn_timeout (60 s): a SYN flood or
+ *                                     scan leaves entries GC can reclaim soon;
+ *   a reply, then the client again -> ESTABLISHED: tcp_established_timeout;
+ *   FIN from one side              -> FIN_ORIGINAL / FIN_REPLY, still
+ *                                     established (a half-closed stream lives);
+ *   FIN from both sides, or RST    -> CLOSING: tcp_closing_timeout.
+ *
+ * Writing a key that may already exist goes through lb4_ct_claim_insert: an
+ * expired holder (or the same flow's) is first claimed with compare-and-swap
+ * on its deadline, then deleted, then the new value is inserted with
+ * BPF_NOEXIST. Two CPUs (or the data path and GC) can never both replace
+ * one entry, and a live entry of another flow is never overwritten.
  */
 #ifndef SLUICE_BPF_CONNTRACK_H
 #define SLUICE_BPF_CONNTRACK_H
@@ -27,6 +43,8 @@ static __always_inline struct lb4_tc_config lb4_tc_config_get(void)
 		cfg = *stored;
 	if (!cfg.tcp_established_timeout)
 		cfg.tcp_established_timeout = LB_TC_DEFAULT_TCP_ESTABLISHED_S;
+	if (!cfg.tcp_syn_timeout)
+		cfg.tcp_syn_timeout = LB_TC_DEFAULT_TCP_SYN_S;
 	if (!cfg.tcp_closing_timeout)
 		cfg.tcp_closing_timeout = LB_TC_DEFAULT_TCP_CLOSING_S;
 	if (!cfg.udp_timeout)
@@ -70,9 +88,32 @@ lb4_ct_timeout_ns(const struct lb4_tc_config *cfg, __u8 proto, __u16 flags)
 		seconds = cfg->udp_timeout;
 	else if (flags & LB_CT_FLAG_CLOSING)
 		seconds = cfg->tcp_closing_timeout;
-	else
+	else if (flags & LB_CT_FLAG_ESTABLISHED)
 		seconds = cfg->tcp_established_timeout;
+	else
+		seconds = cfg->tcp_syn_timeout;
 	return (__u64)seconds * NSEC_PER_SEC;
+}
+
+/*
+ * The flags after a packet in direction `dir` with TCP flags `tcp`: the
+ * per-direction state machine described at the top of this file.
+ */
+static __always_inline __u16 lb4_ct_next_flags(__u16 flags, __u8 dir, __u8 proto, __u8 tcp)
+{
+	if (dir == LB_CT_DIR_REPLY)
+		flags |= LB_CT_FLAG_SEEN_REPLY;
+	if (proto != LB_PROTO_TCP)
+		return flags;
+	if (dir == LB_CT_DIR_ORIGINAL && (flags & LB_CT_FLAG_SEEN_REPLY) && !(tcp & LB_TCP_FLAG_SYN))
+		flags |= LB_CT_FLAG_ESTABLISHED;
+	if (tcp & LB_TCP_FLAG_FIN)
+		flags |= dir == LB_CT_DIR_ORIGINAL ? LB_CT_FLAG_FIN_ORIGINAL : LB_CT_FLAG_FIN_REPLY;
+	if ((tcp & LB_TCP_FLAG_RST) ||
+	    (flags & (LB_CT_FLAG_FIN_ORIGINAL | LB_CT_FLAG_FIN_REPLY)) ==
+		    (LB_CT_FLAG_FIN_ORIGINAL | LB_CT_FLAG_FIN_REPLY))
+		flags |= LB_CT_FLAG_CLOSING;
+	return flags;
 }
 
 /* A TCP SYN without ACK opens a new connection: a closing entry with the
@@ -84,13 +125,20 @@ lb4_ct_is_reopen(const struct lb4_ct_entry *entry, const struct lb4_tuple *t)
 	       (t->tcp_flags & (LB_TCP_FLAG_SYN | LB_TCP_FLAG_ACK)) == LB_TCP_FLAG_SYN;
 }
 
+/* The backend sees a rewritten source (a node address, or the client's
+ * address with another port): replies carry nat_address:nat_port. */
+static __always_inline bool lb4_ct_has_nat(const struct lb4_ct_entry *e)
+{
+	return e->flags & (LB_CT_FLAG_SNAT | LB_CT_FLAG_SPORT);
+}
+
 /* The tuple a reply of this flow carries when it reaches this node. */
 static __always_inline void
 lb4_ct_reply_key(struct lb4_ct_key *key, const struct lb4_ct_entry *e)
 {
 	key->saddr = e->backend_address;
 	key->sport = e->backend_port;
-	if (e->flags & LB_CT_FLAG_SNAT) {
+	if (lb4_ct_has_nat(e)) {
 		key->daddr = e->nat_address;
 		key->dport = e->nat_port;
 	} else {
@@ -117,23 +165,84 @@ lb4_ct_original_key(struct lb4_ct_key *key, const struct lb4_ct_entry *e)
 	key->pad[1] = 0;
 }
 
+/* Do two entries describe the same flow (same client, frontend, path)? */
+static __always_inline bool
+lb4_ct_same_flow(const struct lb4_ct_entry *a, const struct lb4_ct_entry *b)
+{
+	return a->client_address == b->client_address && a->client_port == b->client_port &&
+	       a->frontend_address == b->frontend_address && a->frontend_port == b->frontend_port &&
+	       a->proto == b->proto && (a->flags & LB_CT_FLAG_POD) == (b->flags & LB_CT_FLAG_POD);
+}
+
 /*
- * A packet went through this entry: count it, note FIN/RST, push the
- * deadline out, and give the flow's other entry the same deadline, so a flow
- * whose traffic runs one way only (UDP streams, half-closed TCP) keeps both
- * halves and user-space GC never splits a live flow.
+ * Store `value` under `key` unless a live entry of another flow holds it.
+ * An expired holder, or one of the same flow (a reopened connection), is
+ * claimed first (compare-and-swap of its deadline to LB_CT_EXPIRES_CLAIMED),
+ * so of all CPUs and the GC that saw it only one replaces it; that one
+ * deletes it and inserts with BPF_NOEXIST, which fails rather than
+ * overwrite anything another CPU inserted meanwhile. Returns 0 or -1.
  */
-static __always_inline void
+static __always_inline int
+lb4_ct_claim_insert(const struct lb4_ct_key *key, const struct lb4_ct_entry *value)
+{
+	struct lb4_ct_entry *holder;
+	__u64 seen;
+
+	if (bpf_map_update_elem(&SLUICE_MAP_CT4, key, value, BPF_NOEXIST) == 0)
+		return 0;
+	holder = bpf_map_lookup_elem(&SLUICE_MAP_CT4, key);
+	if (!holder)
+		return bpf_map_update_elem(&SLUICE_MAP_CT4, key, value, BPF_NOEXIST) == 0 ? 0 : -1;
+	seen = holder->expires_ns;
+	if (seen == LB_CT_EXPIRES_CLAIMED)
+		return -1;
+	if (seen > bpf_ktime_get_ns() && !lb4_ct_same_flow(holder, value))
+		return -1;
+	if (__sync_val_compare_and_swap(&holder->expires_ns, seen, LB_CT_EXPIRES_CLAIMED) != seen)
+		return -1;
+	bpf_map_delete_elem(&SLUICE_MAP_CT4, key);
+	return bpf_map_update_elem(&SLUICE_MAP_CT4, key, value, BPF_NOEXIST) == 0 ? 0 : -1;
+}
+
+/* Forget both entries of a flow. Both keys are built before the first
+ * delete: `e` may point into the entry being deleted. */
+static __always_inline void lb4_ct_delete_flow(const struct lb4_ct_entry *e)
+{
+	struct lb4_ct_key original, reply;
+
+	lb4_ct_original_key(&original, e);
+	lb4_ct_reply_key(&reply, e);
+	bpf_map_delete_elem(&SLUICE_MAP_CT4, &original);
+	bpf_map_delete_elem(&SLUICE_MAP_CT4, &reply);
+}
+
+/*
+ * A packet went through this entry: count it, advance the TCP state, push
+ * the deadline out, and give the flow's other entry the same flags and
+ * deadline, so a flow whose traffic runs one way only (UDP streams,
+ * half-closed TCP) keeps both halves.
+ *
+ * The two entries are separate LRU elements: eviction can take one and
+ * leave the other. A missing peer is put back (lb4_ct_claim_insert, never
+ * over another flow's live entry): without it a SNATed flow's port would be
+ * free for the next flow and its replies would reach the wrong client. When
+ * the peer's key is held by another live flow (the port went to someone
+ * else while the entry was gone), this flow cannot continue on its tuple
+ * without corrupting the other: it is deleted and -1 returned, so the
+ * caller balances the packet as a new flow (with a new port).
+ *
+ * The flags are read, changed and written without a lock: two CPUs that
+ * change them at once may lose one bit until the next packet sets it again.
+ */
+static __always_inline int
 lb4_ct_touch(struct lb4_ct_entry *entry, const struct lb4_tc_config *cfg,
 	     const struct lb4_tuple *t, __u32 len)
 {
 	struct lb4_ct_entry *peer;
 	struct lb4_ct_key peer_key;
-	__u16 flags = entry->flags;
+	__u16 flags = lb4_ct_next_flags(entry->flags, entry->dir, t->proto, t->tcp_flags);
 	__u64 expires;
 
-	if (t->proto == LB_PROTO_TCP && (t->tcp_flags & (LB_TCP_FLAG_FIN | LB_TCP_FLAG_RST)))
-		flags |= LB_CT_FLAG_CLOSING;
 	if (flags != entry->flags)
 		entry->flags = flags;
 	expires = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, flags);
@@ -145,21 +254,70 @@ lb4_ct_touch(struct lb4_ct_entry *entry, const struct lb4_tc_config *cfg,
 		lb4_ct_reply_key(&peer_key, entry);
 	else
 		lb4_ct_original_key(&peer_key, entry);
-	peer = bpf_map_lookup_elem(&SLUICE_MAP_CT4, &peer_key);
-	if (peer && peer->expires_ns != expires)
-		peer->expires_ns = expires;
+	peer = lb4_ct_lookup(&peer_key);
+	if (peer) {
+		if (peer->flags != flags)
+			peer->flags = flags;
+		if (peer->expires_ns != expires)
+			peer->expires_ns = expires;
+		return 0;
+	}
+	{
+		struct lb4_ct_entry restored = *entry;
+
+		restored.dir = peer_key.dir;
+		restored.packets = 0;
+		restored.bytes = 0;
+		if (lb4_ct_claim_insert(&peer_key, &restored) == 0) {
+			lb_count(lb_cnt_flow(flags, LB_CNT_TC_CT_RESTORED_ORIG + peer_key.dir));
+			return 0;
+		}
+	}
+	lb_count(lb_cnt_flow(flags, LB_CNT_TC_CT_PEER_LOST));
+	lb4_ct_key_of(&peer_key, t, entry->dir);
+	bpf_map_delete_elem(&SLUICE_MAP_CT4, &peer_key);
+	return -1;
 }
 
-/* Forget both entries of a flow (its backend is gone). Both keys are built
- * before the first delete: `e` may point into the entry being deleted. */
-static __always_inline void lb4_ct_delete_flow(const struct lb4_ct_entry *e)
-{
-	struct lb4_ct_key original, reply;
+/*
+ * Garbage collection, in the kernel: user space that dumped the map and
+ * then deleted the expired keys could delete an entry the data path had
+ * re-created under the same key in between (a reopened flow, a reused SNAT
+ * port). Here each expired entry is claimed with the same compare-and-swap
+ * the data path uses before replacing an entry, and deleted only when the
+ * claim succeeds; an entry refreshed or claimed meanwhile stays.
+ */
+struct lb4_ct_gc_ctx {
+	__u64 now;
+	__u32 deleted;
+	__u32 live;
+};
 
-	lb4_ct_original_key(&original, e);
-	lb4_ct_reply_key(&reply, e);
-	bpf_map_delete_elem(&SLUICE_MAP_CT4, &original);
-	bpf_map_delete_elem(&SLUICE_MAP_CT4, &reply);
+static long lb4_ct_gc_one(void *map, struct lb4_ct_key *key, struct lb4_ct_entry *e,
+			  struct lb4_ct_gc_ctx *ctx)
+{
+	__u64 seen = e->expires_ns;
+
+	if (seen > ctx->now) {
+		ctx->live++;
+		return 0;
+	}
+	if (seen == LB_CT_EXPIRES_CLAIMED)
+		return 0; /* a CPU is replacing it right now */
+	if (__sync_val_compare_and_swap(&e->expires_ns, seen, LB_CT_EXPIRES_CLAIMED) != seen)
+		return 0;
+	if (bpf_map_delete_elem(map, key) == 0)
+		ctx->deleted++;
+	return 0;
+}
+
+/* One pass over the conntrack map; returns how many entries it deleted. */
+static __always_inline int lb4_ct_gc(void)
+{
+	struct lb4_ct_gc_ctx ctx = { .now = bpf_ktime_get_ns() };
+
+	bpf_for_each_map_elem(&SLUICE_MAP_CT4, lb4_ct_gc_one, &ctx, 0);
+	return ctx.deleted;
 }
 
 #endif /* SLUICE_BPF_CONNTRACK_H */

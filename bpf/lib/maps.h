@@ -84,6 +84,13 @@ static __always_inline void lb_count(__u32 counter)
 		*value += 1;
 }
 
+/* A per-packet flow counter (LB_CNT_TC_*) on the path of a conntrack entry
+ * with these flags: pod-veth flows count at LB_CNT_POD_OFFSET above. */
+static __always_inline __u32 lb_cnt_flow(__u16 ct_flags, __u32 counter)
+{
+	return ct_flags & LB_CT_FLAG_POD ? counter + LB_CNT_POD_OFFSET : counter;
+}
+
 /* ==== TC / north-south (issue 4) =============================================== */
 
 /* Written per new external flow by the data path: LRU, so a flood of flows

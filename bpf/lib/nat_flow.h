@@ -38,6 +38,12 @@ static __always_inline __u16 lb_path_ct_flags(enum lb_path path)
 	return path == LB_PATH_POD ? LB_CT_FLAG_POD : 0;
 }
 
+/* Count a per-packet flow event (LB_CNT_TC_*) on this path. */
+static __always_inline void lb_path_count(enum lb_path path, __u32 counter)
+{
+	lb_count(lb_cnt_flow(lb_path_ct_flags(path), counter));
+}
+
 /* Decrement the TTL of a packet we forward ourselves (the stack would). */
 static __always_inline int lb4_dec_ttl(struct __sk_buff *skb)
 {
@@ -126,17 +132,19 @@ lb4_flow_xlate_original(struct __sk_buff *skb, const struct lb4_packet *pkt,
 			const struct lb4_ct_entry *e, enum lb_path path)
 {
 	struct lb4_tuple to = pkt->tuple;
-	bool snat = e->flags & LB_CT_FLAG_SNAT;
 
 	to.daddr = e->backend_address;
 	to.dport = e->backend_port;
-	if (snat) {
+	if (lb4_ct_has_nat(e)) {
 		to.saddr = e->nat_address;
 		to.sport = e->nat_port;
 	}
 	if (lb4_rewrite(skb, pkt, &to) < 0)
 		return TC_ACT_SHOT;
-	return snat ? lb4_flow_forward(skb, path, to.saddr, to.daddr) : TC_ACT_OK;
+	/* Only a node address as source needs forwarding by us; a remapped
+	 * client port keeps the client's address and routes normally. */
+	return (e->flags & LB_CT_FLAG_SNAT) ? lb4_flow_forward(skb, path, to.saddr, to.daddr)
+					     : TC_ACT_OK;
 }
 
 /*
@@ -156,7 +164,7 @@ lb4_flow_xlate_reply(struct __sk_buff *skb, const struct lb4_packet *pkt,
 	to.dport = e->client_port;
 	if (lb4_rewrite(skb, pkt, &to) < 0)
 		return TC_ACT_SHOT;
-	lb_count(LB_CNT_TC_REV_XLATED);
+	lb_path_count(path, LB_CNT_TC_REV_XLATED);
 	return hook == LB_HOOK_INGRESS ? lb4_flow_forward(skb, path, to.saddr, to.daddr) : TC_ACT_OK;
 }
 
@@ -184,10 +192,13 @@ lb4_flow_fill(struct lb4_ct_entry *e, const struct lb4_tuple *t, const struct lb
 }
 
 /*
- * SNAT source-port allocation: the reply entry is the reservation. The
+ * Source-port allocation for a flow whose backend sees a rewritten source
+ * (LB_CT_FLAG_SNAT: the node's address; LB_CT_FLAG_SPORT: the client's
+ * address with another port). The reply entry is the reservation: the
  * client's own port is tried first when it is inside the range (kube-proxy's
- * masquerade keeps it too when it can), then random ports; an insert with
- * BPF_NOEXIST fails on a collision, and an expired holder may be replaced.
+ * masquerade keeps it too when it can), then random ports. A port is taken
+ * only through lb4_ct_claim_insert: never from a live flow, and an expired
+ * holder is replaced by exactly one CPU (claim, delete, BPF_NOEXIST).
  */
 static __always_inline int
 lb4_snat_alloc_port(struct lb4_ct_entry *e, const struct lb4_tc_config *cfg)
@@ -201,19 +212,37 @@ lb4_snat_alloc_port(struct lb4_ct_entry *e, const struct lb4_tc_config *cfg)
 		port = cfg->snat_port_min + bpf_get_prandom_u32() % range;
 	e->dir = LB_CT_DIR_REPLY;
 	for (i = 0; i <= LB_TC_SNAT_RETRIES; i++) {
-		struct lb4_ct_entry *holder;
-
 		e->nat_port = bpf_htons((__u16)port);
 		lb4_ct_reply_key(&key, e);
-		if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, e, BPF_NOEXIST) == 0)
-			return 0;
-		holder = bpf_map_lookup_elem(&SLUICE_MAP_CT4, &key);
-		if (holder && holder->expires_ns <= bpf_ktime_get_ns() &&
-		    bpf_map_update_elem(&SLUICE_MAP_CT4, &key, e, BPF_ANY) == 0)
+		if (lb4_ct_claim_insert(&key, e) == 0)
 			return 0;
 		port = cfg->snat_port_min + bpf_get_prandom_u32() % range;
 	}
 	return -1;
+}
+
+/*
+ * The reply entry of a flow without SNAT. Its key (backend -> client:port)
+ * can be in use by another flow: two frontends with the same backend, and a
+ * client that used one source port for both. As netfilter does, the second
+ * flow then gets another source port (LB_CT_FLAG_SPORT, the client's address
+ * kept) instead of overwriting the first flow's entry.
+ */
+static __always_inline int
+lb4_ct_reserve_reply(struct lb4_ct_entry *e, const struct lb4_tc_config *cfg)
+{
+	struct lb4_ct_key key;
+
+	e->dir = LB_CT_DIR_REPLY;
+	lb4_ct_reply_key(&key, e);
+	if (lb4_ct_claim_insert(&key, e) == 0)
+		return 0;
+	e->flags |= LB_CT_FLAG_SPORT;
+	e->nat_address = e->client_address;
+	if (lb4_snat_alloc_port(e, cfg) < 0)
+		return -1;
+	lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_SPORT_REMAPPED));
+	return 0;
 }
 
 /*
@@ -226,31 +255,30 @@ lb4_ct_create_flow(struct __sk_buff *skb, const struct lb4_tuple *t, struct lb4_
 		   const struct lb4_tc_config *cfg)
 {
 	struct lb4_ct_key key;
+	int err;
 
-	if (e->flags & LB_CT_FLAG_SNAT) {
-		if (lb4_snat_alloc_port(e, cfg) < 0) {
-			lb_count(LB_CNT_TC_SNAT_FAILED);
-			return -1;
-		}
-	} else {
-		e->dir = LB_CT_DIR_REPLY;
-		lb4_ct_reply_key(&key, e);
-		if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, e, BPF_ANY) < 0) {
-			lb_count(LB_CNT_TC_CT_FAILED);
-			return -1;
-		}
+	if (e->flags & LB_CT_FLAG_SNAT)
+		err = lb4_snat_alloc_port(e, cfg);
+	else
+		err = lb4_ct_reserve_reply(e, cfg);
+	if (err < 0) {
+		lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_SNAT_FAILED));
+		return -1;
 	}
 	/* The reply entry starts at zero packets; this packet is the original's. */
 	e->dir = LB_CT_DIR_ORIGINAL;
 	e->packets = 1;
 	e->bytes = skb->len;
 	lb4_ct_key_of(&key, t, LB_CT_DIR_ORIGINAL);
-	if (bpf_map_update_elem(&SLUICE_MAP_CT4, &key, e, BPF_ANY) < 0) {
-		lb4_ct_delete_flow(e);
-		lb_count(LB_CNT_TC_CT_FAILED);
+	if (lb4_ct_claim_insert(&key, e) < 0) {
+		struct lb4_ct_key reply;
+
+		lb4_ct_reply_key(&reply, e);
+		bpf_map_delete_elem(&SLUICE_MAP_CT4, &reply);
+		lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_CT_FAILED));
 		return -1;
 	}
-	lb_count(LB_CNT_TC_TRANSLATED);
+	lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_TRANSLATED));
 	return 0;
 }
 
@@ -280,11 +308,9 @@ lb4_ct_live_original(struct __sk_buff *skb, const struct lb4_tuple *t,
 	e = lb4_ct_lookup(&key);
 	if (!e || (e->flags & need_flags) != need_flags || lb4_ct_is_reopen(e, t))
 		return NULL;
-	if (lb4_ct_backend_alive(e)) {
-		lb4_ct_touch(e, cfg, t, skb->len);
-		return e;
-	}
-	lb_count(LB_CNT_TC_BACKEND_GONE);
+	if (lb4_ct_backend_alive(e))
+		return lb4_ct_touch(e, cfg, t, skb->len) == 0 ? e : NULL;
+	lb_path_count(path, LB_CNT_TC_BACKEND_GONE);
 	lb4_ct_delete_flow(e);
 	return NULL;
 }
@@ -340,7 +366,7 @@ lb4_flow_icmp_error(struct __sk_buff *skb, const struct lb4_packet *pkt, enum lb
 		if (lb4_rewrite_icmp_error(skb, pkt, &q, outer_saddr, e->client_address,
 					   &quote_to) < 0)
 			return TC_ACT_SHOT;
-		lb_count(LB_CNT_TC_REV_XLATED);
+		lb_path_count(path, LB_CNT_TC_REV_XLATED);
 		return ingress ? lb4_flow_forward(skb, path, outer_saddr, e->client_address) : TC_ACT_OK;
 	}
 	if (!ingress)
@@ -352,7 +378,7 @@ lb4_flow_icmp_error(struct __sk_buff *skb, const struct lb4_packet *pkt, enum lb
 		return TC_ACT_OK;
 	quote_to.saddr = e->backend_address;
 	quote_to.sport = e->backend_port;
-	if (e->flags & LB_CT_FLAG_SNAT) {
+	if (lb4_ct_has_nat(e)) {
 		quote_to.daddr = e->nat_address;
 		quote_to.dport = e->nat_port;
 	} else {

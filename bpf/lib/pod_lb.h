@@ -38,7 +38,7 @@
  * LB_CT_FLAG_POD; this program acts only on such entries. The flow helpers
  * (filling, storing, translating) are shared with the north-south path in
  * nat_flow.h, told apart by enum lb_path. The counters are
- * the TC path's (LB_CNT_TC_*).
+ * the TC path's reasons (LB_CNT_TC_*) at LB_CNT_POD_OFFSET above them.
  */
 #ifndef SLUICE_BPF_POD_LB_H
 #define SLUICE_BPF_POD_LB_H
@@ -92,7 +92,7 @@ static __always_inline int lb4_pod_reject(struct __sk_buff *skb, const struct lb
 	__u8 eth[LB_ETH_HLEN];
 	__s64 sum;
 
-	lb_count(LB_CNT_TC_NO_BACKEND);
+	lb_path_count(LB_PATH_POD, LB_CNT_TC_NO_BACKEND);
 	if (pkt->l4_off != LB_ETH_HLEN + LB_IP_HLEN || skb->gso_size)
 		return TC_ACT_SHOT;
 	if (bpf_skb_load_bytes(skb, 0, eth, sizeof(eth)) < 0 ||
@@ -182,7 +182,7 @@ static __always_inline int lb4_pod_ingress(struct __sk_buff *skb)
 	lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
 	e = lb4_ct_lookup(&key);
 	if (e && lb4_ct_is_hairpin(e)) {
-		lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
+		(void)lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
 		return lb4_flow_xlate_reply(skb, &pkt, e, LB_PATH_POD, LB_HOOK_INGRESS);
 	}
 
@@ -208,7 +208,7 @@ static __always_inline int lb4_pod_egress(struct __sk_buff *skb)
 	if (!e || !lb4_ct_is_pod(e) || (e->flags & LB_CT_FLAG_SNAT))
 		return TC_ACT_OK;
 	cfg = lb4_tc_config_get();
-	lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
+	(void)lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
 	return lb4_flow_xlate_reply(skb, &pkt, e, LB_PATH_POD, LB_HOOK_EGRESS);
 }
 

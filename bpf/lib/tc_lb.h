@@ -132,7 +132,7 @@ static __always_inline int lb4_tc_ingress(struct __sk_buff *skb)
 	lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
 	e = lb4_ct_lookup(&key);
 	if (e && (e->flags & LB_CT_FLAG_SNAT)) {
-		lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
+		(void)lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
 		return lb4_flow_xlate_reply(skb, &pkt, e, LB_PATH_NORTH_SOUTH, LB_HOOK_INGRESS);
 	}
 
@@ -158,7 +158,7 @@ static __always_inline int lb4_tc_egress(struct __sk_buff *skb)
 	if (!e || (e->flags & LB_CT_FLAG_SNAT))
 		return TC_ACT_OK;
 	cfg = lb4_tc_config_get();
-	lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
+	(void)lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
 	return lb4_flow_xlate_reply(skb, &pkt, e, LB_PATH_NORTH_SOUTH, LB_HOOK_EGRESS);
 }
 

@@ -9,25 +9,36 @@ import type { Codec, StructLayout, MapSpec } from './types';
 export const LB_ALG_RANDOM = 0;
 export const LB_BACKEND_FLAG_LOCAL = 1;
 export const LB_BACKEND_FLAG_TERMINATING = 2;
-export const LB_CNT_MAX = 16;
+export const LB_CNT_MAX = 128;
+export const LB_CNT_POD_OFFSET = 80;
 export const LB_CNT_SOCK_NO_BACKEND = 1;
 export const LB_CNT_SOCK_REV_FAILED = 4;
 export const LB_CNT_SOCK_REV_XLATED = 3;
 export const LB_CNT_SOCK_SLOT_MISSING = 2;
 export const LB_CNT_SOCK_TRANSLATED = 0;
-export const LB_CNT_TC_BACKEND_GONE = 13;
-export const LB_CNT_TC_CT_FAILED = 14;
-export const LB_CNT_TC_FIB_FAILED = 15;
-export const LB_CNT_TC_NO_BACKEND = 10;
-export const LB_CNT_TC_REV_XLATED = 9;
-export const LB_CNT_TC_SNAT_FAILED = 12;
-export const LB_CNT_TC_SRC_RANGE_DROP = 11;
-export const LB_CNT_TC_TRANSLATED = 8;
+export const LB_CNT_TC_BACKEND_GONE = 21;
+export const LB_CNT_TC_CT_FAILED = 22;
+export const LB_CNT_TC_CT_PEER_LOST = 26;
+export const LB_CNT_TC_CT_RESTORED_ORIG = 24;
+export const LB_CNT_TC_CT_RESTORED_REPLY = 25;
+export const LB_CNT_TC_FIB_FAILED = 23;
+export const LB_CNT_TC_NO_BACKEND = 18;
+export const LB_CNT_TC_REV_XLATED = 17;
+export const LB_CNT_TC_SNAT_FAILED = 20;
+export const LB_CNT_TC_SPORT_REMAPPED = 27;
+export const LB_CNT_TC_SRC_RANGE_DROP = 19;
+export const LB_CNT_TC_TRANSLATED = 16;
 export const LB_CT_DIR_ORIGINAL = 0;
 export const LB_CT_DIR_REPLY = 1;
+export const LB_CT_EXPIRES_CLAIMED = 1;
 export const LB_CT_FLAG_CLOSING = 2;
+export const LB_CT_FLAG_ESTABLISHED = 16;
+export const LB_CT_FLAG_FIN_ORIGINAL = 32;
+export const LB_CT_FLAG_FIN_REPLY = 64;
 export const LB_CT_FLAG_POD = 4;
+export const LB_CT_FLAG_SEEN_REPLY = 8;
 export const LB_CT_FLAG_SNAT = 1;
+export const LB_CT_FLAG_SPORT = 128;
 export const LB_PROTO_TCP = 6;
 export const LB_PROTO_UDP = 17;
 export const LB_SCOPE_EXTERNAL = 0;
@@ -45,12 +56,13 @@ export const LB_TC_DEFAULT_SNAT_PORT_MAX = 65535;
 export const LB_TC_DEFAULT_SNAT_PORT_MIN = 61000;
 export const LB_TC_DEFAULT_TCP_CLOSING_S = 10;
 export const LB_TC_DEFAULT_TCP_ESTABLISHED_S = 21600;
+export const LB_TC_DEFAULT_TCP_SYN_S = 60;
 export const LB_TC_DEFAULT_UDP_S = 60;
 export const LB_TC_SNAT_RETRIES = 16;
 export const SLUICE_MAP_AFFINITY4 = "sluice_affin4";
 export const SLUICE_MAP_AGENT = "sluice_agent";
 export const SLUICE_MAP_BACKENDS4 = "sluice_be4";
-export const SLUICE_MAP_COUNTERS = "sluice_counters";
+export const SLUICE_MAP_COUNTERS = "sluice_cnt_v2";
 export const SLUICE_MAP_CT4 = "sluice_ct4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_SERVICES4 = "sluice_svc4";
@@ -66,6 +78,7 @@ export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
 export const SLUICE_MAX_SOCKREV = 65536;
 export const SLUICE_MAX_SRCRANGE4 = 16384;
+export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
 export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
 export const SLUICE_PROG_POD_INGRESS = "sluice_pod_ingress";
 export const SLUICE_SOCK_SLOTS = 262144;
@@ -190,6 +203,30 @@ export function decodeLb4CtEntry(buf: Buffer, off = 0): Lb4CtEntry {
   };
 }
 export const lb4_ct_entryCodec: Codec<Lb4CtEntry> = { size: 64, encode: encodeLb4CtEntry, decode: decodeLb4CtEntry };
+
+/** struct lb4_ct_gc_ctx (16 bytes) */
+export interface Lb4CtGcCtx {
+  now: bigint;
+  deleted: number;
+  live: number;
+}
+export const LB4_CT_GC_CTX_SIZE = 16;
+export const lb4_ct_gc_ctxLayout: StructLayout = {"name":"lb4_ct_gc_ctx","size":16,"fields":[{"name":"now","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"deleted","kind":"int","offset":8,"size":4,"bigEndian":false},{"name":"live","kind":"int","offset":12,"size":4,"bigEndian":false}]};
+export function encodeLb4CtGcCtx(v: Lb4CtGcCtx, buf: Buffer = Buffer.alloc(16), off = 0): Buffer {
+  buf.fill(0, off, off + 16);
+  buf.writeBigUInt64LE(v.now, off + 0);
+  buf.writeUInt32LE(v.deleted >>> 0, off + 8);
+  buf.writeUInt32LE(v.live >>> 0, off + 12);
+  return buf;
+}
+export function decodeLb4CtGcCtx(buf: Buffer, off = 0): Lb4CtGcCtx {
+  return {
+    now: buf.readBigUInt64LE(off + 0),
+    deleted: buf.readUInt32LE(off + 8),
+    live: buf.readUInt32LE(off + 12),
+  };
+}
+export const lb4_ct_gc_ctxCodec: Codec<Lb4CtGcCtx> = { size: 16, encode: encodeLb4CtGcCtx, decode: decodeLb4CtGcCtx };
 
 /** struct lb4_ct_key (16 bytes) */
 export interface Lb4CtKey {
@@ -412,9 +449,10 @@ export interface Lb4TcConfig {
   tcp_established_timeout: number;
   tcp_closing_timeout: number;
   udp_timeout: number;
+  tcp_syn_timeout: number;
 }
 export const LB4_TC_CONFIG_SIZE = 24;
-export const lb4_tc_configLayout: StructLayout = {"name":"lb4_tc_config","size":24,"fields":[{"name":"snat_address","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"snat_port_min","kind":"int","offset":4,"size":2,"bigEndian":false},{"name":"snat_port_max","kind":"int","offset":6,"size":2,"bigEndian":false},{"name":"tcp_established_timeout","kind":"int","offset":8,"size":4,"bigEndian":false},{"name":"tcp_closing_timeout","kind":"int","offset":12,"size":4,"bigEndian":false},{"name":"udp_timeout","kind":"int","offset":16,"size":4,"bigEndian":false},{"name":"pad","kind":"int","offset":20,"size":4,"bigEndian":false}]};
+export const lb4_tc_configLayout: StructLayout = {"name":"lb4_tc_config","size":24,"fields":[{"name":"snat_address","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"snat_port_min","kind":"int","offset":4,"size":2,"bigEndian":false},{"name":"snat_port_max","kind":"int","offset":6,"size":2,"bigEndian":false},{"name":"tcp_established_timeout","kind":"int","offset":8,"size":4,"bigEndian":false},{"name":"tcp_closing_timeout","kind":"int","offset":12,"size":4,"bigEndian":false},{"name":"udp_timeout","kind":"int","offset":16,"size":4,"bigEndian":false},{"name":"tcp_syn_timeout","kind":"int","offset":20,"size":4,"bigEndian":false}]};
 export function encodeLb4TcConfig(v: Lb4TcConfig, buf: Buffer = Buffer.alloc(24), off = 0): Buffer {
   buf.fill(0, off, off + 24);
   buf.writeUInt32BE(v.snat_address >>> 0, off + 0);
@@ -423,6 +461,7 @@ export function encodeLb4TcConfig(v: Lb4TcConfig, buf: Buffer = Buffer.alloc(24)
   buf.writeUInt32LE(v.tcp_established_timeout >>> 0, off + 8);
   buf.writeUInt32LE(v.tcp_closing_timeout >>> 0, off + 12);
   buf.writeUInt32LE(v.udp_timeout >>> 0, off + 16);
+  buf.writeUInt32LE(v.tcp_syn_timeout >>> 0, off + 20);
   return buf;
 }
 export function decodeLb4TcConfig(buf: Buffer, off = 0): Lb4TcConfig {
@@ -433,6 +472,7 @@ export function decodeLb4TcConfig(buf: Buffer, off = 0): Lb4TcConfig {
     tcp_established_timeout: buf.readUInt32LE(off + 8),
     tcp_closing_timeout: buf.readUInt32LE(off + 12),
     udp_timeout: buf.readUInt32LE(off + 16),
+    tcp_syn_timeout: buf.readUInt32LE(off + 20),
   };
 }
 export const lb4_tc_configCodec: Codec<Lb4TcConfig> = { size: 24, encode: encodeLb4TcConfig, decode: decodeLb4TcConfig };
@@ -502,7 +542,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_affin4: {"name":"sluice_affin4","type":9,"keyType":"lb4_affinity_key","keySize":16,"valueType":"lb_affinity","valueSize":16,"maxEntries":131072},
   sluice_agent: {"name":"sluice_agent","type":2,"keyType":"u32","keySize":4,"valueType":"sluice_agent_status","valueSize":48,"maxEntries":1},
   sluice_be4: {"name":"sluice_be4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":262144,"flags":1},
-  sluice_counters: {"name":"sluice_counters","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":16},
+  sluice_cnt_v2: {"name":"sluice_cnt_v2","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":128},
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
   sluice_sk_rev4: {"name":"sluice_sk_rev4","type":9,"keyType":"lb4_sock_rev_key","keySize":16,"valueType":"lb4_sock_rev","valueSize":12,"maxEntries":65536},

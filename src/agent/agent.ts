@@ -8,7 +8,8 @@ import type { AgentConfig } from './config';
 import { parseHostPort } from './config';
 import { installSockLb, bpfObjectPath } from '../datapath/sockLb';
 import { pinPodPrograms } from '../datapath/pod/attach';
-import { openSockLbMaps, readCounter, type SockLbMaps } from '../datapath/maps';
+import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
+import { readCounters } from '../datapath/counters';
 import * as abi from '../abi/generated';
 import { AgentMetrics, startMetricsServer } from './metrics';
 import { ProxyHealth, startHealthServer } from './health';
@@ -157,12 +158,10 @@ function recordStatus(maps: SockLbMaps, report: SyncReport, programmed: { servic
 
 function exportCounters(maps: SockLbMaps, metrics: AgentMetrics, last: Map<number, bigint>): Map<number, bigint> {
   const next = new Map<number, bigint>();
-  for (const [name, index] of Object.entries(abi)) {
-    if (!name.startsWith('LB_CNT_') || name === 'LB_CNT_MAX') continue;
-    const value = readCounter(maps.counters, index as number);
-    const delta = value - (last.get(index as number) ?? 0n);
-    if (delta > 0n) metrics.datapath.inc({ event: name.slice(7).toLowerCase() }, Number(delta));
-    next.set(index as number, value);
+  for (const { index, labels, value } of readCounters(maps.counters)) {
+    const delta = value - (last.get(index) ?? 0n);
+    if (delta > 0n) metrics.datapath.inc({ ...labels }, Number(delta));
+    next.set(index, value);
   }
   return next;
 }

@@ -34,6 +34,8 @@ export interface AgentConfig {
   snatAddress?: string;
   /** Conntrack timeouts of the TC path, seconds (kube-proxy's conntrack settings). */
   conntrackTcpEstablishedSeconds: number;
+  /** TCP flows until the handshake completes (SYN-stage), seconds. */
+  conntrackTcpSynSeconds: number;
   conntrackTcpCloseWaitSeconds: number;
   conntrackUdpSeconds: number;
   /** Where healthCheckNodePort servers listen (kube-proxy: the nodePortAddresses; default all). */
@@ -61,6 +63,7 @@ export function defaultConfig(): AgentConfig {
     maxEntries: {},
     devices: [],
     conntrackTcpEstablishedSeconds: 86400,
+    conntrackTcpSynSeconds: 60, // a SYN flood's entries are reclaimable after a minute (Cilium: 60 s)
     conntrackTcpCloseWaitSeconds: 10, // FIN or RST seen: the SNAT port is free again soon (the kernel: 10 s for CLOSE)
     conntrackUdpSeconds: 30,
     healthCheckAddresses: ['0.0.0.0'],
@@ -85,6 +88,7 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   devices: { field: 'devices', parse: (v) => v.split(',').filter(Boolean) },
   'snat-address': { field: 'snatAddress', parse: String },
   'conntrack-tcp-established': { field: 'conntrackTcpEstablishedSeconds', parse: positiveInt('conntrack-tcp-established') },
+  'conntrack-tcp-syn': { field: 'conntrackTcpSynSeconds', parse: positiveInt('conntrack-tcp-syn') },
   'conntrack-tcp-close-wait': { field: 'conntrackTcpCloseWaitSeconds', parse: positiveInt('conntrack-tcp-close-wait') },
   'conntrack-udp': { field: 'conntrackUdpSeconds', parse: positiveInt('conntrack-udp') },
   'healthcheck-addresses': { field: 'healthCheckAddresses', parse: (v) => v.split(',').filter(Boolean) },

@@ -45,7 +45,13 @@ export class AgentMetrics {
     registers: [this.registry],
   });
   readonly syncs = new Counter({ name: 'sluice_syncs_total', help: 'Sync passes, by kind (partial, full) and result', labelNames: ['kind', 'result'], registers: [this.registry] });
-  readonly datapath = new Counter({ name: 'sluice_datapath_events_total', help: 'Data-path counters read from the counters map', labelNames: ['event'], registers: [this.registry] });
+  // Data-path counters (src/datapath/counters.ts names each index of the counters map).
+  readonly datapath = new Counter({
+    name: 'sluice_datapath_events_total',
+    help: 'Data-path events read from the counters map, by reason, direction (original: toward the backend; reply: back to the client) and path (socket, north_south, pod)',
+    labelNames: ['reason', 'direction', 'path'],
+    registers: [this.registry],
+  });
 
   constructor() {
     collectDefaultMetrics({ register: this.registry });

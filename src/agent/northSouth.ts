@@ -11,9 +11,11 @@ import { bpfObjectPath } from '../datapath/sockLb';
 import { attachLoaded, loadTcObject } from '../datapath/tc/attachMain';
 import { detachTc, deviceIndex } from '../datapath/tc/attach';
 import { openTcMaps, type TcMaps } from '../datapath/tc/maps';
-import { writeTcConfig } from '../datapath/tc/config';
+import { TC_DEFAULTS, writeTcConfig } from '../datapath/tc/config';
+import { reserveSnatPorts } from '../datapath/tc/reservedPorts';
 import { purgeBackends, startConntrackGc } from '../datapath/tc/conntrack';
 import { HealthCheckServer } from '../datapath/tc/healthcheck';
+import * as abi from '../abi/generated';
 
 const CONNTRACK_GC_INTERVAL_MS = 10_000;
 
@@ -81,12 +83,20 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
   writeTcConfig(maps.config, {
     snatAddress,
     tcpEstablishedTimeout: config.conntrackTcpEstablishedSeconds,
+    tcpSynTimeout: config.conntrackTcpSynSeconds,
     tcpClosingTimeout: config.conntrackTcpCloseWaitSeconds,
     udpTimeout: config.conntrackUdpSeconds,
   });
+  try {
+    const reserved = reserveSnatPorts(TC_DEFAULTS.snatPortMin, TC_DEFAULTS.snatPortMax);
+    log.info({ reserved }, `SNAT ports ${TC_DEFAULTS.snatPortMin}-${TC_DEFAULTS.snatPortMax} reserved from the node's own connections (net.ipv4.ip_local_reserved_ports)`);
+  } catch (err) {
+    metrics.errors.inc({ reason: 'reserve_snat_ports_failed' });
+    log.error({ error: (err as Error).message }, `${(err as Error).message}: the node's own connections may pick a SNAT port`);
+  }
   if (!snatAddress) log.warn({ devices }, 'no IPv4 address on the first device: flows to backends on other nodes will be dropped; set --snat-address');
   log.info({ attachments, snatAddress }, 'TC attached to the external devices');
-  const stopGc = startConntrackGc(maps.conntrack, CONNTRACK_GC_INTERVAL_MS);
+  const stopGc = startConntrackGc(tcObject.program(abi.SLUICE_PROG_CT_GC), CONNTRACK_GC_INTERVAL_MS);
   const health = new HealthCheckServer({
     addresses: config.healthCheckAddresses,
     proxyHealthy,

@@ -1,7 +1,8 @@
 // Read-only views of the pinned maps: what `sluice services|backends|status`
 // print. They need no agent: everything comes from bpffs.
 import * as abi from '../abi/generated';
-import { openSockLbMaps, readCounter, type SockLbMaps } from '../datapath/maps';
+import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
+import { counterName, readCounters } from '../datapath/counters';
 import { LbProgrammer } from '../datapath/programmer';
 import { sockLbStatus, type AttachmentStatus } from '../datapath/sockLb';
 
@@ -93,9 +94,7 @@ export interface StatusView {
 export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string): StatusView {
   const fill = (name: string, count: number, max: number): MapFill => ({ name, entries: count, maxEntries: max });
   const counters: Record<string, string> = {};
-  for (const [name, index] of Object.entries(abi).filter(([n]) => n.startsWith('LB_CNT_') && n !== 'LB_CNT_MAX')) {
-    counters[name.slice('LB_CNT_'.length).toLowerCase()] = readCounter(maps.counters, index as number).toString();
-  }
+  for (const { labels, value } of readCounters(maps.counters)) counters[counterName(labels)] = value.toString();
   const a = maps.agent?.get(0);
   const iso = (ms: bigint) => (ms > 0n ? new Date(Number(ms)).toISOString() : undefined);
   const agent: AgentStatusView | undefined = a && a.syncs > 0n ? {

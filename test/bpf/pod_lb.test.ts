@@ -99,12 +99,12 @@ describe('ClusterIP from a pod: DNAT, pod address kept', () => {
   });
 
   test('the flow keeps its backend, the reply gets the ClusterIP back on egress, conntrack shows a pod flow', () => {
-    const before = h.counter(abi.LB_CNT_TC_TRANSLATED);
+    const before = h.counter(abi.LB_CNT_TC_TRANSLATED + abi.LB_CNT_POD_OFFSET);
     const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 40001, dport: VIP_PORT, tcpFlags: TCP_SYN };
     check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
     const data: L4Spec = { ...syn, tcpFlags: TCP_ACK | TCP_PSH, payload: Buffer.from('GET / HTTP/1.0\r\n\r\n') };
     check('ingress', data, { ...data, dst: BE1.address, dport: BE1.port });
-    assert.equal(h.counter(abi.LB_CNT_TC_TRANSLATED) - before, 1n, 'one new flow');
+    assert.equal(h.counter(abi.LB_CNT_TC_TRANSLATED + abi.LB_CNT_POD_OFFSET) - before, 1n, 'one new flow');
 
     const reply: L4Spec = { proto: 'tcp', src: BE1.address, dst: POD, sport: BE1.port, dport: 40001, tcpFlags: TCP_SYN | TCP_ACK, payload: Buffer.from('hello') };
     check('egress', reply, { ...reply, src: VIP, sport: VIP_PORT });
@@ -138,10 +138,10 @@ describe('ClusterIP from a pod: DNAT, pod address kept', () => {
     check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
     h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 21, backends: [BE2] });
     h.backends.delete(BE1.id);
-    const before = h.counter(abi.LB_CNT_TC_BACKEND_GONE);
+    const before = h.counter(abi.LB_CNT_TC_BACKEND_GONE + abi.LB_CNT_POD_OFFSET);
     const data: L4Spec = { ...syn, tcpFlags: TCP_ACK };
     check('ingress', data, { ...data, dst: BE2.address, dport: BE2.port });
-    assert.equal(h.counter(abi.LB_CNT_TC_BACKEND_GONE) - before, 1n);
+    assert.equal(h.counter(abi.LB_CNT_TC_BACKEND_GONE + abi.LB_CNT_POD_OFFSET) - before, 1n);
   });
 });
 
@@ -204,12 +204,12 @@ describe('frontends without backends are rejected with ICMP port unreachable', (
   for (const proto of ['tcp', 'udp'] as const) {
     test(`${proto}: the packet becomes an ICMP error from the frontend, sent back into the pod`, () => {
       h.upsertFrontend({ address: VIP, port: VIP_PORT, proto, flags: CLUSTER_IP, revNatId: 24, backends: [] });
-      const before = h.counter(abi.LB_CNT_TC_NO_BACKEND);
+      const before = h.counter(abi.LB_CNT_TC_NO_BACKEND + abi.LB_CNT_POD_OFFSET);
       const input: L4Spec = { proto, src: POD, dst: VIP, sport: 40200, dport: VIP_PORT, tcpFlags: TCP_SYN, payload: Buffer.from('some payload') };
       const { verdict, out } = run('ingress', frame(input));
       assert.equal(verdict, TC_ACT_REDIRECT);
       expectPacket(out, portUnreachable(VIP, POD, ipPacket(input)), `${proto} reject`);
-      assert.equal(h.counter(abi.LB_CNT_TC_NO_BACKEND) - before, 1n);
+      assert.equal(h.counter(abi.LB_CNT_TC_NO_BACKEND + abi.LB_CNT_POD_OFFSET) - before, 1n);
       assert.equal(listConntrack(h.tc.conntrack).length, 0, 'no conntrack entry');
     });
   }

@@ -11,6 +11,7 @@ import { TypedMap, u32Codec } from '../../src/datapath/typedMap';
 import { ip4ToNumber } from '../../src/datapath/addr';
 import { readCounter } from '../../src/datapath/maps';
 import { openTcMaps, type TcMaps } from '../../src/datapath/tc/maps';
+import { gcConntrack } from '../../src/datapath/tc/conntrack';
 
 export const TC_OBJECT = path.resolve(__dirname, '../../../build/tc_lb.bpf.o');
 
@@ -73,7 +74,7 @@ export class TcHarness {
     for (const m of [this.services, this.backends, this.revNat, this.affinity, this.tc.conntrack, this.tc.sourceRanges] as Array<TypedMap<unknown, unknown>>) {
       for (const [k] of [...m.entries()]) m.delete(k);
     }
-    this.tc.config.set(0, { snat_address: 0, snat_port_min: 0, snat_port_max: 0, tcp_established_timeout: 0, tcp_closing_timeout: 0, udp_timeout: 0 });
+    this.tc.config.set(0, { snat_address: 0, snat_port_min: 0, snat_port_max: 0, tcp_established_timeout: 0, tcp_closing_timeout: 0, udp_timeout: 0, tcp_syn_timeout: 0 });
   }
 
   upsertFrontend(f: TcFrontend, scope = abi.LB_SCOPE_EXTERNAL): void {
@@ -96,6 +97,11 @@ export class TcHarness {
 
   counter(index: number): bigint {
     return readCounter(this.counters, index);
+  }
+
+  /** One in-kernel conntrack GC pass (sluice_ct_gc); returns the entries deleted. */
+  gc(): number {
+    return gcConntrack(this.obj.program(abi.SLUICE_PROG_CT_GC));
   }
 
   run(direction: 'ingress' | 'egress', packet: Buffer): { verdict: number; out: Buffer } {

@@ -8,10 +8,10 @@ import * as abi from '../../src/abi/generated';
 import { ip4ToNumber } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { syncSourceRanges } from '../../src/datapath/tc/sourceRanges';
-import { formatConntrack, gcConntrack, listConntrack, purgeBackends } from '../../src/datapath/tc/conntrack';
+import { formatConntrack, listConntrack, purgeBackends } from '../../src/datapath/tc/conntrack';
 import { TcHarness } from './tc_harness';
 import {
-  TC_ACT_OK, TC_ACT_SHOT, TCP_ACK, TCP_FIN, TCP_PSH, TCP_SYN,
+  TC_ACT_OK, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_RST, TCP_SYN,
   checksum, diffHex, frame, icmpError, ipPacket, rewriteQuoted, type L4Spec,
 } from './tc_packet';
 
@@ -74,6 +74,9 @@ describe('NodePort (externalTrafficPolicy Local) to a local backend: DNAT only, 
 
     const reply: L4Spec = { proto: 'tcp', src: LOCAL_BE.address, dst: CLIENT, sport: LOCAL_BE.port, dport: 40001, tcpFlags: TCP_SYN | TCP_ACK, payload: Buffer.from('hello') };
     check('egress', reply, { ...reply, src: NODE, sport: NODE_PORT });
+    // The client's ACK after the reply completes the handshake: established timeout.
+    const ack = { ...fwd, tcpFlags: TCP_ACK };
+    check('ingress', ack, { ...ack, dst: LOCAL_BE.address, dport: LOCAL_BE.port });
 
     const rows = listConntrack(h.tc.conntrack);
     assert.equal(rows.length, 1);
@@ -83,13 +86,13 @@ describe('NodePort (externalTrafficPolicy Local) to a local backend: DNAT only, 
     assert.equal(row.backend, `${LOCAL_BE.address}:${LOCAL_BE.port}`);
     assert.equal(row.snat, undefined);
     assert.deepEqual(row.entries, ['original', 'reply']);
-    assert.equal(row.packetsOriginal, 2);
+    assert.equal(row.packetsOriginal, 3);
     assert.equal(row.packetsReply, 1);
     assert.ok(row.expiresInSeconds > 21000 && row.expiresInSeconds <= 21600, `TCP established timeout, got ${row.expiresInSeconds}`);
     const table = formatConntrack(rows).split('\n');
     assert.equal(row.path, 'external');
     assert.match(table[0]!, /^PROTO\s+PATH\s+CLIENT\s+FRONTEND\s+BACKEND\s+SNAT/);
-    assert.match(table[1]!, new RegExp(`^tcp\\s+external\\s+${CLIENT}:40001\\s+${NODE}:${NODE_PORT}\\s+${LOCAL_BE.address}:8080\\s+-\\s+active`));
+    assert.match(table[1]!, new RegExp(`^tcp\\s+external\\s+${CLIENT}:40001\\s+${NODE}:${NODE_PORT}\\s+${LOCAL_BE.address}:8080\\s+-\\s+established`));
   });
 
   test('a reply on ingress of a DNAT-only flow is not touched (it belongs on egress)', () => {
@@ -99,11 +102,11 @@ describe('NodePort (externalTrafficPolicy Local) to a local backend: DNAT only, 
     check('ingress', reply, null);
   });
 
-  test('FIN shortens the timeout to the closing one; a new SYN on the same tuple re-balances', () => {
+  test('RST shortens the timeout to the closing one; a new SYN on the same tuple re-balances', () => {
     writeTcConfig(h.tc.config, { snatAddress: NODE, tcpClosingTimeout: 7 });
     const fwd: L4Spec = { proto: 'tcp', src: CLIENT, dst: NODE, sport: 40003, dport: NODE_PORT, tcpFlags: TCP_SYN };
     h.run('ingress', frame(fwd));
-    h.run('ingress', frame({ ...fwd, tcpFlags: TCP_FIN | TCP_ACK }));
+    h.run('ingress', frame({ ...fwd, tcpFlags: TCP_RST | TCP_ACK }));
     const [row] = listConntrack(h.tc.conntrack);
     assert.ok(row?.closing);
     assert.ok(row.expiresInSeconds > 6 && row.expiresInSeconds <= 7, `closing timeout, got ${row.expiresInSeconds}`);
@@ -217,9 +220,9 @@ describe('UDP', () => {
     h.run('ingress', frame({ proto: 'udp', src: CLIENT, dst: EXTERNAL_IP, sport: 63003, dport: 53 }));
     const [row] = listConntrack(h.tc.conntrack);
     assert.ok(row && row.expiresInSeconds > 0 && row.expiresInSeconds <= 1);
-    assert.equal(gcConntrack(h.tc.conntrack), 0, 'nothing expired yet');
+    assert.equal(h.gc(), 0, 'nothing expired yet');
     await new Promise((r) => setTimeout(r, 1100));
-    assert.equal(gcConntrack(h.tc.conntrack), 2, 'both entries of the expired flow');
+    assert.equal(h.gc(), 2, 'both entries of the expired flow');
     h.run('ingress', frame({ proto: 'udp', src: CLIENT, dst: EXTERNAL_IP, sport: 63004, dport: 53 }));
     assert.equal(purgeBackends(h.tc.conntrack, [REMOTE_BE.id]), 2);
     assert.equal(listConntrack(h.tc.conntrack).length, 0);

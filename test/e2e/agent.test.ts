@@ -177,6 +177,8 @@ test('healthz, livez and metrics speak kube-proxy', async () => {
     assert.ok(text.includes(name), `metrics lack ${name}`);
   }
   assert.match(text, /kubeproxy_network_programming_duration_seconds_count [1-9]/);
+  // Data-path counters carry {reason, direction, path} (src/datapath/counters.ts).
+  assert.match(text, /sluice_datapath_events_total\{reason="translated",direction="original",path="socket"\} [1-9]/);
 });
 
 test('sluice status shows the last sync from the pinned maps', () => {

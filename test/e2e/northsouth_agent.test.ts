@@ -22,6 +22,8 @@ let cgroup: string;
 let bpffs: string;
 const children: ChildProcess[] = [];
 let agentLog = '';
+const RESERVED = '/proc/sys/net/ipv4/ip_local_reserved_ports';
+let hostReservedBefore = '';
 
 function track(child: ChildProcess): ChildProcess {
   children.push(child);
@@ -50,6 +52,7 @@ http.get({ host, port: Number(port), path: '/' }, (res) => { let b = ''; res.on(
 `;
 
 before(async () => {
+  hostReservedBefore = fs.readFileSync(RESERVED, 'utf8');
   topo = new Topology('slag');
   topo.create();
   await topo.start('p1', SERVER_SCRIPT, ['p1', '8080']);
@@ -139,4 +142,11 @@ test('loadBalancerSourceRanges: other sources are dropped', async () => {
   assert.equal(request('198.18.100.6', 80), 'timeout', 'a client outside the ranges is dropped');
   api.store.patch('services', 'ranged', { spec: { loadBalancerSourceRanges: ['198.18.0.0/24'] } }, { namespace: 'default', contentType: 'application/merge-patch+json' });
   await waitFor('allowed after the range widens', () => request('198.18.100.6', 80).startsWith('p1'), 20000);
+});
+
+test('the SNAT port range is reserved from the node\'s own connections, in the node\'s network namespace only', () => {
+  const inNode = execFileSync('nsenter', [`--net=${topo.netnsPath('n1')}`, 'cat', RESERVED], { encoding: 'utf8' }).trim();
+  assert.equal(inNode, '61000-65535', 'net.ipv4.ip_local_reserved_ports in the node namespace');
+  assert.equal(fs.readFileSync(RESERVED, 'utf8'), hostReservedBefore, 'the machine\'s own namespace is untouched');
+  assert.match(agentLog, /SNAT ports 61000-65535 reserved/);
 });

@@ -13,6 +13,8 @@ export interface TcConfig {
   snatPortMax?: number;
   /** Conntrack timeouts in seconds (kube-proxy: conntrack.tcpEstablishedTimeout, tcpCloseWaitTimeout, udpTimeout). */
   tcpEstablishedTimeout?: number;
+  /** Until the TCP handshake completes (a reply, then the client again); Cilium's 60 s. */
+  tcpSynTimeout?: number;
   tcpClosingTimeout?: number;
   udpTimeout?: number;
 }
@@ -21,6 +23,7 @@ export const TC_DEFAULTS = {
   snatPortMin: abi.LB_TC_DEFAULT_SNAT_PORT_MIN,
   snatPortMax: abi.LB_TC_DEFAULT_SNAT_PORT_MAX,
   tcpEstablishedTimeout: abi.LB_TC_DEFAULT_TCP_ESTABLISHED_S,
+  tcpSynTimeout: abi.LB_TC_DEFAULT_TCP_SYN_S,
   tcpClosingTimeout: abi.LB_TC_DEFAULT_TCP_CLOSING_S,
   udpTimeout: abi.LB_TC_DEFAULT_UDP_S,
 } as const;
@@ -31,7 +34,7 @@ export function encodeTcConfig(cfg: TcConfig): abi.Lb4TcConfig {
   if (!Number.isInteger(min) || !Number.isInteger(max) || min < 1 || max > 65535 || min > max) {
     throw new Error(`TC config: SNAT port range ${min}-${max} is not a range inside 1-65535`);
   }
-  for (const [name, value] of Object.entries({ tcpEstablishedTimeout: cfg.tcpEstablishedTimeout, tcpClosingTimeout: cfg.tcpClosingTimeout, udpTimeout: cfg.udpTimeout })) {
+  for (const [name, value] of Object.entries({ tcpEstablishedTimeout: cfg.tcpEstablishedTimeout, tcpSynTimeout: cfg.tcpSynTimeout, tcpClosingTimeout: cfg.tcpClosingTimeout, udpTimeout: cfg.udpTimeout })) {
     if (value !== undefined && (!Number.isInteger(value) || value < 1 || value > 0xffffffff)) {
       throw new Error(`TC config: ${name} ${value} must be a whole number of seconds >= 1`);
     }
@@ -43,6 +46,7 @@ export function encodeTcConfig(cfg: TcConfig): abi.Lb4TcConfig {
     tcp_established_timeout: cfg.tcpEstablishedTimeout ?? TC_DEFAULTS.tcpEstablishedTimeout,
     tcp_closing_timeout: cfg.tcpClosingTimeout ?? TC_DEFAULTS.tcpClosingTimeout,
     udp_timeout: cfg.udpTimeout ?? TC_DEFAULTS.udpTimeout,
+    tcp_syn_timeout: cfg.tcpSynTimeout ?? TC_DEFAULTS.tcpSynTimeout,
   };
 }
 

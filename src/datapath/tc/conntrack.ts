@@ -7,6 +7,7 @@
 import * as abi from '../../abi/generated';
 import { numberToIp4, protoName } from '../addr';
 import type { TypedMap } from '../typedMap';
+import { progTestRun, type BpfProgram } from '../../bpf/program';
 import { openTcMaps } from './maps';
 
 export type ConntrackMap = TypedMap<abi.Lb4CtKey, abi.Lb4CtEntry>;
@@ -17,11 +18,13 @@ export interface ConntrackRow {
   client: string; // "198.18.0.10:40000"
   frontend: string;
   backend: string;
-  /** SNAT source "addr:port", or undefined when the backend sees the client. */
+  /** Source the backend sees, "addr:port" (SNAT, or the client with a remapped port); undefined: the client as is. */
   snat?: string;
   backendId: number;
   revNatId: number;
   closing: boolean;
+  /** Conntrack state from the flags (see LB_CT_FLAG_* in sluice_abi.h). */
+  state: ConntrackState;
   /** Where the flow was translated: a pod veth (per-packet ClusterIP) or an external device. */
   path: 'pod' | 'external';
   /** Seconds until the flow's entries expire (negative: expired, awaiting GC). */
@@ -33,6 +36,20 @@ export interface ConntrackRow {
   ifindex: number;
   /** Which of the flow's two entries are in the map. */
   entries: Array<'original' | 'reply'>;
+}
+
+/**
+ * TCP: syn (no handshake yet: SYN timeout), established, fin-wait (one side
+ * sent FIN: still the established timeout), closing (RST, or FIN both ways).
+ * UDP: unreplied or replied.
+ */
+export type ConntrackState = 'syn' | 'established' | 'fin-wait' | 'closing' | 'unreplied' | 'replied';
+
+export function conntrackState(proto: number, flags: number): ConntrackState {
+  if (proto !== abi.LB_PROTO_TCP) return flags & abi.LB_CT_FLAG_SEEN_REPLY ? 'replied' : 'unreplied';
+  if (flags & abi.LB_CT_FLAG_CLOSING) return 'closing';
+  if (flags & (abi.LB_CT_FLAG_FIN_ORIGINAL | abi.LB_CT_FLAG_FIN_REPLY)) return 'fin-wait';
+  return flags & abi.LB_CT_FLAG_ESTABLISHED ? 'established' : 'syn';
 }
 
 export const monotonicNs = (): bigint => process.hrtime.bigint();
@@ -58,6 +75,7 @@ export function listConntrack(map: ConntrackMap, now: bigint = monotonicNs()): C
         backendId: v.backend_id,
         revNatId: v.rev_nat_id,
         closing: false,
+        state: conntrackState(v.proto, v.flags),
         path: v.flags & abi.LB_CT_FLAG_POD ? 'pod' : 'external',
         expiresInSeconds: Number(v.expires_ns - now) / 1e9,
         packetsOriginal: 0,
@@ -67,7 +85,7 @@ export function listConntrack(map: ConntrackMap, now: bigint = monotonicNs()): C
         ifindex: v.ifindex,
         entries: [],
       };
-      if (v.flags & abi.LB_CT_FLAG_SNAT) row.snat = ep(v.nat_address, v.nat_port);
+      if (v.flags & (abi.LB_CT_FLAG_SNAT | abi.LB_CT_FLAG_SPORT)) row.snat = ep(v.nat_address, v.nat_port);
       rows.set(id, row);
     }
     row.closing ||= (v.flags & abi.LB_CT_FLAG_CLOSING) !== 0;
@@ -95,7 +113,7 @@ export function formatConntrack(rows: ConntrackRow[]): string {
     r.frontend,
     r.backend,
     r.snat ?? '-',
-    r.closing ? 'closing' : r.entries.length === 2 ? 'active' : `only-${r.entries[0] ?? '?'}`,
+    r.entries.length === 2 ? r.state : `${r.state},only-${r.entries[0] ?? '?'}`,
     `${Math.round(r.expiresInSeconds)}s`,
     `${r.packetsOriginal}/${r.packetsReply}`,
     `${r.bytesOriginal}/${r.bytesReply}`,
@@ -107,15 +125,19 @@ export function formatConntrack(rows: ConntrackRow[]): string {
 
 /**
  * Delete expired entries (the data path already ignores them; this frees
- * their LRU slots). Returns how many were deleted.
+ * their LRU slots). The work is done in the kernel by the sluice_ct_gc
+ * program of tc_lb.bpf.o, run once through BPF_PROG_TEST_RUN: it claims
+ * each expired entry with the compare-and-swap the data path uses before it
+ * replaces one, so it cannot delete an entry the data path re-created under
+ * the same key after the expiry was seen (a user-space dump-then-delete
+ * could, between the two). Returns how many were deleted.
  */
-export function gcConntrack(map: ConntrackMap, now: bigint = monotonicNs()): number {
-  let deleted = 0;
-  for (const [key, v] of map.readAll()) {
-    if (v.expires_ns <= now && map.delete(key)) deleted++;
-  }
-  return deleted;
+export function gcConntrack(gcProgram: BpfProgram): number {
+  return progTestRun(gcProgram.fd, { dataIn: GC_DUMMY_PACKET }).retval;
 }
+
+/** BPF_PROG_TEST_RUN needs a packet; the GC program never reads it. */
+const GC_DUMMY_PACKET = Buffer.alloc(64);
 
 /**
  * Forget every flow balanced to these backends (the agent calls it when it
@@ -135,9 +157,9 @@ export function purgeBackends(map: ConntrackMap, backendIds: Iterable<number>): 
 }
 
 /** Periodic GC; returns a stop function. The timer does not keep the process alive. */
-export function startConntrackGc(map: ConntrackMap, intervalMs: number, onRun?: (deleted: number) => void): () => void {
+export function startConntrackGc(gcProgram: BpfProgram, intervalMs: number, onRun?: (deleted: number) => void): () => void {
   const timer = setInterval(() => {
-    const deleted = gcConntrack(map);
+    const deleted = gcConntrack(gcProgram);
     onRun?.(deleted);
   }, intervalMs);
   timer.unref();

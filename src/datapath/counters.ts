@@ -1,0 +1,82 @@
+// The data-path counters: one per-CPU array (SLUICE_MAP_COUNTERS) whose
+// indices each stand for one {reason, direction, path}. This table is the
+// one place that names them; the agent exports every row as
+// sluice_datapath_events_total{reason, direction, path} and `sluice status`
+// prints them. Index ranges per feature are listed in native/sluice_abi.h;
+// a new counter is a #define there plus one row here.
+import * as abi from '../abi/generated';
+import type { BpfMap } from '../bpf/map';
+import { readCounter } from './maps';
+
+/** Which program counted: socket hooks, TC on external devices, TC on pod veths, or the agent. */
+export type CounterPath = 'socket' | 'north_south' | 'pod' | 'agent';
+/** Of the packet or operation counted: toward the backend, back to the client, or neither. */
+export type CounterDirection = 'original' | 'reply' | 'none';
+
+export interface CounterLabels {
+  reason: string;
+  direction: CounterDirection;
+  path: CounterPath;
+}
+
+type Row = readonly [index: number, reason: string, direction: CounterDirection];
+
+const SOCKET: Row[] = [
+  [abi.LB_CNT_SOCK_TRANSLATED, 'translated', 'original'],
+  [abi.LB_CNT_SOCK_NO_BACKEND, 'no_backend', 'original'],
+  [abi.LB_CNT_SOCK_SLOT_MISSING, 'slot_missing', 'original'],
+  [abi.LB_CNT_SOCK_REV_XLATED, 'reverse_translated', 'reply'],
+  [abi.LB_CNT_SOCK_REV_FAILED, 'reverse_store_failed', 'reply'],
+];
+
+/** Per-packet flow reasons: counted at these indices on the north-south path, LB_CNT_POD_OFFSET above on pod veths. */
+const FLOW: Row[] = [
+  [abi.LB_CNT_TC_TRANSLATED, 'new_flow', 'original'],
+  [abi.LB_CNT_TC_REV_XLATED, 'reverse_translated', 'reply'],
+  [abi.LB_CNT_TC_NO_BACKEND, 'no_backend', 'original'],
+  [abi.LB_CNT_TC_SRC_RANGE_DROP, 'source_range_drop', 'original'],
+  [abi.LB_CNT_TC_SNAT_FAILED, 'snat_failed', 'original'],
+  [abi.LB_CNT_TC_BACKEND_GONE, 'backend_gone', 'original'],
+  [abi.LB_CNT_TC_CT_FAILED, 'conntrack_failed', 'original'],
+  [abi.LB_CNT_TC_FIB_FAILED, 'fib_failed', 'none'],
+  [abi.LB_CNT_TC_CT_RESTORED_ORIG, 'conntrack_restored', 'original'],
+  [abi.LB_CNT_TC_CT_RESTORED_REPLY, 'conntrack_restored', 'reply'],
+  [abi.LB_CNT_TC_CT_PEER_LOST, 'conntrack_peer_lost', 'none'],
+  [abi.LB_CNT_TC_SPORT_REMAPPED, 'source_port_remapped', 'original'],
+];
+
+function table(): Map<number, CounterLabels> {
+  const t = new Map<number, CounterLabels>();
+  const add = (index: number, labels: CounterLabels) => {
+    if (!Number.isInteger(index) || index < 0 || index >= abi.LB_CNT_MAX) throw new Error(`counter ${labels.reason}: index ${index} outside 0..${abi.LB_CNT_MAX - 1}`);
+    if (t.has(index)) throw new Error(`counter ${labels.reason}: index ${index} already names ${t.get(index)?.reason}`);
+    t.set(index, labels);
+  };
+  for (const [index, reason, direction] of SOCKET) add(index, { reason, direction, path: 'socket' });
+  for (const [index, reason, direction] of FLOW) {
+    add(index, { reason, direction, path: 'north_south' });
+    add(index + abi.LB_CNT_POD_OFFSET, { reason, direction, path: 'pod' });
+  }
+  return t;
+}
+
+/** Every counter index the data path writes, with its labels. */
+export const COUNTERS: ReadonlyMap<number, CounterLabels> = table();
+
+/** The index of a counter by its labels (tests, tools); throws when there is none. */
+export function counterIndex(path: CounterPath, reason: string, direction?: CounterDirection): number {
+  for (const [index, l] of COUNTERS) {
+    if (l.path === path && l.reason === reason && (direction === undefined || l.direction === direction)) return index;
+  }
+  throw new Error(`no data-path counter {path=${path}, reason=${reason}${direction ? `, direction=${direction}` : ''}}`);
+}
+
+/** "north_south/new_flow/original" for text output. */
+export function counterName(l: CounterLabels): string {
+  return `${l.path}/${l.reason}/${l.direction}`;
+}
+
+/** Every counter's current value (summed over CPUs). */
+export function readCounters(counters: BpfMap): Array<{ index: number; labels: CounterLabels; value: bigint }> {
+  return [...COUNTERS].map(([index, labels]) => ({ index, labels, value: readCounter(counters, index) }));
+}
