@@ -9,14 +9,14 @@ BPF_HDRS := $(wildcard bpf/lib/*.h) native/sluice_abi.h
 TS_SRCS := $(shell find src test bench -name '*.ts' 2>/dev/null)
 NATIVE_BINS := $(patsubst native/%.c,$(BUILD)/%,$(wildcard native/*.c))
 
-.PHONY: all deps build bpf ts native abi abi-check test test-unit demo bench clean
+.PHONY: all deps build bpf ts native test-helpers abi abi-check test test-unit demo bench clean
 
 all: build
 
 deps:
 	@./scripts/deps.sh
 
-build: deps bpf abi-check ts native
+build: deps bpf abi-check ts native test-helpers
 
 $(BUILD)/vmlinux.h:
 	@mkdir -p $(BUILD)
@@ -50,6 +50,13 @@ $(BUILD)/%: native/%.c native/sluice_abi.h
 	$(CC) -O2 -Wall -Werror -o $@ $<
 
 native: $(NATIVE_BINS)
+
+# C helpers of the tests (test/helpers/*.c): traffic generators the e2e tier runs inside test namespaces.
+TEST_HELPER_BINS := $(patsubst test/helpers/%.c,$(BUILD)/%,$(wildcard test/helpers/*.c))
+$(BUILD)/%: test/helpers/%.c
+	@mkdir -p $(BUILD)
+	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
+test-helpers: $(TEST_HELPER_BINS)
 
 # The CNI plugin embeds build/pod_lb.bpf.o (.incbin), so the one binary
 # copied to /opt/cni/bin can attach the pod-veth programs even before the
