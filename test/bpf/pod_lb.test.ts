@@ -13,6 +13,7 @@ import * as abi from '../../src/abi/generated';
 import { ip4ToNumber } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { listConntrack } from '../../src/datapath/tc/conntrack';
+import { counterIndex } from '../../src/datapath/counters';
 import { TcHarness } from './tc_harness';
 import {
   TC_ACT_OK, TC_ACT_REDIRECT, TCP_ACK, TCP_PSH, TCP_SYN,
@@ -142,6 +143,35 @@ describe('ClusterIP from a pod: DNAT, pod address kept', () => {
     const data: L4Spec = { ...syn, tcpFlags: TCP_ACK };
     check('ingress', data, { ...data, dst: BE2.address, dport: BE2.port });
     assert.equal(h.counter(abi.LB_CNT_TC_BACKEND_GONE + abi.LB_CNT_POD_OFFSET) - before, 1n);
+  });
+});
+
+describe('conntrack of pod flows (shared with the north-south path)', () => {
+  test('two ClusterIPs on one backend, one pod port: the second flow gets another source port; a lost reply entry comes back', () => {
+    const VIP2 = '10.96.0.11';
+    h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 25, backends: [BE1] });
+    h.upsertFrontend({ address: VIP2, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 26, backends: [BE1] });
+    const one: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 40010, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    check('ingress', one, { ...one, dst: BE1.address, dport: BE1.port });
+    const remapped = h.counter(counterIndex('pod', 'source_port_remapped'));
+    const two: L4Spec = { ...one, dst: VIP2 };
+    const { verdict, out } = run('ingress', frame(two));
+    assert.equal(verdict, TC_ACT_OK);
+    const port = out.readUInt16BE(14 + 20);
+    assert.notEqual(port, 40010, 'the second flow took the first flow\'s tuple');
+    expectPacket(out, frame({ ...two, sport: port, dst: BE1.address, dport: BE1.port }), 'remapped source port');
+    assert.equal(h.counter(counterIndex('pod', 'source_port_remapped')) - remapped, 1n);
+    const r1: L4Spec = { proto: 'tcp', src: BE1.address, dst: POD, sport: BE1.port, dport: 40010, tcpFlags: TCP_SYN | TCP_ACK };
+    check('egress', r1, { ...r1, src: VIP, sport: VIP_PORT });
+    check('egress', { ...r1, dport: port }, { ...r1, src: VIP2, sport: VIP_PORT, dport: 40010 });
+
+    // The first flow's reply entry is evicted; the pod's next packet puts it back.
+    assert.ok(h.tc.conntrack.delete({ saddr: ip4ToNumber(BE1.address), daddr: ip4ToNumber(POD), sport: BE1.port, dport: 40010, proto: abi.LB_PROTO_TCP, dir: abi.LB_CT_DIR_REPLY }));
+    const restored = h.counter(counterIndex('pod', 'conntrack_restored', 'reply'));
+    const ack: L4Spec = { ...one, tcpFlags: TCP_ACK };
+    check('ingress', ack, { ...ack, dst: BE1.address, dport: BE1.port });
+    assert.equal(h.counter(counterIndex('pod', 'conntrack_restored', 'reply')) - restored, 1n);
+    check('egress', r1, { ...r1, src: VIP, sport: VIP_PORT });
   });
 });
 
