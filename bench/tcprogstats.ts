@@ -1,8 +1,8 @@
 // Nanoseconds per packet of the per-packet programs (sluice_tc_ingress on an
 // external device, sluice_pod_ingress on a pod veth) under real traffic in
 // test namespaces, from the kernel's own run_time_ns / run_cnt
-// (kernel.bpf_stats_enabled=1 only while the bounded traffic runs; put back
-// as found). Used to compare two builds of the objects:
+// (kernel.bpf_stats_enabled=1 only while the bounded traffic runs; back to
+// 0 after, unless it was already on: the sysctl is machine-wide). Used to compare two builds of the objects:
 //
 //   node dist/bench/tcprogstats.js --tc-object A/tc_lb.bpf.o --pod-object A/pod_lb.bpf.o [--connections 1000] [--label A]
 //
@@ -79,12 +79,11 @@ async function main(argv: string[]): Promise<void> {
     await topo.start('p2', SERVER_SCRIPT, ['p2', '8080']);
     await topo.start('p1b', SERVER_SCRIPT, ['p1b', '8080']);
 
-    fs.writeFileSync(STATS_SYSCTL, '1');
+    if (statsBefore === '0') fs.writeFileSync(STATS_SYSCTL, '1');
     const t0 = { tc: stats(tcId), pod: stats(podId) };
     const okNs = Number(topo.node('cli', LOOP, [ADDR.node1, '30080', String(connections), '60000'], 70000));
     const okPod = Number(topo.node('p1', LOOP, [VIP, '80', String(connections), '60000'], 70000));
     const t1 = { tc: stats(tcId), pod: stats(podId) };
-    fs.writeFileSync(STATS_SYSCTL, statsBefore);
 
     const per = (a: { runs: bigint; ns: bigint }, b: { runs: bigint; ns: bigint }) => ({
       runs: Number(b.runs - a.runs),
@@ -92,7 +91,8 @@ async function main(argv: string[]): Promise<void> {
     });
     process.stdout.write(`${JSON.stringify({ label, connections, answered: { northSouth: okNs, pod: okPod }, tcIngress: per(t0.tc, t1.tc), podIngress: per(t0.pod, t1.pod) })}\n`);
   } finally {
-    fs.writeFileSync(STATS_SYSCTL, statsBefore);
+    // Back to 0 only if it was 0: another measurement may have turned it on.
+    if (statsBefore === '0') fs.writeFileSync(STATS_SYSCTL, '0');
     topo.destroy();
     h?.close();
   }
