@@ -35,7 +35,7 @@ int sluice_getpeer4(struct bpf_sock_addr *ctx)
 }
 
 SEC("cgroup/post_bind4")
-int sluice_post_bind4(struct bpf_sock *ctx)
+int sluice_bind4(struct bpf_sock *ctx)
 {
 	int err = lb4_sock_post_bind(ctx);
 

@@ -8,6 +8,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { BpfObject } from '../bpf/object';
+import { BpfMap } from '../bpf/map';
 import { BpfLink, linkInfo } from '../bpf/link';
 import { attachCgroup, cgroupId, cgroupV2Mount } from '../bpf/cgroup';
 import { progInfo } from '../bpf/program';
@@ -23,7 +24,7 @@ export const SOCK_LB_PROGRAMS: Record<string, { attachType: number; hook: string
   sluice_sendmsg4: { attachType: AttachType.CGROUP_UDP4_SENDMSG, hook: 'sendmsg4' },
   sluice_recvmsg4: { attachType: AttachType.CGROUP_UDP4_RECVMSG, hook: 'recvmsg4' },
   sluice_getpeer4: { attachType: AttachType.CGROUP_INET4_GETPEERNAME, hook: 'getpeername4' },
-  sluice_post_bind4: { attachType: AttachType.CGROUP_INET4_POST_BIND, hook: 'post_bind4' },
+  sluice_bind4: { attachType: AttachType.CGROUP_INET4_POST_BIND, hook: 'post_bind4' },
 };
 
 /**
@@ -67,6 +68,7 @@ export function installSockLb(opts: InstallOptions): InstallResult {
   ensureBpffsDir(opts.bpffs);
   fs.mkdirSync(linkDir(opts.bpffs), { recursive: true });
   const target = cgroupIdOf(opts.cgroupPath);
+  dropTooSmallCounters(opts.bpffs);
   const obj = BpfObject.open(bpfObjectPath('sock_lb.bpf.o'), { pinDir: opts.bpffs, maxEntries: opts.maxEntries });
   const result: InstallResult = { attached: [], replaced: [] };
   try {
@@ -106,6 +108,22 @@ export function installSockLb(opts: InstallOptions): InstallResult {
     obj.close();
   }
   return result;
+}
+
+/**
+ * A counters map pinned by an older object with fewer than LB_CNT_MAX entries
+ * would be reused at its old size (pinned maps keep their size) and every
+ * newer counter lost: unpin it so this load creates a full one. Counters
+ * restart from 0 (the agent exports increases only). Programs still
+ * attached keep the old map until they are swapped.
+ */
+function dropTooSmallCounters(bpffs: string): void {
+  const pin = path.join(bpffs, abi.SLUICE_MAP_COUNTERS);
+  if (!fs.existsSync(pin)) return;
+  const m = BpfMap.fromPinned(pin);
+  const small = m.maxEntries < abi.LB_CNT_MAX;
+  m.close();
+  if (small) fs.rmSync(pin);
 }
 
 function applySocketLbScope(obj: BpfObject, scope: SocketLbScope | undefined): void {
