@@ -4,7 +4,7 @@
 // Root only; sets kernel.bpf_stats_enabled back to what it was.
 //   node dist/src/lab/hookCost.js [CONNECTIONS] [DATAGRAMS]
 import * as fs from 'node:fs';
-import { Sandbox, sh, sluiceBin, waitFor, labScript } from './sandbox';
+import { Sandbox, sh, sluiceBin, labScript } from './sandbox';
 
 const STATS = '/proc/sys/kernel/bpf_stats_enabled';
 const VIP = '10.96.0.40';
@@ -18,11 +18,7 @@ async function main(): Promise<void> {
   const sb = Sandbox.create('sluice-cost');
   const previous = fs.readFileSync(STATS, 'utf8').trim();
   try {
-    for (const b of BACKENDS) sb.ip(['addr', 'add', `${b}/32`, 'dev', 'lo']);
-    const server = sb.spawnInNetns(['node', labScript('backendServer'), ...BACKENDS.flatMap((b) => [`${b}:8080`, `${b}:5353`])]);
-    let ready = false;
-    server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
-    await waitFor('backend servers', () => ready);
+    await sb.startBackends(BACKENDS, [8080, 5353]);
     const sluice = (args: string[]) => sh(sluiceBin, [...args, '--bpffs', sb.bpffs]);
     sluice(['attach', '--cgroup', sb.cgroup]);
     sluice(['service', 'upsert', '--frontend', `${VIP}:80/tcp`, '--backends', BACKENDS.map((b) => `${b}:8080`).join(',')]);

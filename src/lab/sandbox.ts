@@ -92,6 +92,20 @@ export class Sandbox {
     return collect(this.spawnInCgroup(cmd, netns), timeoutMs, cmd.join(' '));
   }
 
+  /**
+   * Backend "pods" on the namespace's loopback: each address added as a /32
+   * on lo, one backendServer serving TCP and UDP on every address:port.
+   * Resolves once they all listen.
+   */
+  async startBackends(addresses: string[], ports: number[]): Promise<ChildProcess> {
+    for (const a of addresses) this.ip(['addr', 'add', `${a}/32`, 'dev', 'lo']);
+    const server = this.spawnInNetns(['node', labScript('backendServer'), ...addresses.flatMap((a) => ports.map((p) => `${a}:${p}`))]);
+    let ready = false;
+    server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
+    await waitFor('backend servers', () => ready);
+    return server;
+  }
+
   private track(child: ChildProcess): void {
     this.children.add(child);
     child.on('exit', () => this.children.delete(child));

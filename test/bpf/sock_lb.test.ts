@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import * as path from 'node:path';
-import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
+import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
 
 const VIP = '10.96.0.10';
 const BACKENDS = ['198.18.10.2', '198.18.10.3', '198.18.10.4'];
@@ -28,11 +28,7 @@ function histogram(results: Array<{ backend?: string }>): Record<string, number>
 before(async () => {
   sb = Sandbox.create();
   // Backends live on the namespace's loopback: a VIP that is not translated has no route.
-  for (const b of BACKENDS) sb.ip(['addr', 'add', `${b}/32`, 'dev', 'lo']);
-  const server = sb.spawnInNetns(['node', labScript('backendServer'), ...BACKENDS.flatMap((b) => [`${b}:8080`, `${b}:5353`])]);
-  let ready = false;
-  server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
-  await waitFor('backend servers', () => ready);
+  await sb.startBackends(BACKENDS, [8080, 5353]);
   sluice(['attach', '--cgroup', sb.cgroup]);
 });
 

@@ -34,12 +34,8 @@ const list = (hosts: string[], port: number) => hosts.map((h) => `${h}:${port}`)
 
 before(async () => {
   sb = Sandbox.create('sluice-skst');
-  for (const b of [...BACKENDS, ...OTHER]) sb.ip(['addr', 'add', `${b}/32`, 'dev', 'lo']);
   sb.ip(['addr', 'add', '198.18.14.254/24', 'dev', 'lo']); // item 3's backends: connected UDP needs only a route
-  const server = sb.spawnInNetns(['node', labScript('backendServer'), ...[...BACKENDS, ...OTHER].flatMap((b) => [`${b}:8080`, `${b}:5353`])]);
-  let ready = false;
-  server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
-  await waitFor('backend servers', () => ready);
+  await sb.startBackends([...BACKENDS, ...OTHER], [8080, 5353]);
   sluice(['attach', '--cgroup', sb.cgroup]);
 });
 

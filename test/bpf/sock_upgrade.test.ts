@@ -38,10 +38,8 @@ test('install over an older layout: obsolete socket maps unpinned, a 16-entry co
       assert.equal(maps.counters.maxEntries, abi.LB_CNT_MAX);
       // A socket-path counter (index >= 16) counts: the 2nd and 3rd datagram
       // of one socket reuse its backend (LB_CNT_SOCK_STICKY).
-      sb.ip(['addr', 'add', '198.18.18.2/32', 'dev', 'lo']);
       sh(sluiceBin, ['service', 'upsert', '--frontend', '10.96.0.60:53/udp', '--backends', '198.18.18.2:5353', '--bpffs', sb.bpffs]);
-      const server = sb.spawnInNetns(['node', labScript('backendServer'), '198.18.18.2:5353']);
-      await new Promise<void>((resolve) => server.stdout!.on('data', (d) => { if (String(d).includes('ready')) resolve(); }));
+      await sb.startBackends(['198.18.18.2'], [5353]);
       await sb.runInCgroup(['node', labScript('lbClient'), 'udp', '10.96.0.60', '53', '3']);
       assert.equal(readCounter(maps.counters, abi.LB_CNT_SOCK_STICKY), 2n);
     } finally {
