@@ -317,9 +317,10 @@ _Static_assert(sizeof(struct lb4_tc_config) == 24, "lb4_tc_config layout");
  *
  * The state is a small set of (frontend -> backend) pairs, one per frontend
  * the socket was sent to:
- *  - forward: connect()/sendmsg() to a frontend that has a pair reuse its
- *    backend while the frontend's slot still names it (an unconnected UDP
- *    socket stays on one backend, as conntrack keeps it under kube-proxy);
+ *  - forward: a UDP socket's connect()/sendmsg() to a frontend that has a
+ *    pair reuses its backend while the frontend's slot still names it (an
+ *    unconnected UDP socket stays on one backend, as conntrack keeps it under
+ *    kube-proxy); TCP picks on every connect();
  *  - reverse: recvmsg()/getpeername() from a backend show the frontend of
  *    the pair naming that backend (the last one sent to, when two frontends
  *    share the backend), once its rev-NAT entry is checked.

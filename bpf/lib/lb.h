@@ -87,8 +87,9 @@ static __always_inline __u32 lb4_random_slot(struct lb4_service_key *key, __u16 
  * writes the smaller master first, then deletes the slots above it. So on a
  * miss, re-read the master (*svc is updated: the caller uses its rev-NAT
  * id) and choose again below the missing slot, then slot 1: at most
- * LB_SELECT_ATTEMPTS lookups. Returns the backend and sets *backend_id (and key->backend_slot),
- * or NULL when no attempt found one (the frontend was deleted or emptied).
+ * LB_SELECT_ATTEMPTS slot lookups. Returns the backend and sets *backend_id
+ * (and key->backend_slot), or NULL when no attempt found one (the frontend
+ * was deleted or emptied meanwhile).
  */
 static __always_inline struct lb4_backend *
 lb4_select_backend(struct lb4_service_key *key, struct lb4_service *svc, __u32 *backend_id)

@@ -240,10 +240,12 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 		return -ECONNREFUSED;
 	}
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (st)
-		backend = lb4_sock_sticky_backend(st, &key, &svc, &backend_id);
-	else
+	if (!st)
 		lb_count(LB_CNT_SOCK_STATE_FAILED);
+	/* UDP keeps its backend per frontend. A TCP socket that connects again
+	 * (its first attempt failed) picks again, as a new socket would. */
+	else if (key.proto == LB_PROTO_UDP)
+		backend = lb4_sock_sticky_backend(st, &key, &svc, &backend_id);
 	if (!backend) {
 		if (lb_svc_has_affinity(&svc)) {
 			akey.client_id = bpf_get_netns_cookie(ctx);
