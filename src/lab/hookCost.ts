@@ -1,7 +1,7 @@
 // Run time per call of the socket-LB programs, measured by the kernel
 // (kernel.bpf_stats_enabled: run_time_ns / run_cnt per program), while a
 // bounded TCP and UDP client loop runs in a throwaway netns + cgroup.
-// Root only; sets kernel.bpf_stats_enabled back to what it was.
+// Root only; switches kernel.bpf_stats_enabled off again if it switched it on.
 //   node dist/src/lab/hookCost.js [CONNECTIONS] [DATAGRAMS]
 import * as fs from 'node:fs';
 import { Sandbox, sh, sluiceBin, labScript } from './sandbox';
@@ -24,7 +24,9 @@ async function main(): Promise<void> {
     sluice(['service', 'upsert', '--frontend', `${VIP}:80/tcp`, '--backends', BACKENDS.map((b) => `${b}:8080`).join(',')]);
     sluice(['service', 'upsert', '--frontend', `${VIP}:53/udp`, '--backends', BACKENDS.map((b) => `${b}:5353`).join(',')]);
     const status = JSON.parse(sluice(['status', '-o', 'json'])) as { attachments: Array<{ hook: string; programId: number }> };
-    fs.writeFileSync(STATS, '1');
+    // Only the run that switched it on switches it off (other measurements
+    // on the machine follow the same rule), so it never stays on.
+    if (previous === '0') fs.writeFileSync(STATS, '1');
     await sb.runInCgroup(['node', labScript('lbClient'), 'tcp', VIP, '80', String(connections)], 120000);
     await sb.runInCgroup(['node', labScript('lbClient'), 'udp', VIP, '53', String(datagrams)], 120000);
     const rows = status.attachments.map(({ hook, programId }) => {
@@ -34,7 +36,7 @@ async function main(): Promise<void> {
     });
     process.stdout.write(JSON.stringify(rows) + '\n');
   } finally {
-    fs.writeFileSync(STATS, previous);
+    if (previous === '0') fs.writeFileSync(STATS, '0');
     sb.close();
   }
 }
