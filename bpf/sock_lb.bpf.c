@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
 /*
- * sock_lb: Service load balancing at the socket layer (cgroup v2 hooks).
+ * sock_lb: Service load balancing at the socket layer (cgroup v2 hooks),
+ * and the bind rule that keeps a local socket from shadowing a Service.
  * Entry points only; the logic is in lib/sock.h and lib/lb.h.
  */
 /* The TC conntrack map is not used here: do not create it (36 MiB). */
@@ -30,6 +31,18 @@ SEC("cgroup/getpeername4")
 int sluice_getpeer4(struct bpf_sock_addr *ctx)
 {
 	lb4_sock_xlate_rev(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/post_bind4")
+int sluice_bind4(struct bpf_sock *ctx)
+{
+	int err = lb4_sock_post_bind(ctx);
+
+	if (err < 0) {
+		bpf_set_retval(err);
+		return SYS_REJECT;
+	}
 	return SYS_PROCEED;
 }
 

@@ -25,6 +25,7 @@
 
 #ifndef __VMLINUX_H__
 #include <linux/types.h>
+#include <linux/bpf.h> /* struct bpf_spin_lock */
 #endif
 
 /* ---- Map names (pinned under <bpffs>/<name>) -------------------------------- */
@@ -32,8 +33,6 @@
 #define SLUICE_MAP_SERVICES4 sluice_svc4      /* lb4_service_key -> lb4_service */
 #define SLUICE_MAP_BACKENDS4 sluice_be4       /* __u32 backend id -> lb4_backend */
 #define SLUICE_MAP_REVNAT4   sluice_revnat4   /* __u32 rev-NAT id -> lb4_reverse_nat */
-#define SLUICE_MAP_SOCKREV4  sluice_sk_rev4   /* lb4_sock_rev_key -> lb4_sock_rev (LRU) */
-#define SLUICE_MAP_SOCKSLOT4 sluice_sk_slot4  /* cookie & (SLUICE_SOCK_SLOTS - 1) -> lb4_sock_slot (array) */
 #define SLUICE_MAP_AFFINITY4 sluice_affin4    /* lb4_affinity_key -> lb_affinity (LRU) */
 #define SLUICE_MAP_COUNTERS  sluice_cnt_v2    /* LB_CNT_* index -> __u64, per CPU (v2: 128 indices) */
 #define SLUICE_MAP_AGENT     sluice_agent     /* 0 -> sluice_agent_status (written by the agent only) */
@@ -43,8 +42,6 @@
 #define SLUICE_MAX_SERVICE_ENTRIES  524288 /* master entries + backend slots (no prealloc: memory follows use) */
 #define SLUICE_MAX_BACKENDS         262144
 #define SLUICE_MAX_REVNAT           65536
-#define SLUICE_MAX_SOCKREV          65536  /* UDP sockets' (backend, frontend) pairs (and TCP from an older object) */
-#define SLUICE_SOCK_SLOTS           262144 /* power of two; fixed at compile time (the programs mask with it) */
 #define SLUICE_MAX_AFFINITY         131072
 #define SLUICE_MAX_SLOTS_PER_SERVICE 65535 /* backend_slot is a __u16; slot 0 is the master */
 
@@ -104,7 +101,6 @@
 #define LB_CNT_SOCK_NO_BACKEND   1 /* refused: the frontend has no backends */
 #define LB_CNT_SOCK_SLOT_MISSING 2 /* a slot or backend entry was missing (agent mid-update) */
 #define LB_CNT_SOCK_REV_XLATED   3 /* recvmsg/getpeername shown the frontend again */
-#define LB_CNT_SOCK_REV_FAILED   4 /* sock reverse entry could not be stored */
 
 /* ---- Services: frontend -> master entry and backend slots -------------------- */
 
@@ -152,26 +148,6 @@ struct lb4_reverse_nat {
 	__u8   pad[2];
 };
 
-/*
- * Socket reverse translation: after connect()/sendmsg() sent a socket to a
- * backend, recvmsg() and getpeername() must show the frontend again. Keyed by
- * the socket cookie and the backend the socket talks to.
- */
-struct lb4_sock_rev_key {
-	__u64  cookie;  /* bpf_get_socket_cookie() */
-	__be32 address; /* backend address */
-	__be16 port;    /* backend port */
-	__u8   proto;   /* LB_PROTO_* */
-	__u8   pad;
-};
-
-struct lb4_sock_rev {
-	__be32 address;    /* frontend address */
-	__be16 port;       /* frontend port */
-	__u8   pad[2];
-	__u32  rev_nat_id; /* rev-NAT id the entry was made for; checked before use */
-};
-
 /* ---- Session affinity (sessionAffinity: ClientIP) ----------------------------- */
 
 /*
@@ -211,30 +187,10 @@ struct sluice_agent_status {
 	__u32 pad;
 };
 
-/*
- * A TCP socket's (backend, frontend) pair, in a direct-mapped table indexed by
- * the socket cookie's low bits. Socket cookies are handed out sequentially
- * (per-CPU batches), so consecutive connects write neighbouring slots: the
- * write costs no cache miss, unlike an LRU hash insert (~0.5 us at every
- * scale, measured). A slot is reused by the socket SLUICE_SOCK_SLOTS cookies
- * later; only getpeername() reads it, so a very old connection then shows its
- * backend (never a wrong frontend). UDP sockets use SLUICE_MAP_SOCKREV4,
- * which recvmsg() keeps fresh for as long as replies arrive.
- */
-struct lb4_sock_slot {
-	struct lb4_sock_rev_key key; /* key.cookie 0: free (cookies start at 1) */
-	struct lb4_sock_rev     rev; /* what recvmsg/getpeername show instead */
-	__u32                   pad;
-};
-
 _Static_assert(sizeof(struct lb4_service_key) == 12, "lb4_service_key layout");
 _Static_assert(sizeof(struct lb4_service) == 20, "lb4_service layout");
 _Static_assert(sizeof(struct lb4_backend) == 12, "lb4_backend layout");
 _Static_assert(sizeof(struct lb4_reverse_nat) == 8, "lb4_reverse_nat layout");
-_Static_assert(sizeof(struct lb4_sock_rev_key) == 16, "lb4_sock_rev_key layout");
-_Static_assert(sizeof(struct lb4_sock_rev) == 12, "lb4_sock_rev layout");
-_Static_assert(sizeof(struct lb4_sock_slot) == 32, "lb4_sock_slot layout");
-_Static_assert((SLUICE_SOCK_SLOTS & (SLUICE_SOCK_SLOTS - 1)) == 0, "SLUICE_SOCK_SLOTS is a power of two");
 _Static_assert(sizeof(struct lb4_affinity_key) == 16, "lb4_affinity_key layout");
 _Static_assert(sizeof(struct lb_affinity) == 16, "lb_affinity layout");
 _Static_assert(sizeof(struct sluice_agent_status) == 48, "sluice_agent_status layout");
@@ -397,5 +353,86 @@ _Static_assert(sizeof(struct lb4_tc_config) == 24, "lb4_tc_config layout");
 #define SLUICE_PROG_POD_INGRESS sluice_pod_ingress /* host veth ingress: packets from the pod */
 #define SLUICE_PROG_POD_EGRESS  sluice_pod_egress  /* host veth egress: packets to the pod */
 /* ==== end of pod veth ============================================================ */
+
+/* ==== Socket path: per-socket state, socket-LB scope, bind rules (issue 10) === */
+/*
+ * Every translated socket carries its own state in socket-local storage
+ * (BPF_MAP_TYPE_SK_STORAGE): created on its first translation, freed by the
+ * kernel with the socket. Nothing is shared between sockets, so no socket can
+ * see another's entry, and nothing is evicted while the socket lives.
+ *
+ * The state is a small set of (frontend -> backend) pairs, one per frontend
+ * the socket was sent to:
+ *  - forward: a UDP socket's connect()/sendmsg() to a frontend that has a
+ *    pair reuses its backend while the frontend's slot still names it (an
+ *    unconnected UDP socket stays on one backend, as conntrack keeps it under
+ *    kube-proxy); TCP picks on every connect();
+ *  - reverse: recvmsg()/getpeername() from a backend show the frontend of
+ *    the pair naming that backend (the last one sent to, when two frontends
+ *    share the backend), once its rev-NAT entry is checked.
+ * SLUICE_SOCK_PAIRS pairs per socket: a TCP socket needs one; a UDP socket
+ * talking to more frontends replaces its oldest pair (FIFO; counted in
+ * LB_CNT_SOCK_PAIR_EVICTED): replies from that pair's backend then show the
+ * backend, and its next datagram to that frontend picks a backend again.
+ * 4 covers a resolver with glibc's 3 name servers plus one.
+ */
+#define SLUICE_MAP_SOCK4     sluice_sock4    /* socket -> lb4_sock_state (socket-local storage) */
+#define SLUICE_MAP_SOCK_CFG  sluice_sock_cfg /* __u32 0 -> lb_sock_config (array of one) */
+#define SLUICE_MAP_NODEIP4   sluice_nodeip4  /* __be32 node address -> __u8 1 (hash) */
+
+#define SLUICE_SOCK_PAIRS    4
+#define SLUICE_MAX_NODEIP4   256
+#define LB_SELECT_ATTEMPTS   3 /* backend selection re-reads the master this many times */
+
+/* lb_sock_config.mode: which sockets the socket LB translates (agent
+ * config key socketLB; Cilium's bpf-lb-sock-hostns-only and its inverse). */
+#define LB_SOCK_LB_ALL            0 /* every socket in the cgroup */
+#define LB_SOCK_LB_HOST_NS_ONLY   1 /* sockets of the host network namespace only */
+#define LB_SOCK_LB_POD_NS_ONLY    2 /* sockets of every other network namespace only */
+
+/* Counters of the socket path (SLUICE_MAP_COUNTERS indices 32..47). */
+#define LB_CNT_SOCK_STATE_FAILED 32 /* socket storage could not be created: no stickiness or reverse for that socket */
+#define LB_CNT_SOCK_PAIR_EVICTED 33 /* a socket sent to more than SLUICE_SOCK_PAIRS frontends: its oldest pair replaced */
+#define LB_CNT_SOCK_STICKY       34 /* connect/sendmsg reused the socket's backend for that frontend */
+#define LB_CNT_SELECT_RETRY      35 /* a missing slot or backend: master re-read, selection retried (socket and TC paths) */
+#define LB_CNT_SOCK_NS_SKIPPED   36 /* not translated: the socket's netns is excluded by the socketLB mode */
+#define LB_CNT_SOCK_EXTIP_PASSED 37 /* not translated: ExternalIP that is not this node's address (CVE-2020-8554) */
+#define LB_CNT_SOCK_BIND_REFUSED 38 /* bind() to a NodePort/ExternalIP/LoadBalancer address:port refused */
+
+/* One frontend a socket was sent to and the backend it got. */
+struct lb4_sock_pair {
+	__be32 frontend_address; /* what recvmsg/getpeername show for the backend */
+	__be16 frontend_port;
+	__u8   scope;            /* LB_SCOPE_* of the frontend entries the backend came from */
+	__u8   used;             /* 1: the pair is in use */
+	__be32 backend_address;  /* the backend this socket was sent to */
+	__be16 backend_port;
+	__u16  backend_slot;     /* the frontend's slot it was picked from; must still name backend_id to be reused */
+	__u32  backend_id;       /* backends map key */
+	__u32  rev_nat_id;       /* the frontend's rev-NAT id; checked before a reverse translation */
+};
+
+/* SLUICE_MAP_SOCK4 value: a socket's pairs. Readers and writers on other
+ * CPUs (one thread sends while another receives) take the lock, so a pair is
+ * never seen half-written. */
+struct lb4_sock_state {
+	struct bpf_spin_lock lock; /* guards everything below */
+	__u8  next;                /* pair replaced when all are in use (oldest first) */
+	__u8  last;                /* pair last sent to: wins when two pairs name one backend */
+	__u8  pad[2];
+	struct lb4_sock_pair pairs[SLUICE_SOCK_PAIRS];
+};
+
+/* Written by the agent (or `sluice attach`) at index 0 of SLUICE_MAP_SOCK_CFG. */
+struct lb_sock_config {
+	__u64 host_netns_cookie; /* SO_NETNS_COOKIE of the host network namespace (0: unknown; bind rules off) */
+	__u32 mode;              /* LB_SOCK_LB_* */
+	__u32 pad;
+};
+
+_Static_assert(sizeof(struct lb4_sock_pair) == 24, "lb4_sock_pair layout");
+_Static_assert(sizeof(struct lb4_sock_state) == 8 + 24 * SLUICE_SOCK_PAIRS, "lb4_sock_state layout");
+_Static_assert(sizeof(struct lb_sock_config) == 16, "lb_sock_config layout");
+/* ==== end of socket path ======================================================== */
 
 #endif /* SLUICE_ABI_H */

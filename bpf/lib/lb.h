@@ -40,16 +40,89 @@ lb4_lookup_service(struct lb4_service_key *key, bool internal)
 	return bpf_map_lookup_elem(&SLUICE_MAP_SERVICES4, key);
 }
 
-/* Random choice over slots 1..count. Returns 0 (invalid id) when the slot is
- * missing, which only happens while the agent rewrites a frontend. */
-static __always_inline __u32
-lb4_select_backend_id(struct lb4_service_key *key, const struct lb4_service *svc)
+/*
+ * The master entry, copied once. A pointer into the services map may see
+ * the entry replaced (and its memory reused by another entry) while the
+ * program reads it; every decision about one connection must come from one
+ * consistent copy. Returns false when the frontend does not exist.
+ */
+static __always_inline bool
+lb4_lookup_service_copy(struct lb4_service_key *key, bool internal, struct lb4_service *out)
+{
+	struct lb4_service *svc = lb4_lookup_service(key, internal);
+
+	if (!svc)
+		return false;
+	*out = *svc;
+	return true;
+}
+
+/* Re-read the master of key's frontend and scope (after a missing slot). */
+static __always_inline bool lb4_reread_service(struct lb4_service_key *key, struct lb4_service *out)
+{
+	struct lb4_service *svc;
+
+	key->backend_slot = 0;
+	svc = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES4, key);
+	if (!svc)
+		return false;
+	*out = *svc;
+	return true;
+}
+
+/* The backend id in slot 1..limit chosen at random; 0 when the slot is
+ * missing. Sets key->backend_slot to the slot tried. */
+static __always_inline __u32 lb4_random_slot(struct lb4_service_key *key, __u16 limit)
 {
 	struct lb4_service *slot;
 
-	key->backend_slot = (bpf_get_prandom_u32() % svc->count) + 1;
+	key->backend_slot = (bpf_get_prandom_u32() % limit) + 1;
 	slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES4, key);
 	return slot ? slot->backend_id : 0;
+}
+
+/*
+ * Random choice over slots 1..count of the copy in *svc. A slot (or its
+ * backend) can be missing only while the agent shrinks the frontend: it
+ * writes the smaller master first, then deletes the slots above it. So on a
+ * miss, re-read the master (*svc is updated: the caller uses its rev-NAT
+ * id) and choose again below the missing slot, then slot 1: at most
+ * LB_SELECT_ATTEMPTS slot lookups. Returns the backend and sets *backend_id
+ * (and key->backend_slot), or NULL when no attempt found one (the frontend
+ * was deleted or emptied meanwhile).
+ */
+static __always_inline struct lb4_backend *
+lb4_select_backend(struct lb4_service_key *key, struct lb4_service *svc, __u32 *backend_id)
+{
+	__u16 limit = svc->count;
+	int attempt;
+
+	for (attempt = 0; attempt < LB_SELECT_ATTEMPTS; attempt++) {
+		struct lb4_backend *backend;
+		__u16 missing;
+		__u32 id;
+
+		if (limit == 0)
+			return NULL;
+		id = lb4_random_slot(key, limit);
+		backend = id ? bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS4, &id) : NULL;
+		if (backend) {
+			*backend_id = id;
+			return backend;
+		}
+		lb_count(LB_CNT_SELECT_RETRY);
+		missing = key->backend_slot;
+		if (!lb4_reread_service(key, svc))
+			return NULL;
+		limit = svc->count;
+		/* Slots below a missing one are the last to go: try those, and
+		 * slot 1 (the last a shrink removes) on the final attempt. */
+		if (missing > 1 && missing - 1 < limit)
+			limit = missing - 1;
+		if (attempt == LB_SELECT_ATTEMPTS - 2 && limit > 1)
+			limit = 1;
+	}
+	return NULL;
 }
 
 static __always_inline struct lb4_backend *lb4_lookup_backend(__u32 backend_id)
@@ -89,12 +162,14 @@ lb4_affinity_remember(const struct lb4_affinity_key *akey, __u32 backend_id)
 
 /*
  * Pick the backend for a new connection or datagram flow of this frontend:
- * the affinity backend when one applies, else a random slot. NULL when no
- * backend can be found (the caller counts and refuses).
+ * the affinity backend when one applies, else a random slot (retried, see
+ * lb4_select_backend). *svc is the caller's copy of the master entry and is
+ * refreshed when selection had to re-read it. NULL when no backend can be
+ * found (the caller counts and refuses).
  */
 static __always_inline struct lb4_backend *
-lb4_pick_backend(struct lb4_service_key *key, const struct lb4_service *svc,
-		 const struct lb4_affinity_key *akey, __u32 *backend_id)
+lb4_pick_backend_copy(struct lb4_service_key *key, struct lb4_service *svc,
+		      struct lb4_affinity_key *akey, __u32 *backend_id)
 {
 	struct lb4_backend *backend;
 	__u32 id = 0;
@@ -109,16 +184,27 @@ lb4_pick_backend(struct lb4_service_key *key, const struct lb4_service *svc,
 			}
 		}
 	}
-	id = lb4_select_backend_id(key, svc);
-	if (!id)
-		return NULL;
-	backend = lb4_lookup_backend(id);
+	backend = lb4_select_backend(key, svc, &id);
 	if (!backend)
 		return NULL;
-	if (lb_svc_has_affinity(svc))
+	if (lb_svc_has_affinity(svc)) {
+		akey->rev_nat_id = svc->rev_nat_id;
 		lb4_affinity_remember(akey, id);
+	}
 	*backend_id = id;
 	return backend;
+}
+
+/* The same for callers that hold a pointer into the services map (TC): works
+ * on a copy of it. */
+static __always_inline struct lb4_backend *
+lb4_pick_backend(struct lb4_service_key *key, const struct lb4_service *svc,
+		 const struct lb4_affinity_key *akey, __u32 *backend_id)
+{
+	struct lb4_service copy = *svc;
+	struct lb4_affinity_key acopy = *akey;
+
+	return lb4_pick_backend_copy(key, &copy, &acopy, backend_id);
 }
 
 #endif /* SLUICE_BPF_LB_H */

@@ -36,24 +36,34 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } SLUICE_MAP_REVNAT4 SEC(".maps");
 
-/* Written from the data path on every translated socket: its first
- * (backend, frontend) pair goes to a slot of SLUICE_MAP_SOCKSLOT4 (an array
- * indexed by the socket cookie, see lb4_sock_slot); further backends of the
- * same socket (unconnected UDP, a backend per datagram) go to this LRU, so a
- * busy node recycles the oldest entries instead of failing sends. */
+/* Per-socket state (see lb4_sock_state): created on a socket's first
+ * translation, freed with the socket. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct lb4_sock_rev_key);
-	__type(value, struct lb4_sock_rev);
-	__uint(max_entries, SLUICE_MAX_SOCKREV);
-} SLUICE_MAP_SOCKREV4 SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct lb4_sock_state);
+	__uint(max_entries, 0); /* socket-local storage: one value per socket, no capacity */
+} SLUICE_MAP_SOCK4 SEC(".maps");
 
+/* Which sockets the socket LB translates; written by the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, struct lb4_sock_slot);
-	__uint(max_entries, SLUICE_SOCK_SLOTS);
-} SLUICE_MAP_SOCKSLOT4 SEC(".maps");
+	__type(value, struct lb_sock_config);
+	__uint(max_entries, 1);
+} SLUICE_MAP_SOCK_CFG SEC(".maps");
+
+/* This node's addresses (written by the agent): ExternalIPs are translated at
+ * the socket only when they are one of them; bind() to 0.0.0.0 checks
+ * NodePorts on each. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __be32);
+	__type(value, __u8);
+	__uint(max_entries, SLUICE_MAX_NODEIP4);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_NODEIP4 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

@@ -1,18 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sock.h: socket-level load balancing on cgroup v2 sock_addr hooks.
+ * sock.h: socket-level load balancing on cgroup v2 hooks.
  *
- * connect()/sendmsg() to a frontend are rewritten to a backend once, before
- * the kernel routes anything: no per-packet NAT and no conntrack entry for
- * traffic that starts on this node. recvmsg()/getpeername() show the frontend
- * again, from the per-socket reverse entry written at translation time: the
- * socket's slot in SLUICE_MAP_SOCKSLOT4 for its first backend, the
- * SLUICE_MAP_SOCKREV4 LRU for any further one (see lb4_sock_slot).
+ * connect()/sendmsg() to a frontend are rewritten to a backend before the
+ * kernel routes anything: no per-packet NAT and no conntrack entry for
+ * traffic that starts on this node. The choice is kept in the socket's own
+ * storage (lb4_sock_state in sluice_abi.h): later datagrams of an
+ * unconnected UDP socket go to the same backend, and recvmsg()/getpeername()
+ * show the frontend again. post_bind4 refuses binds that would shadow a
+ * NodePort, ExternalIP or LoadBalancer frontend.
  */
 #ifndef SLUICE_BPF_SOCK_H
 #define SLUICE_BPF_SOCK_H
 
 #include "lb.h"
+
+#ifndef EADDRINUSE
+#define EADDRINUSE 98
+#endif
+
+_Static_assert((SLUICE_SOCK_PAIRS & (SLUICE_SOCK_PAIRS - 1)) == 0, "SLUICE_SOCK_PAIRS is a power of two (pair indices are masked)");
 
 /* user_port is a __u32 holding the __be16 port in its first two bytes; a
  * narrower read is not allowed on every kernel, so read 4 bytes and truncate
@@ -29,66 +36,178 @@ static __always_inline bool sock_proto_supported(__u32 proto)
 	return proto == LB_PROTO_TCP || proto == LB_PROTO_UDP;
 }
 
-/* The slot of a socket in the direct-mapped reverse table (see lb4_sock_slot).
- * NULL only if the loader shrank the map below SLUICE_SOCK_SLOTS. */
-static __always_inline struct lb4_sock_slot *sock_slot(__u64 cookie)
-{
-	__u32 index = (__u32)cookie & (SLUICE_SOCK_SLOTS - 1);
+/* ---- Which sockets: socketLB mode and the host network namespace ---------- */
 
-	return bpf_map_lookup_elem(&SLUICE_MAP_SOCKSLOT4, &index);
+static __always_inline const struct lb_sock_config *lb_sock_config(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&SLUICE_MAP_SOCK_CFG, &zero);
 }
 
-/* The slot holds this socket's entry for this backend. */
-static __always_inline bool sock_slot_holds(const struct lb4_sock_slot *slot,
-					    const struct lb4_sock_rev_key *key)
+/* ctx: a bpf_sock_addr or bpf_sock context (both give a netns cookie). */
+static __always_inline bool lb_sock_in_host_ns(void *ctx, const struct lb_sock_config *cfg)
 {
-	return slot->key.cookie == key->cookie && slot->key.address == key->address &&
-	       slot->key.port == key->port && slot->key.proto == key->proto;
+	return cfg->host_netns_cookie && bpf_get_netns_cookie(ctx) == cfg->host_netns_cookie;
 }
 
-static __always_inline void
-sock4_remember_reverse(struct bpf_sock_addr *ctx, const struct lb4_backend *backend,
-		       const struct lb4_service_key *frontend, __u32 rev_nat_id)
+/* The socketLB mode leaves this socket alone. */
+static __always_inline bool lb_sock_ns_excluded(struct bpf_sock_addr *ctx)
 {
-	struct lb4_sock_rev_key key = {
-		.cookie = bpf_get_socket_cookie(ctx),
-		.address = backend->address,
-		.port = backend->port,
-		.proto = frontend->proto,
-	};
-	struct lb4_sock_rev value = {
-		.address = frontend->address,
-		.port = frontend->port,
-		.rev_nat_id = rev_nat_id,
-	};
-	struct lb4_sock_slot *slot;
+	const struct lb_sock_config *cfg = lb_sock_config();
+	bool host;
 
-	/*
-	 * TCP: the socket's slot, a store to a line that is almost always in
-	 * cache (cookies are sequential). A slot is taken over by the socket
-	 * SLUICE_SOCK_SLOTS cookies later; only getpeername() reads it, so a
-	 * very old connection then shows its backend, never a wrong frontend.
-	 *
-	 * UDP: the LRU. recvmsg() reads it on every reply, which keeps a
-	 * long-lived socket's entry fresh; a slot could be taken over while the
-	 * socket still receives, and its replies would then show the backend
-	 * (resolvers drop such replies as spoofed).
-	 */
-	if (frontend->proto == LB_PROTO_TCP) {
-		slot = sock_slot(key.cookie);
-		if (slot) {
-			slot->key = key;
-			slot->rev = value;
-			return;
+	if (!cfg || cfg->mode == LB_SOCK_LB_ALL)
+		return false;
+	host = lb_sock_in_host_ns(ctx, cfg);
+	return cfg->mode == LB_SOCK_LB_HOST_NS_ONLY ? !host : host;
+}
+
+/*
+ * CVE-2020-8554: anyone who may create a Service may list any address as an
+ * ExternalIP. Translating it at the socket would capture every pod's and the
+ * node's own traffic to that address. As Cilium does, the socket LB
+ * translates an ExternalIP only when it is one of this node's addresses
+ * (traffic that really is for this node); any other passes untouched and is
+ * routed like any packet (to the node that owns the address, whose TC
+ * program serves it).
+ */
+static __always_inline bool lb4_extip_elsewhere(const struct lb4_service *svc, __be32 address)
+{
+	if (!(svc->flags & LB_SVC_FLAG_EXTERNAL_IP))
+		return false;
+	return !bpf_map_lookup_elem(&SLUICE_MAP_NODEIP4, &address);
+}
+
+/* ---- Per-socket pairs (lb4_sock_state; the caller holds st->lock) --------- */
+
+static __always_inline bool sock_pair_is_frontend(const struct lb4_sock_pair *p, const struct lb4_service_key *key)
+{
+	return p->used && p->frontend_address == key->address && p->frontend_port == key->port;
+}
+
+static __always_inline bool sock_pair_is_backend(const struct lb4_sock_pair *p, __be32 address, __be16 port)
+{
+	return p->used && p->backend_address == address && p->backend_port == port;
+}
+
+/* Copy the pair of this frontend; marks it the last one sent to. */
+static __always_inline bool sock_pair_of_frontend(struct lb4_sock_state *st, const struct lb4_service_key *key,
+						  struct lb4_sock_pair *out)
+{
+	int i;
+
+	for (i = 0; i < SLUICE_SOCK_PAIRS; i++) {
+		if (sock_pair_is_frontend(&st->pairs[i], key)) {
+			*out = st->pairs[i];
+			st->last = i;
+			return true;
 		}
 	}
-	if (bpf_map_update_elem(&SLUICE_MAP_SOCKREV4, &key, &value, BPF_ANY) < 0)
-		lb_count(LB_CNT_SOCK_REV_FAILED);
+	return false;
+}
+
+/* Copy the pair naming this backend; the last one sent to wins a tie (two
+ * frontends on one backend: the reply most likely answers the last send). */
+static __always_inline bool sock_pair_of_backend(const struct lb4_sock_state *st, __be32 address, __be16 port,
+						 struct lb4_sock_pair *out)
+{
+	bool found = false;
+	int i;
+
+	for (i = 0; i < SLUICE_SOCK_PAIRS; i++) {
+		if (sock_pair_is_backend(&st->pairs[i], address, port) && (!found || i == st->last)) {
+			*out = st->pairs[i];
+			found = true;
+		}
+	}
+	return found;
+}
+
+/* Where a new pair for this frontend goes: its old pair, else a free one,
+ * else the next in turn (*evicted then). */
+static __always_inline __u32 sock_pair_index(struct lb4_sock_state *st, const struct lb4_service_key *key, bool *evicted)
+{
+	__u32 at;
+	int i;
+
+	for (i = 0; i < SLUICE_SOCK_PAIRS; i++)
+		if (sock_pair_is_frontend(&st->pairs[i], key))
+			return i;
+	for (i = 0; i < SLUICE_SOCK_PAIRS; i++)
+		if (!st->pairs[i].used)
+			return i;
+	at = st->next & (SLUICE_SOCK_PAIRS - 1);
+	st->next = (at + 1) & (SLUICE_SOCK_PAIRS - 1);
+	*evicted = true;
+	return at;
+}
+
+/* ---- Forward: connect4 / sendmsg4 --------------------------------------- */
+
+/*
+ * The backend this socket already uses for this frontend, if the frontend
+ * still lists it in the same slot (kube-proxy's conntrack keeps a UDP flow on
+ * its backend the same way, until the backend goes). NULL: pick again.
+ */
+static __always_inline struct lb4_backend *
+lb4_sock_sticky_backend(struct lb4_sock_state *st, struct lb4_service_key *key,
+			const struct lb4_service *svc, __u32 *backend_id)
+{
+	struct lb4_sock_pair pair = {};
+	struct lb4_backend *backend;
+	struct lb4_service *slot;
+	bool found;
+
+	bpf_spin_lock(&st->lock);
+	found = sock_pair_of_frontend(st, key, &pair);
+	bpf_spin_unlock(&st->lock);
+	if (!found || pair.scope != key->scope || pair.rev_nat_id != svc->rev_nat_id ||
+	    pair.backend_slot == 0 || pair.backend_slot > svc->count)
+		return NULL;
+	key->backend_slot = pair.backend_slot;
+	slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES4, key);
+	if (!slot || slot->backend_id != pair.backend_id)
+		return NULL;
+	backend = lb4_lookup_backend(pair.backend_id);
+	if (!backend || backend->address != pair.backend_address || backend->port != pair.backend_port)
+		return NULL;
+	*backend_id = pair.backend_id;
+	lb_count(LB_CNT_SOCK_STICKY);
+	return backend;
+}
+
+/* Keep the choice: key->backend_slot is the slot it came from (0: affinity). */
+static __always_inline void
+lb4_sock_remember(struct lb4_sock_state *st, const struct lb4_service_key *key, const struct lb4_service *svc,
+		  const struct lb4_backend *backend, __u32 backend_id)
+{
+	struct lb4_sock_pair pair = {
+		.frontend_address = key->address,
+		.frontend_port = key->port,
+		.scope = key->scope,
+		.used = 1,
+		.backend_address = backend->address,
+		.backend_port = backend->port,
+		.backend_slot = key->backend_slot,
+		.backend_id = backend_id,
+		.rev_nat_id = svc->rev_nat_id,
+	};
+	bool evicted = false;
+	__u32 at;
+
+	bpf_spin_lock(&st->lock);
+	at = sock_pair_index(st, key, &evicted) & (SLUICE_SOCK_PAIRS - 1);
+	st->pairs[at] = pair;
+	st->last = at;
+	bpf_spin_unlock(&st->lock);
+	if (evicted)
+		lb_count(LB_CNT_SOCK_PAIR_EVICTED);
 }
 
 /*
  * Forward translation for connect4 and sendmsg4. Returns 0 when the address
- * was rewritten or is not a frontend, -ECONNREFUSED when the frontend has no
+ * was rewritten or is left alone, -ECONNREFUSED when the frontend has no
  * backend to offer (kube-proxy rejects such traffic; we fail the call at once).
  */
 static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
@@ -99,73 +218,103 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 		.proto = (__u8)ctx->protocol,
 	};
 	struct lb4_affinity_key akey = {};
-	struct lb4_backend *backend;
-	struct lb4_service *svc;
+	struct lb4_backend *backend = NULL;
+	struct lb4_sock_state *st;
+	struct lb4_service svc;
 	__u32 backend_id = 0;
-	__u32 rev_nat_id;
 
 	if (!sock_proto_supported(ctx->protocol))
 		return 0;
-	svc = lb4_lookup_service(&key, true);
-	if (!svc)
+	if (!lb4_lookup_service_copy(&key, true, &svc))
 		return 0;
-	if (svc->count == 0) {
+	if (lb_sock_ns_excluded(ctx)) {
+		lb_count(LB_CNT_SOCK_NS_SKIPPED);
+		return 0;
+	}
+	if (lb4_extip_elsewhere(&svc, key.address)) {
+		lb_count(LB_CNT_SOCK_EXTIP_PASSED);
+		return 0;
+	}
+	if (svc.count == 0) {
 		lb_count(LB_CNT_SOCK_NO_BACKEND);
 		return -ECONNREFUSED;
 	}
-	rev_nat_id = svc->rev_nat_id;
-	if (lb_svc_has_affinity(svc)) {
-		akey.client_id = bpf_get_netns_cookie(ctx);
-		akey.rev_nat_id = rev_nat_id;
-		akey.netns_cookie = 1;
-	}
-	backend = lb4_pick_backend(&key, svc, &akey, &backend_id);
+	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st)
+		lb_count(LB_CNT_SOCK_STATE_FAILED);
+	/* UDP keeps its backend per frontend. A TCP socket that connects again
+	 * (its first attempt failed) picks again, as a new socket would. */
+	else if (key.proto == LB_PROTO_UDP)
+		backend = lb4_sock_sticky_backend(st, &key, &svc, &backend_id);
 	if (!backend) {
-		/* Only while the agent rewrites this frontend: fail like a full
-		 * backend set would have, rather than sending to the VIP. */
-		lb_count(LB_CNT_SOCK_SLOT_MISSING);
-		return -ECONNREFUSED;
+		if (lb_svc_has_affinity(&svc)) {
+			akey.client_id = bpf_get_netns_cookie(ctx);
+			akey.rev_nat_id = svc.rev_nat_id;
+			akey.netns_cookie = 1;
+		}
+		key.backend_slot = 0;
+		backend = lb4_pick_backend_copy(&key, &svc, &akey, &backend_id);
+		if (!backend) {
+			/* Every attempt met a frontend being emptied or deleted:
+			 * fail like an empty backend set, rather than sending to
+			 * the VIP. */
+			lb_count(LB_CNT_SOCK_SLOT_MISSING);
+			return -ECONNREFUSED;
+		}
+		if (st)
+			lb4_sock_remember(st, &key, &svc, backend, backend_id);
 	}
-
-	sock4_remember_reverse(ctx, backend, &key, rev_nat_id);
 	ctx->user_ip4 = backend->address;
 	ctx->user_port = (__u32)backend->port;
 	lb_count(LB_CNT_SOCK_TRANSLATED);
 	return 0;
 }
 
-/* Reverse translation for recvmsg4 and getpeername4: the peer is a backend
- * this socket was sent to; show the frontend instead, if it still exists. */
+/* ---- Reverse: recvmsg4 / getpeername4 ------------------------------------ */
+
+/* Drop a pair whose frontend is gone, unless it was replaced meanwhile. */
+static __always_inline void lb4_sock_forget(struct lb4_sock_state *st, const struct lb4_sock_pair *gone)
+{
+	int i;
+
+	bpf_spin_lock(&st->lock);
+	for (i = 0; i < SLUICE_SOCK_PAIRS; i++) {
+		struct lb4_sock_pair *p = &st->pairs[i];
+
+		if (sock_pair_is_backend(p, gone->backend_address, gone->backend_port) &&
+		    p->frontend_address == gone->frontend_address && p->frontend_port == gone->frontend_port &&
+		    p->rev_nat_id == gone->rev_nat_id)
+			p->used = 0;
+	}
+	bpf_spin_unlock(&st->lock);
+}
+
+/* The peer is a backend this socket was sent to: show the frontend instead,
+ * if it still exists. A socket never translated has no storage: one lookup. */
 static __always_inline void lb4_sock_xlate_rev(struct bpf_sock_addr *ctx)
 {
-	struct lb4_sock_rev_key key = {
-		.cookie = bpf_get_socket_cookie(ctx),
-		.address = ctx->user_ip4,
-		.port = sock4_dst_port(ctx),
-		.proto = (__u8)ctx->protocol,
-	};
-	struct lb4_sock_slot *slot = key.proto == LB_PROTO_TCP ? sock_slot(key.cookie) : NULL;
+	struct lb4_sock_pair pair = {};
 	struct lb4_reverse_nat *rev_nat;
-	struct lb4_sock_rev *rev;
-	bool in_slot = slot && sock_slot_holds(slot, &key);
+	struct lb4_sock_state *st;
+	bool found;
 
-	/* Not in a slot: UDP, or a TCP socket translated by the object this one
-	 * replaced (an upgrade keeps the pinned LRU). */
-	rev = in_slot ? &slot->rev : bpf_map_lookup_elem(&SLUICE_MAP_SOCKREV4, &key);
-	if (!rev)
+	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, 0);
+	if (!st)
+		return;
+	bpf_spin_lock(&st->lock);
+	found = sock_pair_of_backend(st, ctx->user_ip4, sock4_dst_port(ctx), &pair);
+	bpf_spin_unlock(&st->lock);
+	if (!found)
 		return;
 	/* The frontend may have been deleted or re-used since: only rewrite when
 	 * its rev-NAT entry still names the same address and port. */
-	rev_nat = bpf_map_lookup_elem(&SLUICE_MAP_REVNAT4, &rev->rev_nat_id);
-	if (!rev_nat || rev_nat->address != rev->address || rev_nat->port != rev->port) {
-		if (in_slot)
-			slot->key.cookie = 0;
-		else
-			bpf_map_delete_elem(&SLUICE_MAP_SOCKREV4, &key);
+	rev_nat = bpf_map_lookup_elem(&SLUICE_MAP_REVNAT4, &pair.rev_nat_id);
+	if (!rev_nat || rev_nat->address != pair.frontend_address || rev_nat->port != pair.frontend_port) {
+		lb4_sock_forget(st, &pair);
 		return;
 	}
-	ctx->user_ip4 = rev->address;
-	ctx->user_port = (__u32)rev->port;
+	ctx->user_ip4 = pair.frontend_address;
+	ctx->user_port = (__u32)pair.frontend_port;
 	lb_count(LB_CNT_SOCK_REV_XLATED);
 }
 
@@ -179,6 +328,63 @@ static __always_inline int lb4_sock_forward(struct bpf_sock_addr *ctx)
 		return SYS_REJECT;
 	}
 	return SYS_PROCEED;
+}
+
+/* ---- post_bind4: no local socket shadows a Service ----------------------- */
+
+struct lb4_bind_probe {
+	__be16 port;
+	__u8   proto;
+	__u8   nodeport; /* set: a NodePort frontend has this port on some node address */
+};
+
+/* bpf_for_each_map_elem callback over SLUICE_MAP_NODEIP4. */
+static long lb4_bind_probe_address(void *map, const __be32 *address, __u8 *value, struct lb4_bind_probe *probe)
+{
+	struct lb4_service_key key = { .address = *address, .port = probe->port, .proto = probe->proto };
+	struct lb4_service *svc = lb4_lookup_service(&key, false);
+
+	if (svc && (svc->flags & LB_SVC_FLAG_NODEPORT)) {
+		probe->nodeport = 1;
+		return 1; /* stop */
+	}
+	return 0;
+}
+
+/*
+ * A host-namespace socket bound to the address:port of a NodePort, ExternalIP
+ * or LoadBalancer frontend would receive that Service's traffic from outside
+ * the node: refuse it with EADDRINUSE, as Cilium does. A bind to 0.0.0.0 is
+ * refused when the port is a NodePort on any node address (NodePort
+ * frontends are keyed per node address, so this walks the node's addresses:
+ * a few lookups, once per bind). Sockets of other namespaces (pods) cannot
+ * shadow node addresses and are left alone; so are all sockets while the host
+ * namespace is unknown.
+ */
+static __always_inline int lb4_sock_post_bind(struct bpf_sock *ctx)
+{
+	const __u16 shadowed = LB_SVC_FLAG_NODEPORT | LB_SVC_FLAG_EXTERNAL_IP | LB_SVC_FLAG_LOADBALANCER;
+	const struct lb_sock_config *cfg = lb_sock_config();
+	struct lb4_bind_probe probe = {
+		.port = bpf_htons((__u16)ctx->src_port),
+		.proto = (__u8)ctx->protocol,
+	};
+	struct lb4_service_key key = { .address = ctx->src_ip4, .port = probe.port, .proto = probe.proto };
+	struct lb4_service *svc;
+
+	if (!sock_proto_supported(ctx->protocol) || !cfg || !lb_sock_in_host_ns(ctx, cfg))
+		return 0;
+	if (key.address) {
+		svc = lb4_lookup_service(&key, false);
+		if (!svc || !(svc->flags & shadowed))
+			return 0;
+	} else {
+		bpf_for_each_map_elem(&SLUICE_MAP_NODEIP4, lb4_bind_probe_address, &probe, 0);
+		if (!probe.nodeport)
+			return 0;
+	}
+	lb_count(LB_CNT_SOCK_BIND_REFUSED);
+	return -EADDRINUSE;
 }
 
 #endif /* SLUICE_BPF_SOCK_H */

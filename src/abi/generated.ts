@@ -11,10 +11,16 @@ export const LB_BACKEND_FLAG_LOCAL = 1;
 export const LB_BACKEND_FLAG_TERMINATING = 2;
 export const LB_CNT_MAX = 128;
 export const LB_CNT_POD_OFFSET = 80;
+export const LB_CNT_SELECT_RETRY = 35;
+export const LB_CNT_SOCK_BIND_REFUSED = 38;
+export const LB_CNT_SOCK_EXTIP_PASSED = 37;
 export const LB_CNT_SOCK_NO_BACKEND = 1;
-export const LB_CNT_SOCK_REV_FAILED = 4;
+export const LB_CNT_SOCK_NS_SKIPPED = 36;
+export const LB_CNT_SOCK_PAIR_EVICTED = 33;
 export const LB_CNT_SOCK_REV_XLATED = 3;
 export const LB_CNT_SOCK_SLOT_MISSING = 2;
+export const LB_CNT_SOCK_STATE_FAILED = 32;
+export const LB_CNT_SOCK_STICKY = 34;
 export const LB_CNT_SOCK_TRANSLATED = 0;
 export const LB_CNT_TC_BACKEND_GONE = 21;
 export const LB_CNT_TC_CT_FAILED = 22;
@@ -43,6 +49,10 @@ export const LB_PROTO_TCP = 6;
 export const LB_PROTO_UDP = 17;
 export const LB_SCOPE_EXTERNAL = 0;
 export const LB_SCOPE_INTERNAL = 1;
+export const LB_SELECT_ATTEMPTS = 3;
+export const LB_SOCK_LB_ALL = 0;
+export const LB_SOCK_LB_HOST_NS_ONLY = 1;
+export const LB_SOCK_LB_POD_NS_ONLY = 2;
 export const LB_SVC_FLAG_AFFINITY = 128;
 export const LB_SVC_FLAG_CLUSTER_IP = 1;
 export const LB_SVC_FLAG_EXTERNAL_IP = 4;
@@ -64,26 +74,45 @@ export const SLUICE_MAP_AGENT = "sluice_agent";
 export const SLUICE_MAP_BACKENDS4 = "sluice_be4";
 export const SLUICE_MAP_COUNTERS = "sluice_cnt_v2";
 export const SLUICE_MAP_CT4 = "sluice_ct4";
+export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_SERVICES4 = "sluice_svc4";
-export const SLUICE_MAP_SOCKREV4 = "sluice_sk_rev4";
-export const SLUICE_MAP_SOCKSLOT4 = "sluice_sk_slot4";
+export const SLUICE_MAP_SOCK4 = "sluice_sock4";
+export const SLUICE_MAP_SOCK_CFG = "sluice_sock_cfg";
 export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
 export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
 export const SLUICE_MAX_AFFINITY = 131072;
 export const SLUICE_MAX_BACKENDS = 262144;
 export const SLUICE_MAX_CT4 = 262144;
+export const SLUICE_MAX_NODEIP4 = 256;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
-export const SLUICE_MAX_SOCKREV = 65536;
 export const SLUICE_MAX_SRCRANGE4 = 16384;
 export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
 export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
 export const SLUICE_PROG_POD_INGRESS = "sluice_pod_ingress";
-export const SLUICE_SOCK_SLOTS = 262144;
+export const SLUICE_SOCK_PAIRS = 4;
 
 // ---- structs (BTF) ----
+/** struct bpf_spin_lock (4 bytes) */
+export interface BpfSpinLock {
+  val: number;
+}
+export const BPF_SPIN_LOCK_SIZE = 4;
+export const bpf_spin_lockLayout: StructLayout = {"name":"bpf_spin_lock","size":4,"fields":[{"name":"val","kind":"int","offset":0,"size":4,"bigEndian":false}]};
+export function encodeBpfSpinLock(v: BpfSpinLock, buf: Buffer = Buffer.alloc(4), off = 0): Buffer {
+  buf.fill(0, off, off + 4);
+  buf.writeUInt32LE(v.val >>> 0, off + 0);
+  return buf;
+}
+export function decodeBpfSpinLock(buf: Buffer, off = 0): BpfSpinLock {
+  return {
+    val: buf.readUInt32LE(off + 0),
+  };
+}
+export const bpf_spin_lockCodec: Codec<BpfSpinLock> = { size: 4, encode: encodeBpfSpinLock, decode: decodeBpfSpinLock };
+
 /** struct lb4_affinity_key (16 bytes) */
 export interface Lb4AffinityKey {
   client_id: bigint;
@@ -137,6 +166,30 @@ export function decodeLb4Backend(buf: Buffer, off = 0): Lb4Backend {
   };
 }
 export const lb4_backendCodec: Codec<Lb4Backend> = { size: 12, encode: encodeLb4Backend, decode: decodeLb4Backend };
+
+/** struct lb4_bind_probe (4 bytes) */
+export interface Lb4BindProbe {
+  port: number; // network byte order in the map
+  proto: number;
+  nodeport: number;
+}
+export const LB4_BIND_PROBE_SIZE = 4;
+export const lb4_bind_probeLayout: StructLayout = {"name":"lb4_bind_probe","size":4,"fields":[{"name":"port","kind":"int","offset":0,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":2,"size":1,"bigEndian":false},{"name":"nodeport","kind":"int","offset":3,"size":1,"bigEndian":false}]};
+export function encodeLb4BindProbe(v: Lb4BindProbe, buf: Buffer = Buffer.alloc(4), off = 0): Buffer {
+  buf.fill(0, off, off + 4);
+  buf.writeUInt16BE(v.port & 0xffff, off + 0);
+  buf.writeUInt8(v.proto & 0xff, off + 2);
+  buf.writeUInt8(v.nodeport & 0xff, off + 3);
+  return buf;
+}
+export function decodeLb4BindProbe(buf: Buffer, off = 0): Lb4BindProbe {
+  return {
+    port: buf.readUInt16BE(off + 0),
+    proto: buf.readUInt8(off + 2),
+    nodeport: buf.readUInt8(off + 3),
+  };
+}
+export const lb4_bind_probeCodec: Codec<Lb4BindProbe> = { size: 4, encode: encodeLb4BindProbe, decode: decodeLb4BindProbe };
 
 /** struct lb4_ct_entry (64 bytes) */
 export interface Lb4CtEntry {
@@ -345,77 +398,74 @@ export function decodeLb4ServiceKey(buf: Buffer, off = 0): Lb4ServiceKey {
 }
 export const lb4_service_keyCodec: Codec<Lb4ServiceKey> = { size: 12, encode: encodeLb4ServiceKey, decode: decodeLb4ServiceKey };
 
-/** struct lb4_sock_rev (12 bytes) */
-export interface Lb4SockRev {
-  address: number; // network byte order in the map
-  port: number; // network byte order in the map
+/** struct lb4_sock_pair (24 bytes) */
+export interface Lb4SockPair {
+  frontend_address: number; // network byte order in the map
+  frontend_port: number; // network byte order in the map
+  scope: number;
+  used: number;
+  backend_address: number; // network byte order in the map
+  backend_port: number; // network byte order in the map
+  backend_slot: number;
+  backend_id: number;
   rev_nat_id: number;
 }
-export const LB4_SOCK_REV_SIZE = 12;
-export const lb4_sock_revLayout: StructLayout = {"name":"lb4_sock_rev","size":12,"fields":[{"name":"address","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"port","kind":"int","offset":4,"size":2,"bigEndian":true},{"name":"pad","kind":"bytes","offset":6,"size":2},{"name":"rev_nat_id","kind":"int","offset":8,"size":4,"bigEndian":false}]};
-export function encodeLb4SockRev(v: Lb4SockRev, buf: Buffer = Buffer.alloc(12), off = 0): Buffer {
-  buf.fill(0, off, off + 12);
-  buf.writeUInt32BE(v.address >>> 0, off + 0);
-  buf.writeUInt16BE(v.port & 0xffff, off + 4);
-  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 8);
+export const LB4_SOCK_PAIR_SIZE = 24;
+export const lb4_sock_pairLayout: StructLayout = {"name":"lb4_sock_pair","size":24,"fields":[{"name":"frontend_address","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"frontend_port","kind":"int","offset":4,"size":2,"bigEndian":true},{"name":"scope","kind":"int","offset":6,"size":1,"bigEndian":false},{"name":"used","kind":"int","offset":7,"size":1,"bigEndian":false},{"name":"backend_address","kind":"int","offset":8,"size":4,"bigEndian":true},{"name":"backend_port","kind":"int","offset":12,"size":2,"bigEndian":true},{"name":"backend_slot","kind":"int","offset":14,"size":2,"bigEndian":false},{"name":"backend_id","kind":"int","offset":16,"size":4,"bigEndian":false},{"name":"rev_nat_id","kind":"int","offset":20,"size":4,"bigEndian":false}]};
+export function encodeLb4SockPair(v: Lb4SockPair, buf: Buffer = Buffer.alloc(24), off = 0): Buffer {
+  buf.fill(0, off, off + 24);
+  buf.writeUInt32BE(v.frontend_address >>> 0, off + 0);
+  buf.writeUInt16BE(v.frontend_port & 0xffff, off + 4);
+  buf.writeUInt8(v.scope & 0xff, off + 6);
+  buf.writeUInt8(v.used & 0xff, off + 7);
+  buf.writeUInt32BE(v.backend_address >>> 0, off + 8);
+  buf.writeUInt16BE(v.backend_port & 0xffff, off + 12);
+  buf.writeUInt16LE(v.backend_slot & 0xffff, off + 14);
+  buf.writeUInt32LE(v.backend_id >>> 0, off + 16);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 20);
   return buf;
 }
-export function decodeLb4SockRev(buf: Buffer, off = 0): Lb4SockRev {
+export function decodeLb4SockPair(buf: Buffer, off = 0): Lb4SockPair {
   return {
-    address: buf.readUInt32BE(off + 0),
-    port: buf.readUInt16BE(off + 4),
-    rev_nat_id: buf.readUInt32LE(off + 8),
+    frontend_address: buf.readUInt32BE(off + 0),
+    frontend_port: buf.readUInt16BE(off + 4),
+    scope: buf.readUInt8(off + 6),
+    used: buf.readUInt8(off + 7),
+    backend_address: buf.readUInt32BE(off + 8),
+    backend_port: buf.readUInt16BE(off + 12),
+    backend_slot: buf.readUInt16LE(off + 14),
+    backend_id: buf.readUInt32LE(off + 16),
+    rev_nat_id: buf.readUInt32LE(off + 20),
   };
 }
-export const lb4_sock_revCodec: Codec<Lb4SockRev> = { size: 12, encode: encodeLb4SockRev, decode: decodeLb4SockRev };
+export const lb4_sock_pairCodec: Codec<Lb4SockPair> = { size: 24, encode: encodeLb4SockPair, decode: decodeLb4SockPair };
 
-/** struct lb4_sock_rev_key (16 bytes) */
-export interface Lb4SockRevKey {
-  cookie: bigint;
-  address: number; // network byte order in the map
-  port: number; // network byte order in the map
-  proto: number;
+/** struct lb4_sock_state (104 bytes) */
+export interface Lb4SockState {
+  lock: BpfSpinLock;
+  next: number;
+  last: number;
+  pairs: Buffer;
 }
-export const LB4_SOCK_REV_KEY_SIZE = 16;
-export const lb4_sock_rev_keyLayout: StructLayout = {"name":"lb4_sock_rev_key","size":16,"fields":[{"name":"cookie","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"address","kind":"int","offset":8,"size":4,"bigEndian":true},{"name":"port","kind":"int","offset":12,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":14,"size":1,"bigEndian":false},{"name":"pad","kind":"int","offset":15,"size":1,"bigEndian":false}]};
-export function encodeLb4SockRevKey(v: Lb4SockRevKey, buf: Buffer = Buffer.alloc(16), off = 0): Buffer {
-  buf.fill(0, off, off + 16);
-  buf.writeBigUInt64LE(v.cookie, off + 0);
-  buf.writeUInt32BE(v.address >>> 0, off + 8);
-  buf.writeUInt16BE(v.port & 0xffff, off + 12);
-  buf.writeUInt8(v.proto & 0xff, off + 14);
+export const LB4_SOCK_STATE_SIZE = 104;
+export const lb4_sock_stateLayout: StructLayout = {"name":"lb4_sock_state","size":104,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"next","kind":"int","offset":4,"size":1,"bigEndian":false},{"name":"last","kind":"int","offset":5,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":6,"size":2},{"name":"pairs","kind":"bytes","offset":8,"size":96}]};
+export function encodeLb4SockState(v: Lb4SockState, buf: Buffer = Buffer.alloc(104), off = 0): Buffer {
+  buf.fill(0, off, off + 104);
+  encodeBpfSpinLock(v.lock, buf, off + 0);
+  buf.writeUInt8(v.next & 0xff, off + 4);
+  buf.writeUInt8(v.last & 0xff, off + 5);
+  v.pairs.copy(buf, off + 8, 0, 96);
   return buf;
 }
-export function decodeLb4SockRevKey(buf: Buffer, off = 0): Lb4SockRevKey {
+export function decodeLb4SockState(buf: Buffer, off = 0): Lb4SockState {
   return {
-    cookie: buf.readBigUInt64LE(off + 0),
-    address: buf.readUInt32BE(off + 8),
-    port: buf.readUInt16BE(off + 12),
-    proto: buf.readUInt8(off + 14),
+    lock: decodeBpfSpinLock(buf, off + 0),
+    next: buf.readUInt8(off + 4),
+    last: buf.readUInt8(off + 5),
+    pairs: Buffer.from(buf.subarray(off + 8, off + 8 + 96)),
   };
 }
-export const lb4_sock_rev_keyCodec: Codec<Lb4SockRevKey> = { size: 16, encode: encodeLb4SockRevKey, decode: decodeLb4SockRevKey };
-
-/** struct lb4_sock_slot (32 bytes) */
-export interface Lb4SockSlot {
-  key: Lb4SockRevKey;
-  rev: Lb4SockRev;
-}
-export const LB4_SOCK_SLOT_SIZE = 32;
-export const lb4_sock_slotLayout: StructLayout = {"name":"lb4_sock_slot","size":32,"fields":[{"name":"key","kind":"struct","offset":0,"size":16,"struct":"lb4_sock_rev_key"},{"name":"rev","kind":"struct","offset":16,"size":12,"struct":"lb4_sock_rev"},{"name":"pad","kind":"int","offset":28,"size":4,"bigEndian":false}]};
-export function encodeLb4SockSlot(v: Lb4SockSlot, buf: Buffer = Buffer.alloc(32), off = 0): Buffer {
-  buf.fill(0, off, off + 32);
-  encodeLb4SockRevKey(v.key, buf, off + 0);
-  encodeLb4SockRev(v.rev, buf, off + 16);
-  return buf;
-}
-export function decodeLb4SockSlot(buf: Buffer, off = 0): Lb4SockSlot {
-  return {
-    key: decodeLb4SockRevKey(buf, off + 0),
-    rev: decodeLb4SockRev(buf, off + 16),
-  };
-}
-export const lb4_sock_slotCodec: Codec<Lb4SockSlot> = { size: 32, encode: encodeLb4SockSlot, decode: decodeLb4SockSlot };
+export const lb4_sock_stateCodec: Codec<Lb4SockState> = { size: 104, encode: encodeLb4SockState, decode: decodeLb4SockState };
 
 /** struct lb4_src_range_key (12 bytes) */
 export interface Lb4SrcRangeKey {
@@ -498,6 +548,27 @@ export function decodeLbAffinity(buf: Buffer, off = 0): LbAffinity {
 }
 export const lb_affinityCodec: Codec<LbAffinity> = { size: 16, encode: encodeLbAffinity, decode: decodeLbAffinity };
 
+/** struct lb_sock_config (16 bytes) */
+export interface LbSockConfig {
+  host_netns_cookie: bigint;
+  mode: number;
+}
+export const LB_SOCK_CONFIG_SIZE = 16;
+export const lb_sock_configLayout: StructLayout = {"name":"lb_sock_config","size":16,"fields":[{"name":"host_netns_cookie","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"mode","kind":"int","offset":8,"size":4,"bigEndian":false},{"name":"pad","kind":"int","offset":12,"size":4,"bigEndian":false}]};
+export function encodeLbSockConfig(v: LbSockConfig, buf: Buffer = Buffer.alloc(16), off = 0): Buffer {
+  buf.fill(0, off, off + 16);
+  buf.writeBigUInt64LE(v.host_netns_cookie, off + 0);
+  buf.writeUInt32LE(v.mode >>> 0, off + 8);
+  return buf;
+}
+export function decodeLbSockConfig(buf: Buffer, off = 0): LbSockConfig {
+  return {
+    host_netns_cookie: buf.readBigUInt64LE(off + 0),
+    mode: buf.readUInt32LE(off + 8),
+  };
+}
+export const lb_sock_configCodec: Codec<LbSockConfig> = { size: 16, encode: encodeLbSockConfig, decode: decodeLbSockConfig };
+
 /** struct sluice_agent_status (48 bytes) */
 export interface SluiceAgentStatus {
   last_sync_unix_ms: bigint;
@@ -544,9 +615,10 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_be4: {"name":"sluice_be4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":262144,"flags":1},
   sluice_cnt_v2: {"name":"sluice_cnt_v2","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":128},
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
+  sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
-  sluice_sk_rev4: {"name":"sluice_sk_rev4","type":9,"keyType":"lb4_sock_rev_key","keySize":16,"valueType":"lb4_sock_rev","valueSize":12,"maxEntries":65536},
-  sluice_sk_slot4: {"name":"sluice_sk_slot4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_sock_slot","valueSize":32,"maxEntries":262144},
+  sluice_sock4: {"name":"sluice_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb4_sock_state","valueSize":104,"maxEntries":0},
+  sluice_sock_cfg: {"name":"sluice_sock_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb_sock_config","valueSize":16,"maxEntries":1},
   sluice_srcrng4: {"name":"sluice_srcrng4","type":11,"keyType":"lb4_src_range_key","keySize":12,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
   sluice_svc4: {"name":"sluice_svc4","type":1,"keyType":"lb4_service_key","keySize":12,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},

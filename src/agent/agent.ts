@@ -7,6 +7,8 @@ import pino, { type Logger } from 'pino';
 import type { AgentConfig } from './config';
 import { parseHostPort } from './config';
 import { installSockLb, bpfObjectPath } from '../datapath/sockLb';
+import { netnsCookieOf, ownNetnsCookie } from '../datapath/netnsCookie';
+import { syncNodeAddresses } from '../datapath/sockConfig';
 import { pinPodPrograms } from '../datapath/pod/attach';
 import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
 import { readCounters } from '../datapath/counters';
@@ -33,8 +35,10 @@ export function makeLogger(level: string): Logger {
 }
 
 export async function startAgent(config: AgentConfig, log: Logger = makeLogger(config.logLevel)): Promise<AgentHandle> {
-  const install = installSockLb({ bpffs: config.bpffs, cgroupPath: config.cgroupPath, maxEntries: config.maxEntries });
-  log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, ...install }, 'socket load balancer attached');
+  const hostNetnsCookie = config.hostNetns ? netnsCookieOf(config.hostNetns) : ownNetnsCookie();
+  const socketLb = { mode: config.socketLB, hostNetnsCookie };
+  const install = installSockLb({ bpffs: config.bpffs, cgroupPath: config.cgroupPath, maxEntries: config.maxEntries, socketLb });
+  log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, socketLB: config.socketLB, hostNetns: config.hostNetns ?? 'own', ...install }, 'socket load balancer attached');
   if (config.podVethPrograms) preparePodPrograms(config.bpffs, log);
   const maps = openSockLbMaps(config.bpffs);
   const metrics = new AgentMetrics();
@@ -46,6 +50,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     nodeName: config.nodeName,
     onBackendsDeleted: (ids) => northSouth?.backendsDeleted(ids),
     onHealthChecks: (checks) => northSouth?.healthChecks(checks),
+    onNodeAddresses: nodeAddressWriter(maps, metrics, log),
     onSyncDone: (report, programmed) => {
       recordStatus(maps, report, programmed);
       if (northSouth && (report.written > 0 || report.kind === 'full')) northSouth.localBackends(externalLocalBackends(syncer!));
@@ -95,6 +100,23 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
       maps.close();
       log.info('agent stopped; the data path keeps serving from the pinned maps');
     },
+  };
+}
+
+/** Keeps the node-address map equal to the node's addresses; writes only on change. */
+function nodeAddressWriter(maps: SockLbMaps, metrics: AgentMetrics, log: Logger): (addresses: string[]) => void {
+  let last = '';
+  return (addresses) => {
+    const text = [...addresses].sort().join(',');
+    if (text === last) return;
+    try {
+      const changed = syncNodeAddresses(maps.nodeIps, addresses);
+      last = text;
+      log.info({ ...changed }, 'node addresses for the socket hooks');
+    } catch (err) {
+      metrics.errors.inc({ reason: 'node_addresses_failed' });
+      log.error({ err, addresses }, `${maps.nodeIps.name}: node addresses not written; ExternalIP and bind rules use the old set`);
+    }
   };
 }
 

@@ -5,6 +5,7 @@ import * as os from 'node:os';
 import YAML from 'yaml';
 import { DEFAULT_BPFFS } from '../datapath/maps';
 import { DEFAULT_MAX_ENDPOINTS_PER_SERVICE } from '../model/frontend';
+import { parseSocketLbMode, type SocketLbMode } from '../datapath/sockConfig';
 
 export interface AgentConfig {
   kubeconfig?: string; // absent: in-cluster config
@@ -46,6 +47,11 @@ export interface AgentConfig {
    * conntrack map (36 MiB preallocated) that a socket-LB-only node never uses.
    */
   podVethPrograms: boolean;
+  // ---- socket path (issue 10) ----
+  /** Which sockets the socket LB translates: all, hostNamespaceOnly or podNamespacesOnly. */
+  socketLB: SocketLbMode;
+  /** The network namespace whose sockets are the host's (a path like /run/netns/NAME); default: the agent's own. */
+  hostNetns?: string;
 }
 
 export function defaultConfig(): AgentConfig {
@@ -68,6 +74,7 @@ export function defaultConfig(): AgentConfig {
     conntrackUdpSeconds: 30,
     healthCheckAddresses: ['0.0.0.0'],
     podVethPrograms: false,
+    socketLB: 'all',
   };
 }
 
@@ -93,6 +100,8 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   'conntrack-udp': { field: 'conntrackUdpSeconds', parse: positiveInt('conntrack-udp') },
   'healthcheck-addresses': { field: 'healthCheckAddresses', parse: (v) => v.split(',').filter(Boolean) },
   'pod-veth-programs': { field: 'podVethPrograms', parse: (v) => v === 'true' },
+  'socket-lb': { field: 'socketLB', parse: (v) => parseSocketLbMode(v, '--socket-lb') },
+  'host-netns': { field: 'hostNetns', parse: String },
 };
 
 export const AGENT_FLAGS = [...Object.keys(FLAGS), 'config'];
@@ -123,7 +132,7 @@ export function loadConfigFile(path: string): Partial<AgentConfig> {
   }
   if (doc === null || doc === undefined) return {};
   if (typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`config file ${path}: expected a mapping of settings`);
-  const known = new Set<string>(Object.keys(defaultConfig()).concat(['kubeconfig', 'k8sApiServer', 'snatAddress']));
+  const known = new Set<string>(Object.keys(defaultConfig()).concat(['kubeconfig', 'k8sApiServer', 'snatAddress', 'hostNetns']));
   for (const key of Object.keys(doc)) {
     if (!known.has(key)) throw new Error(`config file ${path}: unknown setting ${JSON.stringify(key)}`);
   }
@@ -133,7 +142,10 @@ export function loadConfigFile(path: string): Partial<AgentConfig> {
 export function resolveConfig(flags: Map<string, string>): AgentConfig {
   const config: AgentConfig = defaultConfig();
   const file = flags.get('config');
-  if (file) Object.assign(config, loadConfigFile(file));
+  if (file) {
+    Object.assign(config, loadConfigFile(file));
+    config.socketLB = parseSocketLbMode(config.socketLB, `config file ${file}: socketLB`);
+  }
   for (const [flag, value] of flags) {
     const spec = FLAGS[flag];
     if (spec) (config as unknown as Record<string, unknown>)[spec.field] = spec.parse(value);

@@ -41,6 +41,8 @@ export interface SyncerOptions {
   onSyncDone?: (report: SyncReport, programmed: { services: number; frontends: number; backends: number }) => void;
   /** healthCheckNodePort services and their local endpoint counts changed. */
   onHealthChecks?: (checks: HealthCheckService[]) => void;
+  /** Before every sync: the node's addresses (for the socket hooks' ExternalIP and bind rules). */
+  onNodeAddresses?: (addresses: string[]) => void;
   translate: TranslateOptions;
   minSyncPeriodMs: number;
   syncPeriodMs: number;
@@ -163,6 +165,7 @@ export class Syncer {
     const full = kind === 'full';
     this.fullPending = false;
     const node = this.node();
+    this.opts.onNodeAddresses?.(node.addresses);
     const report: SyncReport = { kind, services: 0, written: 0, deleted: 0, failures: 0, durationMs: 0 };
     try {
       if (full) this.programmer = LbProgrammer.adopt(this.maps); // re-read: repairs drift

@@ -117,7 +117,7 @@ export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string)
       fill(maps.services.name, count(maps.services.map), maps.services.map.maxEntries),
       fill(maps.backends.name, count(maps.backends.map), maps.backends.map.maxEntries),
       fill(maps.revNat.name, count(maps.revNat.map), maps.revNat.map.maxEntries),
-      fill(maps.sockRev.name, count(maps.sockRev.map), maps.sockRev.map.maxEntries),
+      fill(maps.nodeIps.name, count(maps.nodeIps.map), maps.nodeIps.map.maxEntries),
       fill(maps.affinity.name, count(maps.affinity.map), maps.affinity.map.maxEntries),
     ],
     counters,

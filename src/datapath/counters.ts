@@ -26,7 +26,14 @@ const SOCKET: Row[] = [
   [abi.LB_CNT_SOCK_NO_BACKEND, 'no_backend', 'original'],
   [abi.LB_CNT_SOCK_SLOT_MISSING, 'slot_missing', 'original'],
   [abi.LB_CNT_SOCK_REV_XLATED, 'reverse_translated', 'reply'],
-  [abi.LB_CNT_SOCK_REV_FAILED, 'reverse_store_failed', 'reply'],
+  [abi.LB_CNT_SOCK_STATE_FAILED, 'state_store_failed', 'original'],
+  [abi.LB_CNT_SOCK_PAIR_EVICTED, 'pair_evicted', 'original'],
+  [abi.LB_CNT_SOCK_STICKY, 'sticky', 'original'],
+  // Also counted by the TC paths' selection (one shared index).
+  [abi.LB_CNT_SELECT_RETRY, 'select_retry', 'original'],
+  [abi.LB_CNT_SOCK_NS_SKIPPED, 'netns_skipped', 'original'],
+  [abi.LB_CNT_SOCK_EXTIP_PASSED, 'external_ip_passed', 'original'],
+  [abi.LB_CNT_SOCK_BIND_REFUSED, 'bind_refused', 'none'],
 ];
 
 /** Per-packet flow reasons: counted at these indices on the north-south path, LB_CNT_POD_OFFSET above on pod veths. */

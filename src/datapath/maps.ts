@@ -5,6 +5,7 @@ import * as fs from 'node:fs';
 import { BpfMap } from '../bpf/map';
 import * as abi from '../abi/generated';
 import { TypedMap, u32Codec, u8Codec } from './typedMap';
+import { nodeIpMap, sockConfigMap } from './sockConfig';
 
 export const DEFAULT_BPFFS = '/sys/fs/bpf/sluice';
 
@@ -12,7 +13,10 @@ export interface SockLbMaps {
   services: TypedMap<abi.Lb4ServiceKey, abi.Lb4Service>;
   backends: TypedMap<number, abi.Lb4Backend>;
   revNat: TypedMap<number, abi.Lb4ReverseNat>;
-  sockRev: TypedMap<abi.Lb4SockRevKey, abi.Lb4SockRev>;
+  /** socketLB mode and the host netns cookie (see sockConfig.ts). */
+  sockConfig: TypedMap<number, abi.LbSockConfig>;
+  /** This node's IPv4 addresses, for the socket hooks (see sockConfig.ts). */
+  nodeIps: TypedMap<number, number>;
   affinity: TypedMap<abi.Lb4AffinityKey, abi.LbAffinity>;
   /** loadBalancerSourceRanges (LPM, read by the TC path; every object pins it). */
   sourceRanges?: TypedMap<abi.Lb4SrcRangeKey, number>;
@@ -44,7 +48,8 @@ export function openSockLbMaps(bpffs: string): SockLbMaps {
       services: new TypedMap(open(abi.SLUICE_MAP_SERVICES4), abi.lb4_service_keyCodec, abi.lb4_serviceCodec),
       backends: new TypedMap(open(abi.SLUICE_MAP_BACKENDS4), u32Codec, abi.lb4_backendCodec),
       revNat: new TypedMap(open(abi.SLUICE_MAP_REVNAT4), u32Codec, abi.lb4_reverse_natCodec),
-      sockRev: new TypedMap(open(abi.SLUICE_MAP_SOCKREV4), abi.lb4_sock_rev_keyCodec, abi.lb4_sock_revCodec),
+      sockConfig: sockConfigMap(open(abi.SLUICE_MAP_SOCK_CFG)),
+      nodeIps: nodeIpMap(open(abi.SLUICE_MAP_NODEIP4)),
       affinity: new TypedMap(open(abi.SLUICE_MAP_AFFINITY4), abi.lb4_affinity_keyCodec, abi.lb_affinityCodec),
       sourceRanges: new TypedMap(open(abi.SLUICE_MAP_SRCRANGE4), abi.lb4_src_range_keyCodec, u8Codec),
       counters: open(abi.SLUICE_MAP_COUNTERS),

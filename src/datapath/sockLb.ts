@@ -8,11 +8,15 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { BpfObject } from '../bpf/object';
+import { BpfMap } from '../bpf/map';
 import { BpfLink, linkInfo } from '../bpf/link';
 import { attachCgroup, cgroupId, cgroupV2Mount } from '../bpf/cgroup';
 import { progInfo } from '../bpf/program';
 import { AttachType } from '../bpf/constants';
 import { ensureBpffsDir } from '../bpf/bpffs';
+import * as abi from '../abi/generated';
+import { ownNetnsCookie } from './netnsCookie';
+import { readSocketLbScope, sockConfigMap, writeSocketLbScope, type SocketLbScope } from './sockConfig';
 
 /** Program name in sock_lb.bpf.c -> the cgroup hook it serves. */
 export const SOCK_LB_PROGRAMS: Record<string, { attachType: number; hook: string }> = {
@@ -20,7 +24,16 @@ export const SOCK_LB_PROGRAMS: Record<string, { attachType: number; hook: string
   sluice_sendmsg4: { attachType: AttachType.CGROUP_UDP4_SENDMSG, hook: 'sendmsg4' },
   sluice_recvmsg4: { attachType: AttachType.CGROUP_UDP4_RECVMSG, hook: 'recvmsg4' },
   sluice_getpeer4: { attachType: AttachType.CGROUP_INET4_GETPEERNAME, hook: 'getpeername4' },
+  sluice_bind4: { attachType: AttachType.CGROUP_INET4_POST_BIND, hook: 'post_bind4' },
 };
+
+/**
+ * Maps older objects pinned that this one no longer has (the socket reverse
+ * table and LRU, replaced by socket-local storage in issue 10). Unpinned once
+ * the new programs are attached; the kernel frees them when the old programs
+ * are gone.
+ */
+const OBSOLETE_MAPS = ['sluice_sk_rev4', 'sluice_sk_slot4'];
 
 /** Where compiled BPF objects are: SLUICE_BPF_DIR, else the repository's build/. */
 export function bpfObjectPath(name: string): string {
@@ -42,6 +55,12 @@ export interface InstallOptions {
   bpffs: string;
   cgroupPath: string;
   maxEntries?: Record<string, number>;
+  /**
+   * Which sockets to translate. Absent: keep what the pinned config says, or
+   * on a first install translate every socket, with this process's network
+   * namespace as the host's.
+   */
+  socketLb?: SocketLbScope;
 }
 
 /** Load, pin maps, attach (or swap) every socket-LB program. Idempotent. */
@@ -49,10 +68,12 @@ export function installSockLb(opts: InstallOptions): InstallResult {
   ensureBpffsDir(opts.bpffs);
   fs.mkdirSync(linkDir(opts.bpffs), { recursive: true });
   const target = cgroupIdOf(opts.cgroupPath);
+  dropTooSmallCounters(opts.bpffs);
   const obj = BpfObject.open(bpfObjectPath('sock_lb.bpf.o'), { pinDir: opts.bpffs, maxEntries: opts.maxEntries });
   const result: InstallResult = { attached: [], replaced: [] };
   try {
     obj.load();
+    applySocketLbScope(obj, opts.socketLb);
     for (const [name, { attachType, hook }] of Object.entries(SOCK_LB_PROGRAMS)) {
       const prog = obj.program(name);
       const pin = linkPin(opts.bpffs, name);
@@ -81,11 +102,34 @@ export function installSockLb(opts: InstallOptions): InstallResult {
         }
       }
     }
+    for (const name of OBSOLETE_MAPS) fs.rmSync(path.join(opts.bpffs, name), { force: true });
   } finally {
     // Maps and links are pinned: closing our descriptors detaches nothing.
     obj.close();
   }
   return result;
+}
+
+/**
+ * A counters map pinned by an older object with fewer than LB_CNT_MAX entries
+ * would be reused at its old size (pinned maps keep their size) and every
+ * newer counter lost: unpin it so this load creates a full one. Counters
+ * restart from 0 (the agent exports increases only). Programs still
+ * attached keep the old map until they are swapped.
+ */
+function dropTooSmallCounters(bpffs: string): void {
+  const pin = path.join(bpffs, abi.SLUICE_MAP_COUNTERS);
+  if (!fs.existsSync(pin)) return;
+  const m = BpfMap.fromPinned(pin);
+  const small = m.maxEntries < abi.LB_CNT_MAX;
+  m.close();
+  if (small) fs.rmSync(pin);
+}
+
+function applySocketLbScope(obj: BpfObject, scope: SocketLbScope | undefined): void {
+  const map = sockConfigMap(obj.map(abi.SLUICE_MAP_SOCK_CFG));
+  if (scope) writeSocketLbScope(map, scope);
+  else if (!readSocketLbScope(map)) writeSocketLbScope(map, { mode: 'all', hostNetnsCookie: ownNetnsCookie() });
 }
 
 /** Remove the pinned links: the programs detach once no one holds them. */

@@ -92,6 +92,20 @@ export class Sandbox {
     return collect(this.spawnInCgroup(cmd, netns), timeoutMs, cmd.join(' '));
   }
 
+  /**
+   * Backend "pods" on the namespace's loopback: each address added as a /32
+   * on lo, one backendServer serving TCP and UDP on every address:port.
+   * Resolves once they all listen.
+   */
+  async startBackends(addresses: string[], ports: number[]): Promise<ChildProcess> {
+    for (const a of addresses) this.ip(['addr', 'add', `${a}/32`, 'dev', 'lo']);
+    const server = this.spawnInNetns(['node', labScript('backendServer'), ...addresses.flatMap((a) => ports.map((p) => `${a}:${p}`))]);
+    let ready = false;
+    server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
+    await waitFor('backend servers', () => ready);
+    return server;
+  }
+
   private track(child: ChildProcess): void {
     this.children.add(child);
     child.on('exit', () => this.children.delete(child));
@@ -143,4 +157,4 @@ export async function waitFor(what: string, probe: () => boolean | Promise<boole
 export const repoRoot = path.resolve(__dirname, '..', '..', '..');
 export const sluiceBin = path.join(repoRoot, 'bin', 'sluice');
 /** The lab's traffic programs, compiled next to this file. */
-export const labScript = (name: 'backendServer' | 'lbClient') => path.join(__dirname, `${name}.js`);
+export const labScript = (name: 'backendServer' | 'lbClient' | 'rawSock') => path.join(__dirname, `${name}.js`);

@@ -1,7 +1,7 @@
-// Socket-LB reverse translation in the real kernel: where each socket's
-// reverse entry lives (a TCP socket's in the cookie-indexed slot table
-// sluice_sk_slot4, a UDP socket's in the sluice_sk_rev4 LRU; see lb4_sock_slot in native/sluice_abi.h) and that every
-// path shows the frontend. Throwaway cgroup + netns, real sockets.
+// Socket-LB reverse translation in the real kernel: each translated socket
+// keeps its (frontend, backend) pairs in its own socket-local storage
+// (sluice_sock4, see lb4_sock_state in native/sluice_abi.h) and every path
+// shows the frontend. Throwaway cgroup + netns, real sockets.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
@@ -10,6 +10,7 @@ import * as path from 'node:path';
 import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
 import { BpfMap } from '../../src/bpf/map';
 import * as abi from '../../src/abi/generated';
+import { readCounter } from '../../src/datapath/maps';
 
 const VIP = '10.96.0.20';
 const BACKENDS = ['198.18.11.2', '198.18.11.3', '198.18.11.4'];
@@ -25,42 +26,18 @@ async function client(mode: 'tcp' | 'udp', address: string, port: number, count:
   return JSON.parse(out) as { results: Array<{ backend?: string; peer?: string; error?: string }> };
 }
 
-function withPinned<T>(name: string, fn: (m: BpfMap) => T): T {
-  const m = BpfMap.fromPinned(path.join(sb.bpffs, name));
+function counter(name: string): bigint {
+  const m = BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_COUNTERS));
   try {
-    return fn(m);
+    return readCounter(m, (abi as unknown as Record<string, number>)[name]!);
   } finally {
     m.close();
   }
 }
 
-/** Entries of the LRU, decoded. */
-function lruEntries(): abi.Lb4SockRevKey[] {
-  return withPinned(abi.SLUICE_MAP_SOCKREV4, (m) => [...m.keys()].map((k) => abi.lb4_sock_rev_keyCodec.decode(k)));
-}
-
-/** Slots in use (cookie != 0), decoded. */
-function usedSlots(): abi.Lb4SockSlot[] {
-  return withPinned(abi.SLUICE_MAP_SOCKSLOT4, (m) => {
-    const { values, count } = m.lookupBatch(65536);
-    const out: abi.Lb4SockSlot[] = [];
-    for (let i = 0; i < count; i++) {
-      const slot = abi.lb4_sock_slotCodec.decode(values, i * abi.LB4_SOCK_SLOT_SIZE);
-      if (slot.key.cookie !== 0n) out.push(slot);
-    }
-    return out;
-  });
-}
-
-const ipv4 = (n: number) => [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join('.');
-
 before(async () => {
   sb = Sandbox.create('sluice-skrev');
-  for (const b of BACKENDS) sb.ip(['addr', 'add', `${b}/32`, 'dev', 'lo']);
-  const server = sb.spawnInNetns(['node', labScript('backendServer'), ...BACKENDS.flatMap((b) => [`${b}:8080`, `${b}:5353`])]);
-  let ready = false;
-  server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
-  await waitFor('backend servers', () => ready);
+  await sb.startBackends(BACKENDS, [8080, 5353]);
   sluice(['attach', '--cgroup', sb.cgroup]);
   sluice(['service', 'upsert', '--frontend', `${VIP}:80/tcp`, '--backends', BACKENDS.map((b) => `${b}:8080`).join(',')]);
   sluice(['service', 'upsert', '--frontend', `${VIP}:53/udp`, '--backends', BACKENDS.map((b) => `${b}:5353`).join(',')]);
@@ -74,31 +51,24 @@ test('the socket-LB object does not create the TC conntrack map', () => {
   assert.ok(!sh('ls', [sb.bpffs]).split('\n').includes(abi.SLUICE_MAP_CT4), `${abi.SLUICE_MAP_CT4} pinned by the socket LB`);
 });
 
-test('TCP: every socket keeps its reverse entry in its slot, none in the LRU; getpeername shows the VIP', async () => {
+test('TCP: getpeername shows the VIP for every connection; nothing is written outside the sockets', async () => {
+  const before = counter('LB_CNT_SOCK_REV_XLATED');
   const { results } = await client('tcp', VIP, 80, 40);
   assert.deepEqual(results.filter((r) => r.error), []);
   assert.ok(results.every((r) => r.peer === `${VIP}:80`), `getpeername must show the VIP: ${results.map((r) => r.peer).join(',')}`);
-  assert.deepEqual(lruEntries().filter((k) => k.proto === abi.LB_PROTO_TCP), []);
-  const slots = usedSlots().filter((s) => s.key.proto === abi.LB_PROTO_TCP);
-  assert.equal(slots.length, 40, 'one slot per TCP socket');
-  for (const s of slots) {
-    assert.ok(BACKENDS.includes(ipv4(s.key.address)), `slot names backend ${ipv4(s.key.address)}`);
-    assert.equal(`${ipv4(s.rev.address)}:${s.rev.port}`, `${VIP}:80`);
-  }
+  assert.ok(counter('LB_CNT_SOCK_REV_XLATED') - before >= 40n, 'each getpeername was translated');
+  const pinned = sh('ls', [sb.bpffs]).split('\n');
+  for (const gone of ['sluice_sk_rev4', 'sluice_sk_slot4']) assert.ok(!pinned.includes(gone), `${gone} is still pinned`);
+  assert.ok(pinned.includes(abi.SLUICE_MAP_SOCK4));
 });
 
-test('one unconnected UDP socket spread over every backend: all replies come from the VIP; its entries are in the LRU, not in slots', async () => {
-  const { results } = await client('udp', VIP, 53, 60); // one socket, 60 sendto() with a random backend each
+test('one unconnected UDP socket: every reply comes from the VIP, and it stays on one backend', async () => {
+  const sticky = counter('LB_CNT_SOCK_STICKY');
+  const { results } = await client('udp', VIP, 53, 60); // one socket, 60 sendto()
   assert.deepEqual(results.filter((r) => r.error), []);
   assert.ok(results.every((r) => r.peer === `${VIP}:53`), `reply source must be the VIP: ${results.map((r) => r.peer).join(',')}`);
-  const used = new Set(results.map((r) => r.backend));
-  assert.ok(used.size >= 2, `60 draws over 3 backends reached only ${[...used].join(',')}`);
-  // UDP entries stay in the LRU, which recvmsg() keeps fresh for a long-lived socket.
-  assert.equal(usedSlots().filter((s) => s.key.proto === abi.LB_PROTO_UDP).length, 0, 'no UDP slot');
-  const lru = lruEntries().filter((k) => k.proto === abi.LB_PROTO_UDP);
-  const cookies = new Set(lru.map((k) => k.cookie));
-  assert.equal(cookies.size, 1, 'one socket');
-  assert.equal(lru.length, used.size, `one LRU entry per backend the socket reached`);
+  assert.equal(new Set(results.map((r) => r.backend)).size, 1);
+  assert.equal(counter('LB_CNT_SOCK_STICKY') - sticky, 59n, 'the first datagram picks, the 59 others reuse');
 });
 
 test('a socket that was not translated sees its real peer', async () => {

@@ -195,23 +195,28 @@ test('sluice status shows the last sync from the pinned maps', () => {
   assert.match(text, /last sync: \d{4}-\d\d-\d\dT.* s ago, agent pid \d+ running/);
 });
 
-test('NodePort, ExternalIP and ClientIP affinity work from the node through the socket hooks', async () => {
+test('NodePort, ExternalIP and ClientIP affinity work from the node through the socket hooks; another node\'s ExternalIP is not captured', async () => {
   const svc = createService('np', {
     type: 'NodePort',
-    externalIPs: ['198.51.100.7'],
+    // 198.18.0.1 is the Node's InternalIP; 198.19.100.7 belongs to no node (CVE-2020-8554).
+    externalIPs: ['198.18.0.1', '198.19.100.7'],
     sessionAffinity: 'ClientIP',
     ports: [{ name: 'http', port: 80, nodePort: 30080, protocol: 'TCP' }],
   });
   api.store.create('endpointslices', slice('np', 'np-1', BACKENDS.slice(0, 3)));
   const want = BACKENDS.slice(0, 3).map((b) => `${b}:8080`);
   await waitProgrammed('198.18.0.1:30080/tcp', want); // the Node's InternalIP
-  await waitProgrammed('198.51.100.7:80/tcp', want);
-  for (const [address, port] of [['198.18.0.1', 30080], ['198.51.100.7', 80], [svc.spec.clusterIP, 80]] as const) {
+  await waitProgrammed('198.18.0.1:80/tcp', want);
+  await waitProgrammed('198.19.100.7:80/tcp', want); // programmed for the TC path
+  for (const [address, port] of [['198.18.0.1', 30080], ['198.18.0.1', 80], [svc.spec.clusterIP, 80]] as const) {
     const results = await connect(address, port, 15);
     assert.deepEqual(results.filter((r) => r.error), [], `${address}:${port}`);
     // sessionAffinity ClientIP: one client (one network namespace) sticks to one backend.
     assert.equal(new Set(results.map((r) => r.backend)).size, 1, `${address}:${port} affinity: ${results.map((r) => r.backend).join(',')}`);
   }
+  // Not a node address: the socket passes it untouched (no route in the test namespace).
+  const [foreign] = await connect('198.19.100.7', 80, 1);
+  assert.ok(foreign?.error, `an ExternalIP of no node was captured: ${JSON.stringify(foreign)}`);
 });
 
 test('a full resync repairs drift: an entry deleted behind the agent comes back', async () => {

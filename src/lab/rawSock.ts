@@ -1,0 +1,117 @@
+// Socket calls Node does not offer (socket cookies, a bare connect() on a UDP
+// socket, bind() errors as the kernel returns them), made through libc with
+// koffi. A lab tool for the socket-LB tests; prints one JSON object.
+//   alias A1 P1 A2 P2 SLOTS MAXITER  TCP socket S connects to A1:P1; then sockets are created
+//                                    until one's cookie equals S's modulo SLOTS, which
+//                                    connects to A2:P2; prints S's peer before and after
+//   stress ADDR PORT MS MAXCOUNT     connected-UDP loop: socket, connect, getpeername, close;
+//                                    counts refusals and peers other than ADDR:PORT
+//   bind tcp|udp ADDR PORT           bind() once; prints ok or the errno name
+import { libcSockets, lastErrno as lastError, u64SockOption as u64Option, SO_COOKIE } from '../datapath/netnsCookie';
+
+const AF_INET = 2;
+const SOCK_STREAM = 1;
+const SOCK_DGRAM = 2;
+const c = libcSockets();
+
+function sockaddr(address: string, port: number): Buffer {
+  const b = Buffer.alloc(16);
+  b.writeUInt16LE(AF_INET, 0);
+  b.writeUInt16BE(port, 2);
+  address.split('.').forEach((octet, i) => b.writeUInt8(Number(octet), 4 + i));
+  return b;
+}
+
+function open(type: number): number {
+  const fd = c.socket(AF_INET, type, 0) as number;
+  if (fd < 0) throw new Error(`socket: ${lastError()}`);
+  return fd;
+}
+
+function peer(fd: number): string {
+  const addr = Buffer.alloc(16);
+  const len = [16];
+  if (c.getpeername(fd, addr, len) < 0) return lastError();
+  return `${[...addr.subarray(4, 8)].join('.')}:${addr.readUInt16BE(2)}`;
+}
+
+/** 0 or the errno name. */
+function connect(fd: number, address: string, port: number): string | 0 {
+  return c.connect(fd, sockaddr(address, port), 16) < 0 ? lastError() : 0;
+}
+
+function alias(a1: string, p1: number, a2: string, p2: number, slots: bigint, maxIterations: number) {
+  const s = open(SOCK_STREAM);
+  const err = connect(s, a1, p1);
+  if (err) throw new Error(`connect ${a1}:${p1}: ${err}`);
+  const cookie = u64Option(s, SO_COOKIE);
+  const peerBefore = peer(s);
+  let iterations = 0;
+  let other: bigint | undefined;
+  while (iterations < maxIterations) {
+    iterations++;
+    const fd = open(SOCK_STREAM);
+    const k = u64Option(fd, SO_COOKIE);
+    if (k !== cookie && k % slots === cookie % slots) {
+      other = k;
+      const e = connect(fd, a2, p2);
+      c.close(fd);
+      if (e) throw new Error(`connect ${a2}:${p2}: ${e}`);
+      break;
+    }
+    c.close(fd);
+  }
+  const out = { cookie: String(cookie), other: other === undefined ? undefined : String(other), iterations, peerBefore, peerAfter: peer(s) };
+  c.close(s);
+  return out;
+}
+
+function stress(address: string, port: number, ms: number, maxCount: number) {
+  const want = `${address}:${port}`;
+  const end = Date.now() + ms;
+  let count = 0;
+  let refused = 0;
+  const wrongPeers: Record<string, number> = {};
+  const errors: Record<string, number> = {};
+  while (count < maxCount && (count % 256 !== 0 || Date.now() < end)) {
+    count++;
+    const fd = open(SOCK_DGRAM);
+    const e = connect(fd, address, port);
+    if (e === 'ECONNREFUSED') refused++;
+    else if (e) errors[e] = (errors[e] ?? 0) + 1;
+    else {
+      const p = peer(fd);
+      if (p !== want) wrongPeers[p] = (wrongPeers[p] ?? 0) + 1;
+    }
+    c.close(fd);
+  }
+  return { count, refused, wrongPeers, errors };
+}
+
+function bindOnce(proto: string, address: string, port: number) {
+  const fd = open(proto === 'udp' ? SOCK_DGRAM : SOCK_STREAM);
+  const result = c.bind(fd, sockaddr(address, port), 16) < 0 ? lastError() : 'ok';
+  c.close(fd);
+  return { result };
+}
+
+function main(): unknown {
+  const [mode, ...a] = process.argv.slice(2);
+  switch (mode) {
+    case 'alias':
+      return alias(a[0]!, Number(a[1]), a[2]!, Number(a[3]), BigInt(a[4]!), Number(a[5]));
+    case 'stress':
+      return stress(a[0]!, Number(a[1]), Number(a[2]), Number(a[3]));
+    case 'bind':
+      return bindOnce(a[0]!, a[1]!, Number(a[2]));
+    default:
+      throw new Error('usage: rawSock alias|stress|bind ...');
+  }
+}
+
+try {
+  process.stdout.write(JSON.stringify(main()) + '\n');
+} catch (err) {
+  process.stderr.write(`${(err as Error).message}\n`);
+  process.exit(1);
+}
