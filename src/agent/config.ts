@@ -44,6 +44,14 @@ export interface AgentConfig {
    * conntrack map (36 MiB preallocated) that a socket-LB-only node never uses.
    */
   podVethPrograms: boolean;
+  // ---- stale sockets (issue 13.1; src/datapath/sockTerm.ts) ----
+  /** Destroy connected UDP sockets the socket LB sent to a backend that was deleted (kernel >= 6.5). */
+  destroyStaleSockets: boolean;
+  /** Also destroy TCP connections to deleted backends. Off, like kube-proxy, which leaves them to time out. */
+  destroyStaleTcpSockets: boolean;
+  /** Pod network namespaces walked besides the agent's own: files, or directories of them (needs CAP_SYS_ADMIN). */
+  staleSocketNetns: string[];
+  // ---- end of stale sockets ----
 }
 
 export function defaultConfig(): AgentConfig {
@@ -65,6 +73,9 @@ export function defaultConfig(): AgentConfig {
     conntrackUdpSeconds: 30,
     healthCheckAddresses: ['0.0.0.0'],
     podVethPrograms: false,
+    destroyStaleSockets: true,
+    destroyStaleTcpSockets: false,
+    staleSocketNetns: ['/run/netns'],
   };
 }
 
@@ -89,6 +100,9 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   'conntrack-udp': { field: 'conntrackUdpSeconds', parse: positiveInt('conntrack-udp') },
   'healthcheck-addresses': { field: 'healthCheckAddresses', parse: (v) => v.split(',').filter(Boolean) },
   'pod-veth-programs': { field: 'podVethPrograms', parse: (v) => v === 'true' },
+  'destroy-stale-sockets': { field: 'destroyStaleSockets', parse: (v) => v === 'true' },
+  'destroy-stale-tcp-sockets': { field: 'destroyStaleTcpSockets', parse: (v) => v === 'true' },
+  'stale-socket-netns': { field: 'staleSocketNetns', parse: (v) => v.split(',').filter(Boolean) },
 };
 
 export const AGENT_FLAGS = [...Object.keys(FLAGS), 'config'];

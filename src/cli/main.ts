@@ -70,6 +70,10 @@ const commands: Record<string, Command> = {
           `last full resync: ${ag.lastFullSync ?? 'never'}; ${ag.services} Services, ${ag.frontends} frontends, ${ag.backends} backends` +
           `${ag.lastSyncFailures ? `; ${ag.lastSyncFailures} frontends failed in the last sync` : ''}\n\n`
         : 'last sync: never (no agent has synced these maps; `sluice service upsert` does not count)\n\n');
+      const ss = view.staleSockets;
+      print(ss.enabled
+        ? `stale sockets: destroyed on backend removal (${ss.protocols.join(', ')})\n\n`
+        : `stale sockets: NOT destroyed on backend removal: ${ss.reason}\n\n`);
       print(table(['HOOK', 'PROGRAM', 'ATTACHED', 'CGROUP', 'LINK'], view.attachments.map((s) => [
         s.hook, s.program, s.attached ? 'yes' : 'no', s.cgroupPath ?? (s.cgroupId !== undefined ? `id ${s.cgroupId}` : '-'), s.linkId !== undefined ? String(s.linkId) : '-',
       ])));

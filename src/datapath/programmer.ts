@@ -101,6 +101,8 @@ export class LbProgrammer {
   private readonly orphans = new Set<number>();
   private readonly revNats = new Map<string, number>();
   private readonly revNatUsers = new Map<string, number>();
+  /** Backends deleted since takeDeletedBackends() was last called (stale-socket termination). */
+  private deletedBackends: ProgrammedBackend[] = [];
   private readonly backendIds: IdAllocator;
   private readonly revNatIds: IdAllocator;
 
@@ -165,6 +167,18 @@ export class LbProgrammer {
 
   backendById(id: number): ProgrammedBackend | undefined {
     return this.backendsById.get(id);
+  }
+
+  /**
+   * Backends deleted from the maps since the last call whose address, port
+   * and protocol no frontend uses any more (one deleted and re-added under a
+   * new id in the same pass is still alive): the sockets connected to these
+   * can be ended.
+   */
+  takeDeletedBackends(): ProgrammedBackend[] {
+    const gone = this.deletedBackends.filter((b) => !this.backends.has(backendKeyOf(b)));
+    this.deletedBackends = [];
+    return gone;
   }
 
   /**
@@ -403,6 +417,7 @@ export class LbProgrammer {
         this.backendsById.delete(id);
         this.backendIds.release(id);
         deleted.push(id);
+        this.deletedBackends.push(b);
       }
       this.backendRefs.delete(id);
     }
