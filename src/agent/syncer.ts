@@ -92,7 +92,10 @@ export class Syncer {
     private readonly health: ProxyHealth,
     private readonly log: Logger,
   ) {
-    this.programmer = LbProgrammer.adopt(maps);
+    // A restart cleans what a crash left before anything else is written.
+    const { programmer, repaired } = LbProgrammer.adoptAndRepair(maps);
+    this.programmer = programmer;
+    if (Object.values(repaired).some((n) => n > 0)) log.info({ ...repaired }, 'removed entries a previous agent left half-written');
   }
 
   /** Informers have listed everything: syncs may run (and prune) from now on. */
@@ -300,6 +303,8 @@ export class Syncer {
     const result = this.programmer.apply(upserts, { prune: full });
     deletedBackends.push(...result.deletedBackendIds);
     if (deletedBackends.length > 0) this.opts.onBackendsDeleted?.(deletedBackends);
+    // Conntrack and affinity entries of the freed ids are purged by now.
+    this.programmer.recycleIds();
     for (const failure of result.failures) {
       const owner = this.owners.get(failure.frontend);
       if (owner) failedServices.add(owner);
