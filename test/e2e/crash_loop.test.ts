@@ -30,7 +30,6 @@ function agentArgs(): string[] {
   return [
     '--kubeconfig', kubeconfig, '--node-name', NODE, '--cgroup-path', sb.cgroup, '--bpffs', sb.bpffs,
     '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--sync-period', '5',
-    '--stale-socket-netns', `/run/netns/${sb.netns}`,
   ];
 }
 

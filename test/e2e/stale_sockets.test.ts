@@ -11,7 +11,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { startApiServer, type ApiServerHandle } from '../../src/k8s/apiserver';
 import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
-import { AgentProcess } from '../helpers/agentProcess';
+import { AgentProcess, AGENT_CAPS } from '../helpers/agentProcess';
 
 const NODE = 'node-a';
 const BACKENDS = ['198.18.12.2', '198.18.12.3'];
@@ -66,7 +66,9 @@ before(async () => {
     '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--log-level', 'debug',
     // The client "pod" lives in the test's namespace; nothing else is walked.
     '--stale-socket-netns', `/run/netns/${sb.netns}`,
-  ]);
+    // Entering a Pod's namespace (setns) needs CAP_SYS_ADMIN: the documented
+    // addition for stale-socket termination in Pods (docs/deploy.md).
+  ], { caps: [...AGENT_CAPS, 'sys_admin'] });
   await agent.waitForLog(/informers synced/);
 });
 
