@@ -6,11 +6,9 @@
 // `make test` runs a short form (15 s); CRASH_LOOP_S=60 is the issue's minute.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import { startApiServer, type ApiServerHandle } from '../../src/k8s/apiserver';
-import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
+import type { ApiServerHandle } from '../../src/k8s/apiserver';
+import { type Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
+import { startAgentLab, type AgentLab } from '../helpers/agentLab';
 import { AgentProcess } from '../helpers/agentProcess';
 
 const NODE = 'node-a';
@@ -20,15 +18,14 @@ const KILL_EVERY_MS = 2000;
 const STEADY = ['steady-a', 'steady-b'];
 const CHURN = ['churn-0', 'churn-1', 'churn-2', 'churn-3', 'churn-4', 'churn-5'];
 
+let lab: AgentLab;
 let sb: Sandbox;
 let api: ApiServerHandle;
-let tmp: string;
-let kubeconfig: string;
 let agent: AgentProcess | undefined;
 
 function agentArgs(): string[] {
   return [
-    '--kubeconfig', kubeconfig, '--node-name', NODE, '--cgroup-path', sb.cgroup, '--bpffs', sb.bpffs,
+    '--kubeconfig', lab.kubeconfig, '--node-name', NODE, '--cgroup-path', sb.cgroup, '--bpffs', sb.bpffs,
     '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--sync-period', '5',
   ];
 }
@@ -76,24 +73,13 @@ function diff(want: Map<string, string>, have: Map<string, string>): string[] {
 }
 
 before(async () => {
-  sb = Sandbox.create('sluice-crash');
-  for (const b of BACKENDS) sb.ip(['addr', 'add', `${b}/32`, 'dev', 'lo']);
-  const server = sb.spawnInNetns(['node', labScript('backendServer'), ...BACKENDS.map((b) => `${b}:8080`)]);
-  let ready = false;
-  server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
-  await waitFor('backend servers', () => ready);
-  api = await startApiServer({ port: 0 });
-  api.store.create('nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name: NODE }, status: { addresses: [{ type: 'InternalIP', address: '198.18.0.1' }] } });
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-crash-'));
-  kubeconfig = path.join(tmp, 'kubeconfig');
-  await api.writeKubeconfig(kubeconfig);
+  lab = await startAgentLab('sluice-crash', BACKENDS, NODE);
+  ({ sb, api } = lab);
 });
 
 after(async () => {
   await agent?.stop('SIGKILL');
-  await api?.close();
-  sb?.close();
-  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+  await lab?.close();
 });
 
 test(`SIGKILL every ${KILL_EVERY_MS / 1000} s for ${CRASH_LOOP_S} s while Services change: unchanged Services lose no connection, the final maps equal the API`, async () => {
