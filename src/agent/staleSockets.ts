@@ -69,7 +69,14 @@ export function startStaleSockets(config: AgentConfig, metrics: AgentMetrics, lo
       if (reportedNetnsErrors.has(key)) continue;
       reportedNetnsErrors.add(key);
       metrics.errors.inc({ reason: 'sock_destroy_netns' });
-      log.warn({ reason: 'sock_destroy_netns', netns: e.netns }, `stale sockets in ${e.netns} not checked: ${e.error}`);
+      // Without CAP_SYS_ADMIN every Pod namespace fails alike: say it once, stop trying.
+      const notPermitted = /^setns\(.*\): EPERM/.test(e.error);
+      if (notPermitted) terminator.skipPodNamespaces();
+      log.warn(
+        { reason: 'sock_destroy_netns', netns: e.netns },
+        `stale sockets in ${e.netns} not checked: ${e.error}` +
+          (notPermitted ? '; entering Pod namespaces needs CAP_SYS_ADMIN: only the node\'s own namespace is checked from now on' : ''),
+      );
     }
     const level = report.destroyed.length > 0 ? 'info' : 'debug';
     log[level](

@@ -76,12 +76,19 @@ export function kernelSupportsSockDestroy(btfPath = '/sys/kernel/btf/vmlinux'): 
 }
 
 export class StaleSocketTerminator {
+  private podNamespacesOff = false;
+
   private constructor(
     private readonly obj: BpfObject,
     private readonly filter: TypedMap<abi.Lb4SockTermKey, number>,
     private readonly iterators: Map<ProtoName, BpfIterator>,
     private readonly netnsSources: string[],
   ) {}
+
+  /** Walk only the agent's own namespace from now on (e.g. setns is not permitted). */
+  skipPodNamespaces(): void {
+    this.podNamespacesOff = true;
+  }
 
   /** Load the iterators next to the pinned socket-LB maps; throws (with the reason) where the kernel cannot. */
   static load(opts: StaleSocketOptions): StaleSocketTerminator {
@@ -138,6 +145,7 @@ export class StaleSocketTerminator {
   private walkNamespaces(protos: Set<ProtoName>, report: TerminationReport): void {
     const seen = new Set<bigint>([netnsInode('/proc/thread-self/ns/net')]);
     this.runIn('host', undefined, protos, report);
+    if (this.podNamespacesOff) return;
     for (const ns of this.podNamespaces()) {
       let ino: bigint;
       try {

@@ -103,6 +103,7 @@ test(`SIGKILL every ${KILL_EVERY_MS / 1000} s for ${CRASH_LOOP_S} s while Servic
   const end = Date.now() + CRASH_LOOP_S * 1000;
   let changes = 0;
   let kills = 0;
+  let repairs = 0; // restarts that found entries a killed agent left half-written
   let rng = 12345;
   const random = (n: number) => ((rng = (rng * 1103515245 + 12345) & 0x7fffffff) % n);
   const mutate = setInterval(() => {
@@ -126,6 +127,7 @@ test(`SIGKILL every ${KILL_EVERY_MS / 1000} s for ${CRASH_LOOP_S} s while Servic
       await new Promise((r) => setTimeout(r, KILL_EVERY_MS));
       await agent.stop('SIGKILL');
       kills++;
+      if (agent.find(/left half-written/)) repairs++;
       agent = new AgentProcess(agentArgs()); // at once: the next one is killed wherever it is
     }
   } finally {
@@ -145,5 +147,5 @@ test(`SIGKILL every ${KILL_EVERY_MS / 1000} s for ${CRASH_LOOP_S} s while Servic
     throw new Error(`after ${kills} kills and ${changes} changes the maps differ from the API:\n${diff(want, programmed()).join('\n')}`);
   });
   assert.ok(kills >= Math.floor(CRASH_LOOP_S / (KILL_EVERY_MS / 1000)) - 1, `${kills} kills`);
-  process.stdout.write(`# crash loop: ${kills} SIGKILLs, ${changes} Service changes, ${results.reduce((n, r) => n + r.ok, 0)} connections to unchanged Services, 0 failed\n`);
+  process.stdout.write(`# crash loop: ${kills} SIGKILLs (${repairs} restarts cleaned half-written entries), ${changes} Service changes, ${results.reduce((n, r) => n + r.ok, 0)} connections to unchanged Services, 0 failed\n`);
 });
