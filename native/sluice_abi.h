@@ -434,5 +434,42 @@ _Static_assert(sizeof(struct lb4_sock_pair) == 24, "lb4_sock_pair layout");
 _Static_assert(sizeof(struct lb4_sock_state) == 8 + 24 * SLUICE_SOCK_PAIRS, "lb4_sock_state layout");
 _Static_assert(sizeof(struct lb_sock_config) == 16, "lb_sock_config layout");
 /* ==== end of socket path ======================================================== */
+/* ==== Stale socket termination (issue 13.1; bpf/sock_destroy.bpf.c) =========== */
+/*
+ * A connected socket keeps the backend address connect() gave it. When the
+ * agent deletes a backend it writes the backend's (address, port, proto) into
+ * SLUICE_MAP_SOCKTERM4 and runs the socket iterators of bpf/sock_destroy.bpf.c
+ * in each network namespace it covers; they destroy (bpf_sock_destroy(),
+ * ECONNABORTED) the sockets that talk to a listed backend *and* were sent
+ * there by the socket LB (their reverse entry names that backend), and report
+ * each one as an lb4_sock_term_event through the iterator's seq file. The
+ * agent empties the map again afterwards. Needs kernel >= 6.5.
+ */
+#define SLUICE_MAP_SOCKTERM4 sluice_sk_term4 /* lb4_sock_term_key -> __u8 (1); written by the agent only */
+#define SLUICE_MAX_SOCKTERM4 4096            /* backends terminated per iterator pass */
+#define SLUICE_PROG_SOCKTERM_UDP sluice_term_udp4 /* iter/udp */
+#define SLUICE_PROG_SOCKTERM_TCP sluice_term_tcp4 /* iter/tcp */
+
+struct lb4_sock_term_key {
+	__be32 address; /* removed backend address */
+	__be16 port;    /* removed backend port */
+	__u8   proto;   /* LB_PROTO_TCP or LB_PROTO_UDP */
+	__u8   pad;
+};
+
+/* One per socket the iterator tried to destroy (bpf_seq_write, host order). */
+struct lb4_sock_term_event {
+	__u64  cookie;  /* the socket's cookie */
+	__be32 address; /* the backend it was connected to */
+	__be16 port;    /* the backend's port */
+	__u8   proto;   /* LB_PROTO_* */
+	__u8   pad;
+	__s32  result;  /* bpf_sock_destroy(): 0 or -errno */
+	__u32  pad2;
+};
+
+_Static_assert(sizeof(struct lb4_sock_term_key) == 8, "lb4_sock_term_key layout");
+_Static_assert(sizeof(struct lb4_sock_term_event) == 24, "lb4_sock_term_event layout");
+/* ==== end of stale socket termination ============================================ */
 
 #endif /* SLUICE_ABI_H */

@@ -78,6 +78,7 @@ export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_SERVICES4 = "sluice_svc4";
 export const SLUICE_MAP_SOCK4 = "sluice_sock4";
+export const SLUICE_MAP_SOCKTERM4 = "sluice_sk_term4";
 export const SLUICE_MAP_SOCK_CFG = "sluice_sock_cfg";
 export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
 export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
@@ -88,10 +89,13 @@ export const SLUICE_MAX_NODEIP4 = 256;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
+export const SLUICE_MAX_SOCKTERM4 = 4096;
 export const SLUICE_MAX_SRCRANGE4 = 16384;
 export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
 export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
 export const SLUICE_PROG_POD_INGRESS = "sluice_pod_ingress";
+export const SLUICE_PROG_SOCKTERM_TCP = "sluice_term_tcp4";
+export const SLUICE_PROG_SOCKTERM_UDP = "sluice_term_udp4";
 export const SLUICE_SOCK_PAIRS = 4;
 
 // ---- structs (BTF) ----
@@ -467,6 +471,60 @@ export function decodeLb4SockState(buf: Buffer, off = 0): Lb4SockState {
 }
 export const lb4_sock_stateCodec: Codec<Lb4SockState> = { size: 104, encode: encodeLb4SockState, decode: decodeLb4SockState };
 
+/** struct lb4_sock_term_event (24 bytes) */
+export interface Lb4SockTermEvent {
+  cookie: bigint;
+  address: number; // network byte order in the map
+  port: number; // network byte order in the map
+  proto: number;
+  result: number;
+}
+export const LB4_SOCK_TERM_EVENT_SIZE = 24;
+export const lb4_sock_term_eventLayout: StructLayout = {"name":"lb4_sock_term_event","size":24,"fields":[{"name":"cookie","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"address","kind":"int","offset":8,"size":4,"bigEndian":true},{"name":"port","kind":"int","offset":12,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":14,"size":1,"bigEndian":false},{"name":"pad","kind":"int","offset":15,"size":1,"bigEndian":false},{"name":"result","kind":"int","offset":16,"size":4,"bigEndian":false},{"name":"pad2","kind":"int","offset":20,"size":4,"bigEndian":false}]};
+export function encodeLb4SockTermEvent(v: Lb4SockTermEvent, buf: Buffer = Buffer.alloc(24), off = 0): Buffer {
+  buf.fill(0, off, off + 24);
+  buf.writeBigUInt64LE(v.cookie, off + 0);
+  buf.writeUInt32BE(v.address >>> 0, off + 8);
+  buf.writeUInt16BE(v.port & 0xffff, off + 12);
+  buf.writeUInt8(v.proto & 0xff, off + 14);
+  buf.writeUInt32LE(v.result >>> 0, off + 16);
+  return buf;
+}
+export function decodeLb4SockTermEvent(buf: Buffer, off = 0): Lb4SockTermEvent {
+  return {
+    cookie: buf.readBigUInt64LE(off + 0),
+    address: buf.readUInt32BE(off + 8),
+    port: buf.readUInt16BE(off + 12),
+    proto: buf.readUInt8(off + 14),
+    result: buf.readUInt32LE(off + 16),
+  };
+}
+export const lb4_sock_term_eventCodec: Codec<Lb4SockTermEvent> = { size: 24, encode: encodeLb4SockTermEvent, decode: decodeLb4SockTermEvent };
+
+/** struct lb4_sock_term_key (8 bytes) */
+export interface Lb4SockTermKey {
+  address: number; // network byte order in the map
+  port: number; // network byte order in the map
+  proto: number;
+}
+export const LB4_SOCK_TERM_KEY_SIZE = 8;
+export const lb4_sock_term_keyLayout: StructLayout = {"name":"lb4_sock_term_key","size":8,"fields":[{"name":"address","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"port","kind":"int","offset":4,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":6,"size":1,"bigEndian":false},{"name":"pad","kind":"int","offset":7,"size":1,"bigEndian":false}]};
+export function encodeLb4SockTermKey(v: Lb4SockTermKey, buf: Buffer = Buffer.alloc(8), off = 0): Buffer {
+  buf.fill(0, off, off + 8);
+  buf.writeUInt32BE(v.address >>> 0, off + 0);
+  buf.writeUInt16BE(v.port & 0xffff, off + 4);
+  buf.writeUInt8(v.proto & 0xff, off + 6);
+  return buf;
+}
+export function decodeLb4SockTermKey(buf: Buffer, off = 0): Lb4SockTermKey {
+  return {
+    address: buf.readUInt32BE(off + 0),
+    port: buf.readUInt16BE(off + 4),
+    proto: buf.readUInt8(off + 6),
+  };
+}
+export const lb4_sock_term_keyCodec: Codec<Lb4SockTermKey> = { size: 8, encode: encodeLb4SockTermKey, decode: decodeLb4SockTermKey };
+
 /** struct lb4_src_range_key (12 bytes) */
 export interface Lb4SrcRangeKey {
   prefixlen: number;
@@ -617,6 +675,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
+  sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
   sluice_sock4: {"name":"sluice_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb4_sock_state","valueSize":104,"maxEntries":0},
   sluice_sock_cfg: {"name":"sluice_sock_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb_sock_config","valueSize":16,"maxEntries":1},
   sluice_srcrng4: {"name":"sluice_srcrng4","type":11,"keyType":"lb4_src_range_key","keySize":12,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},

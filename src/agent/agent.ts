@@ -19,6 +19,7 @@ import { ClusterState } from './store';
 import { Syncer, type SyncReport } from './syncer';
 import { ClusterWatch, loadKubeConfig } from './watch';
 import { startNorthSouth } from './northSouth';
+import { startStaleSockets } from './staleSockets';
 
 export interface AgentHandle {
   syncer: Syncer;
@@ -46,9 +47,11 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   let syncer: Syncer | undefined;
   const state = new ClusterState(() => syncer?.trigger());
   const northSouth = await startNorthSouth(config, () => health.healthy(), metrics, log);
+  const staleSockets = startStaleSockets(config, metrics, log);
   syncer = new Syncer(state, maps, {
     nodeName: config.nodeName,
     onBackendsDeleted: (ids) => northSouth?.backendsDeleted(ids),
+    onBackendsGone: (backends, since) => staleSockets?.backendsGone(backends, since),
     onHealthChecks: (checks) => northSouth?.healthChecks(checks),
     onNodeAddresses: nodeAddressWriter(maps, metrics, log),
     onSyncDone: (report, programmed) => {
@@ -96,6 +99,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
       syncer!.stop();
       await watch.stop();
       await northSouth?.stop();
+      staleSockets?.stop();
       await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
       maps.close();
       log.info('agent stopped; the data path keeps serving from the pinned maps');

@@ -52,6 +52,14 @@ export interface AgentConfig {
   socketLB: SocketLbMode;
   /** The network namespace whose sockets are the host's (a path like /run/netns/NAME); default: the agent's own. */
   hostNetns?: string;
+  // ---- stale sockets (issue 13.1; src/datapath/sockTerm.ts) ----
+  /** Destroy connected UDP sockets the socket LB sent to a backend that was deleted (kernel >= 6.5). */
+  destroyStaleSockets: boolean;
+  /** Also destroy TCP connections to deleted backends. Off, like kube-proxy, which leaves them to time out. */
+  destroyStaleTcpSockets: boolean;
+  /** Pod network namespaces walked besides the agent's own: files, or directories of them (needs CAP_SYS_ADMIN). */
+  staleSocketNetns: string[];
+  // ---- end of stale sockets ----
 }
 
 export function defaultConfig(): AgentConfig {
@@ -75,6 +83,9 @@ export function defaultConfig(): AgentConfig {
     healthCheckAddresses: ['0.0.0.0'],
     podVethPrograms: false,
     socketLB: 'all',
+    destroyStaleSockets: true,
+    destroyStaleTcpSockets: false,
+    staleSocketNetns: ['/run/netns'],
   };
 }
 
@@ -102,6 +113,9 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   'pod-veth-programs': { field: 'podVethPrograms', parse: (v) => v === 'true' },
   'socket-lb': { field: 'socketLB', parse: (v) => parseSocketLbMode(v, '--socket-lb') },
   'host-netns': { field: 'hostNetns', parse: String },
+  'destroy-stale-sockets': { field: 'destroyStaleSockets', parse: (v) => v === 'true' },
+  'destroy-stale-tcp-sockets': { field: 'destroyStaleTcpSockets', parse: (v) => v === 'true' },
+  'stale-socket-netns': { field: 'staleSocketNetns', parse: (v) => v.split(',').filter(Boolean) },
 };
 
 export const AGENT_FLAGS = [...Object.keys(FLAGS), 'config'];

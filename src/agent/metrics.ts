@@ -53,6 +53,21 @@ export class AgentMetrics {
     registers: [this.registry],
   });
 
+  // ---- stale sockets (issue 13.1) ----
+  readonly staleSocketsDestroyed = new Counter({
+    name: 'sluice_stale_sockets_destroyed_total',
+    help: 'Sockets destroyed because the backend the socket LB had connected them to was deleted, by protocol',
+    labelNames: ['proto'],
+    registers: [this.registry],
+  });
+  readonly staleSocketTermination = new Histogram({
+    name: 'sluice_stale_socket_termination_seconds',
+    help: 'From the EndpointSlice change (its last-change-trigger-time, else the sync start) to the end of the pass that destroyed its stale sockets',
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
+    registers: [this.registry],
+  });
+  // ---- end of stale sockets ----
+
   constructor() {
     collectDefaultMetrics({ register: this.registry });
   }

@@ -8,7 +8,7 @@ import * as v8 from 'node:v8';
 import * as vm from 'node:vm';
 import { translateService, nodeContextFromNode } from '../translate';
 import type { HealthCheckService, NodeContext, TranslateOptions, TranslateProblem } from '../model/frontend';
-import { LbProgrammer, frontendId, type FrontendSpec } from '../datapath/programmer';
+import { LbProgrammer, frontendId, type FrontendSpec, type ProgrammedBackend } from '../datapath/programmer';
 import type { SockLbMaps } from '../datapath/maps';
 import type { ClusterState } from './store';
 import type { AgentMetrics } from './metrics';
@@ -37,6 +37,12 @@ export interface SyncerOptions {
   nodeName: string;
   /** Backends were deleted from the maps (the TC path forgets their flows). */
   onBackendsDeleted?: (ids: number[]) => void;
+  /**
+   * Backends no frontend uses any more (address, port, protocol), with the
+   * time of the oldest change this sync folded in (EndpointSlice trigger time,
+   * else the sync start): stale-socket termination.
+   */
+  onBackendsGone?: (backends: ProgrammedBackend[], since: number) => void;
   /** After every sync: what it did and what is programmed now. */
   onSyncDone?: (report: SyncReport, programmed: { services: number; frontends: number; backends: number }) => void;
   /** healthCheckNodePort services and their local endpoint counts changed. */
@@ -88,7 +94,10 @@ export class Syncer {
     private readonly health: ProxyHealth,
     private readonly log: Logger,
   ) {
-    this.programmer = LbProgrammer.adopt(maps);
+    // A restart cleans what a crash left before anything else is written.
+    const { programmer, repaired } = LbProgrammer.adoptAndRepair(maps);
+    this.programmer = programmer;
+    if (Object.values(repaired).some((n) => n > 0)) log.info({ ...repaired }, 'removed entries a previous agent left half-written');
   }
 
   /** Informers have listed everything: syncs may run (and prune) from now on. */
@@ -161,6 +170,7 @@ export class Syncer {
   /** One pass. Never throws: failures are logged, counted and retried. */
   syncOnce(kind: 'partial' | 'full'): SyncReport {
     const start = process.hrtime.bigint();
+    const startedAt = Date.now();
     const { keys, all, triggerTimes } = this.state.takeDirty();
     const full = kind === 'full';
     this.fullPending = false;
@@ -183,6 +193,12 @@ export class Syncer {
         else this.desired.delete(key);
       }
       const failures = this.apply(upserts, removals, full);
+      const gone = this.programmer.takeDeletedBackends();
+      if (gone.length > 0) {
+        let since = startedAt;
+        for (const t of triggerTimes.values()) since = Math.min(since, t);
+        this.opts.onBackendsGone?.(gone, since);
+      }
       report.written = failures.written;
       report.deleted = failures.deleted;
       report.failures = failures.count;
@@ -290,6 +306,8 @@ export class Syncer {
     const result = this.programmer.apply(upserts, { prune: full });
     deletedBackends.push(...result.deletedBackendIds);
     if (deletedBackends.length > 0) this.opts.onBackendsDeleted?.(deletedBackends);
+    // Conntrack and affinity entries of the freed ids are purged by now.
+    this.programmer.recycleIds();
     for (const failure of result.failures) {
       const owner = this.owners.get(failure.frontend);
       if (owner) failedServices.add(owner);

@@ -20,6 +20,8 @@ export const AttachType = {
   CGROUP_INET6_GETPEERNAME: 30,
   CGROUP_INET4_GETSOCKNAME: 31,
   CGROUP_INET6_GETSOCKNAME: 32,
+  /** BPF iterators (iter/udp, iter/tcp): a link, then an fd per run (bpf_iter_create). */
+  TRACE_ITER: 28,
   CGROUP_INET_SOCK_RELEASE: 34,
   XDP: 37,
   /** tcx (kernel 6.6+); newer than libbpf 1.1.2's headers, the number is UAPI. */

@@ -164,6 +164,8 @@ export interface LibbpfFunctions {
   bpf_prog_query(targetFd: number, type: number, queryFlags: number, attachFlags: Uint32Array, progIds: Uint32Array, progCnt: Uint32Array): number;
 
   bpf_prog_test_run_opts(progFd: number, opts: TestRunOpts): number;
+
+  bpf_iter_create(linkFd: number): number;
 }
 
 /** struct bpf_map_batch_opts (libbpf 1.1.2 bpf.h): 24 bytes on 64-bit. */
@@ -305,6 +307,8 @@ function load(): LibbpfFunctions {
     'int bpf_prog_query(int target_fd, int type, uint32_t query_flags, void *attach_flags, void *prog_ids, void *prog_cnt)',
 
     'int bpf_prog_test_run_opts(int prog_fd, _Inout_ bpf_test_run_opts *opts)',
+
+    'int bpf_iter_create(int link_fd)',
   ];
   const fns: Record<string, unknown> = {};
   for (const decl of decls) {

@@ -5,6 +5,7 @@ import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
 import { counterName, readCounters } from '../datapath/counters';
 import { LbProgrammer } from '../datapath/programmer';
 import { sockLbStatus, type AttachmentStatus } from '../datapath/sockLb';
+import { staleSocketStatus, type StaleSocketStatus } from '../datapath/sockTerm';
 
 export function flagNames(flags: number): string[] {
   const names: Array<[number, string]> = [
@@ -87,6 +88,8 @@ export interface StatusView {
   bpffs: string;
   agent?: AgentStatusView;
   attachments: AttachmentStatus[];
+  /** Whether sockets connected to deleted backends are destroyed (issue 13.1). */
+  staleSockets: StaleSocketStatus;
   maps: MapFill[];
   counters: Record<string, string>;
 }
@@ -113,6 +116,7 @@ export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string)
     bpffs,
     agent,
     attachments: sockLbStatus(bpffs, cgroupRoot),
+    staleSockets: staleSocketStatus(bpffs),
     maps: [
       fill(maps.services.name, count(maps.services.map), maps.services.map.maxEntries),
       fill(maps.backends.name, count(maps.backends.map), maps.backends.map.maxEntries),

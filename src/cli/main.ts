@@ -2,7 +2,8 @@
 // maps under --bpffs, so it works with no agent running.
 import { parseArgs, table, UsageError, type ParsedArgs } from './args';
 import { servicesView, statusView, withMaps, backendFlagNames } from './inspect';
-import { DEFAULT_BPFFS } from '../datapath/maps';
+import * as fs from 'node:fs';
+import { DEFAULT_BPFFS, type SockLbMaps } from '../datapath/maps';
 import { installSockLb, detachSockLb, uninstall } from '../datapath/sockLb';
 import { LbProgrammer, type FrontendSpec } from '../datapath/programmer';
 import { parseEndpoint, formatEndpoint } from '../datapath/addr';
@@ -70,6 +71,10 @@ const commands: Record<string, Command> = {
           `last full resync: ${ag.lastFullSync ?? 'never'}; ${ag.services} Services, ${ag.frontends} frontends, ${ag.backends} backends` +
           `${ag.lastSyncFailures ? `; ${ag.lastSyncFailures} frontends failed in the last sync` : ''}\n\n`
         : 'last sync: never (no agent has synced these maps; `sluice service upsert` does not count)\n\n');
+      const ss = view.staleSockets;
+      print(ss.enabled
+        ? `stale sockets: destroyed on backend removal (${ss.protocols.join(', ')})\n\n`
+        : `stale sockets: NOT destroyed on backend removal: ${ss.reason}\n\n`);
       print(table(['HOOK', 'PROGRAM', 'ATTACHED', 'CGROUP', 'LINK'], view.attachments.map((s) => [
         s.hook, s.program, s.attached ? 'yes' : 'no', s.cgroupPath ?? (s.cgroupId !== undefined ? `id ${s.cgroupId}` : '-'), s.linkId !== undefined ? String(s.linkId) : '-',
       ])));
@@ -81,12 +86,14 @@ const commands: Record<string, Command> = {
     },
   },
   service: {
-    summary: 'service upsert --frontend A:P/proto --backends A:P,... | service delete --frontend A:P/proto',
+    summary: 'service upsert --frontend A:P/proto --backends A:P,... | service delete --frontend A:P/proto (refused on a running agent\'s maps unless --force)',
     values: ['bpffs', 'frontend', 'backends', 'affinity-timeout'],
+    booleans: ['force'],
     run(a) {
       const verb = a.positional[0];
       const frontend = parseEndpoint(requireFlag(a, 'frontend'));
       return withMaps(bpffsOf(a), (maps) => {
+        if (a.flags.get('force') !== 'true') refuseIfAgentOwns(maps, bpffsOf(a));
         const programmer = LbProgrammer.adopt(maps);
         if (verb === 'delete') {
           const { frontends } = programmer.remove(frontend.address, frontend.port, frontend.proto);
@@ -146,6 +153,21 @@ const commands: Record<string, Command> = {
     },
   },
 };
+
+/**
+ * A running agent owns its maps: it holds their state in memory, so a write
+ * behind its back is undone at its next full sync, or worse, takes an id the
+ * agent believes free. Its status entry names its pid; a pid that no longer
+ * exists (/proc/<pid>) means no agent, and the maps are the operator's.
+ */
+function refuseIfAgentOwns(maps: SockLbMaps, bpffs: string): void {
+  const pid = maps.agent?.get(0)?.agent_pid ?? 0;
+  if (pid === 0 || pid === process.pid || !fs.existsSync(`/proc/${pid}`)) return;
+  throw new Error(
+    `refused: the agent (pid ${pid}) owns ${bpffs}; change the Service in the API instead, ` +
+      'or pass --force to write anyway (the agent undoes it at its next full sync)',
+  );
+}
 
 /** Commands registered by other modules (agent, apiserver, demo, ct). */
 export function registerCommand(name: string, command: Command): void {

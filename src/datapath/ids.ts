@@ -1,10 +1,20 @@
 // Stable ids for backends and rev-NAT entries. Id 0 is reserved as invalid
-// (zeroed map values then never point at a real object). Freed ids are reused
-// lowest first, so ids stay small and dense.
+// (zeroed map values then never point at a real object).
+//
+// allocate() and release() are O(1): fresh ids come from a counter, freed ids
+// from a FIFO queue, oldest freed first, so an id rests as long as possible
+// before it names something else. A released id is first *quarantined*: it
+// joins the queue only at recycle(), which the owner calls once the entries
+// that may still name the id (conntrack flows, affinity entries) have been
+// purged. Until then a new backend gets another id, so a flow or a client
+// pinned to the old backend can never land on the new one.
 export class IdAllocator {
   private next = 1;
-  private readonly free = new Set<number>();
   private readonly used = new Set<number>();
+  /** Free ids, oldest freed first; may hold ids reserved since (skipped lazily). */
+  private free: number[] = [];
+  private head = 0;
+  private quarantined: number[] = [];
 
   constructor(private readonly what: string, private readonly max = 0x7fffffff) {}
 
@@ -13,26 +23,52 @@ export class IdAllocator {
     if (id === 0) throw new Error(`${this.what} id 0 is reserved as invalid`);
     if (id > this.max) throw new Error(`${this.what} id ${id} is above the maximum ${this.max}`);
     this.used.add(id);
-    this.free.delete(id);
-    for (; this.next < id; this.next++) if (!this.used.has(this.next)) this.free.add(this.next);
-    if (id >= this.next) this.next = id + 1;
+    if (id >= this.next) {
+      // The gap below a reserved id is free, unless it is huge (a stray id):
+      // then fresh ids simply continue above it.
+      if (id - this.next <= 1 << 16) for (let gap = this.next; gap < id; gap++) this.free.push(gap);
+      this.next = id + 1;
+    }
   }
 
   allocate(): number {
-    let id: number | undefined;
-    for (const candidate of this.free) if (id === undefined || candidate < id) id = candidate;
-    if (id !== undefined) this.free.delete(id);
-    else id = this.next++;
-    if (id > this.max) throw new Error(`${this.what} ids exhausted (max ${this.max})`);
+    while (this.head < this.free.length) {
+      const id = this.free[this.head++]!;
+      this.compact();
+      if (this.used.has(id)) continue; // reserved after it was queued
+      this.used.add(id);
+      return id;
+    }
+    if (this.next > this.max) throw new Error(`${this.what} ids exhausted (max ${this.max})`);
+    const id = this.next++;
     this.used.add(id);
     return id;
   }
 
+  /** The id no longer names anything in the maps; reusable after the next recycle(). */
   release(id: number): void {
-    if (this.used.delete(id)) this.free.add(id);
+    if (this.used.delete(id)) this.quarantined.push(id);
+  }
+
+  /** Give back a freshly allocated id that never reached a map: reusable at once. */
+  unallocate(id: number): void {
+    if (this.used.delete(id)) this.free.push(id);
+  }
+
+  /** What named the released ids has been purged: they may be handed out again. */
+  recycle(): void {
+    for (const id of this.quarantined) this.free.push(id);
+    this.quarantined = [];
   }
 
   get size(): number {
     return this.used.size;
+  }
+
+  private compact(): void {
+    if (this.head > 1024 && this.head * 2 > this.free.length) {
+      this.free = this.free.slice(this.head);
+      this.head = 0;
+    }
   }
 }

@@ -70,6 +70,20 @@ export interface ApplyResult {
   failures: Array<{ frontend: string; owner?: string; error: Error }>;
 }
 
+/** What adoptAndRepair() removed: entries a crash mid-apply (or mid-delete) left behind. */
+export interface RepairReport {
+  /** Backend slots (slot > 0) of a frontend that has no master entry. */
+  orphanSlots: number;
+  /** Slots numbered above their master's count (a shrink that did not finish). */
+  slotsBeyondCount: number;
+  /** Rev-NAT entries no master names. */
+  revNats: number;
+  /** Backends no slot names. */
+  backends: number;
+  /** Affinity entries naming a rev-NAT id or a backend that is gone, or a backend not of that frontend. */
+  affinity: number;
+}
+
 export function frontendId(f: { address: string; port: number; proto: string; scope: ScopeName }): string {
   return `${f.address}:${f.port}/${f.proto}${f.scope === 'internal' ? '#internal' : ''}`;
 }
@@ -101,8 +115,12 @@ export class LbProgrammer {
   private readonly orphans = new Set<number>();
   private readonly revNats = new Map<string, number>();
   private readonly revNatUsers = new Map<string, number>();
+  /** Backends deleted since takeDeletedBackends() was last called (stale-socket termination). */
+  private deletedBackends: ProgrammedBackend[] = [];
   private readonly backendIds: IdAllocator;
   private readonly revNatIds: IdAllocator;
+  /** Found by adopt(), removed by adoptAndRepair(): never visible to the data path. */
+  private readonly leftovers = { slots: [] as abi.Lb4ServiceKey[], slotsBeyondCount: 0, revNatIds: [] as number[] };
 
   private constructor(private readonly maps: SockLbMaps) {
     this.backendIds = new IdAllocator('backend');
@@ -121,13 +139,15 @@ export class LbProgrammer {
       p.backendIds.reserve(id);
       p.orphans.add(id); // unreferenced until a frontend below points at it
     }
-    for (const [id, r] of maps.revNat.readAll()) {
+    const revNatIds: number[] = [];
+    for (const [id] of maps.revNat.readAll()) {
       // rev-NAT entries are per frontend address:port; the protocol is not
       // stored, so recover it from the master entries below.
       p.revNatIds.reserve(id);
-      void r;
+      revNatIds.push(id);
     }
     const slots = new Map<string, Map<number, number>>();
+    const slotKeys = new Map<string, abi.Lb4ServiceKey[]>();
     const masters: Array<[abi.Lb4ServiceKey, abi.Lb4Service]> = [];
     for (const [k, v] of maps.services.readAll()) {
       if (k.backend_slot === 0) {
@@ -137,6 +157,9 @@ export class LbProgrammer {
         let m = slots.get(id);
         if (!m) slots.set(id, (m = new Map()));
         m.set(k.backend_slot, v.backend_id);
+        let keys = slotKeys.get(id);
+        if (!keys) slotKeys.set(id, (keys = []));
+        keys.push(k);
       }
     }
     for (const [k, v] of masters) {
@@ -151,8 +174,67 @@ export class LbProgrammer {
       p.revNats.set(revNatKeyOf(f), v.rev_nat_id);
       p.revNatUsers.set(revNatKeyOf(f), (p.revNatUsers.get(revNatKeyOf(f)) ?? 0) + 1);
       for (const b of backendIds) p.ref(b, +1);
+      for (const k of slotKeys.get(id) ?? []) {
+        if (k.backend_slot > v.count) {
+          p.leftovers.slots.push(k);
+          p.leftovers.slotsBeyondCount++;
+        }
+      }
+      slotKeys.delete(id);
     }
+    for (const keys of slotKeys.values()) p.leftovers.slots.push(...keys); // no master
+    const named = new Set(p.revNats.values());
+    p.leftovers.revNatIds = revNatIds.filter((id) => !named.has(id));
     return p;
+  }
+
+  /**
+   * adopt(), then remove what a crash left: slots without a master, slots
+   * beyond a master's count, rev-NAT entries and backends nothing names, and
+   * affinity entries that name a frontend or backend that is gone (or a
+   * backend not of that frontend). None of these is reachable by the data
+   * path, so removing them changes no connection. For the agent at start;
+   * the CLI's views use plain adopt(), which writes nothing.
+   */
+  static adoptAndRepair(maps: SockLbMaps): { programmer: LbProgrammer; repaired: RepairReport } {
+    const p = LbProgrammer.adopt(maps);
+    const { slots, slotsBeyondCount, revNatIds } = p.leftovers;
+    maps.services.deleteMany(slots);
+    for (const id of revNatIds) {
+      if (maps.sourceRanges) syncSourceRanges(maps.sourceRanges, id, []);
+      maps.revNat.delete(id);
+      p.revNatIds.release(id);
+    }
+    const backends = p.collectGarbage().length;
+    // Backends each rev-NAT id's frontends (both scopes) may send a client to.
+    const members = new Map<number, Set<number>>();
+    for (const f of p.frontends.values()) {
+      let m = members.get(f.revNatId);
+      if (!m) members.set(f.revNatId, (m = new Set()));
+      for (const b of f.backendIds) m.add(b);
+    }
+    const staleAffinity: abi.Lb4AffinityKey[] = [];
+    for (const [k, v] of maps.affinity.entries()) {
+      if (!members.get(k.rev_nat_id)?.has(v.backend_id)) staleAffinity.push(k);
+    }
+    maps.affinity.deleteMany(staleAffinity);
+    p.leftovers.slots = [];
+    p.leftovers.revNatIds = [];
+    return {
+      programmer: p,
+      repaired: { orphanSlots: slots.length - slotsBeyondCount, slotsBeyondCount, revNats: revNatIds.length, backends, affinity: staleAffinity.length },
+    };
+  }
+
+  /**
+   * Ids freed since the last call may be handed out again. Call it once the
+   * entries that could still name them are gone: affinity entries are purged
+   * by the programmer itself, conntrack flows by the owner of the TC path
+   * (the syncer's onBackendsDeleted) right after the apply that freed them.
+   */
+  recycleIds(): void {
+    this.backendIds.recycle();
+    this.revNatIds.recycle();
   }
 
   programmedFrontends(): ProgrammedFrontend[] {
@@ -165,6 +247,18 @@ export class LbProgrammer {
 
   backendById(id: number): ProgrammedBackend | undefined {
     return this.backendsById.get(id);
+  }
+
+  /**
+   * Backends deleted from the maps since the last call whose address, port
+   * and protocol no frontend uses any more (one deleted and re-added under a
+   * new id in the same pass is still alive): the sockets connected to these
+   * can be ended.
+   */
+  takeDeletedBackends(): ProgrammedBackend[] {
+    const gone = this.deletedBackends.filter((b) => !this.backends.has(backendKeyOf(b)));
+    this.deletedBackends = [];
+    return gone;
   }
 
   /**
@@ -281,8 +375,8 @@ export class LbProgrammer {
       this.maps.revNat.setMany(revNatWrites);
     } catch (err) {
       // Ids allocated for entries that never landed go back to the pool.
-      for (const b of newBackends) if (!this.backends.has(backendKeyOf(b))) this.backendIds.release(b.id);
-      for (const id of newRevNats.values()) this.revNatIds.release(id);
+      for (const b of newBackends) if (!this.backends.has(backendKeyOf(b))) this.backendIds.unallocate(b.id);
+      for (const id of newRevNats.values()) this.revNatIds.unallocate(id);
       throw err;
     }
     for (const b of newBackends) {
@@ -403,6 +497,7 @@ export class LbProgrammer {
         this.backendsById.delete(id);
         this.backendIds.release(id);
         deleted.push(id);
+        this.deletedBackends.push(b);
       }
       this.backendRefs.delete(id);
     }

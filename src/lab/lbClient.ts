@@ -4,6 +4,11 @@
 //   udp ADDR PORT COUNT   unconnected sendto/recvfrom COUNT times; per reply:
 //                         the backend and the source address recvfrom() showed
 //   loop ADDR PORT MS     connect in a loop for MS milliseconds; counts ok/failed
+//   udpconn ADDR PORT MS  a resolver-like client: one connected UDP socket,
+//                         a query every 50 ms for MS milliseconds; on an error
+//                         it opens and connects a new socket. Prints one JSON
+//                         line per reply or error as it happens ({t, backend}
+//                         or {t, error}; t = Date.now()), then {done, ...}.
 import * as net from 'node:net';
 import * as dgram from 'node:dgram';
 
@@ -46,11 +51,50 @@ async function udpRun(address: string, port: number, count: number): Promise<Out
   return out;
 }
 
+/** One connected socket: resolves with the first error (or undefined when time is up). */
+function udpConnectedSession(address: string, port: number, end: number, emit: (o: Record<string, unknown>) => void): Promise<void> {
+  return new Promise((resolve) => {
+    const sock = dgram.createSocket('udp4');
+    let timer: NodeJS.Timeout | undefined;
+    let finished = false;
+    const finish = (error?: string) => {
+      if (finished) return;
+      finished = true;
+      clearInterval(timer);
+      if (error) emit({ t: Date.now(), error });
+      try { sock.close(); } catch { /* already closed */ }
+      resolve();
+    };
+    sock.on('error', (e: NodeJS.ErrnoException) => finish(e.code ?? e.message));
+    sock.on('message', (msg) => emit({ t: Date.now(), backend: msg.toString().trim().split(' ')[0] }));
+    sock.connect(port, address, () => {
+      emit({ t: Date.now(), connected: `${sock.remoteAddress().address}:${sock.remoteAddress().port}` });
+      let i = 0;
+      timer = setInterval(() => {
+        if (Date.now() >= end) return finish();
+        sock.send(`q ${i++}`, (err) => { if (err) finish((err as NodeJS.ErrnoException).code ?? err.message); });
+      }, 50);
+    });
+  });
+}
+
+async function udpConnectedLoop(address: string, port: number, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  const emit = (o: Record<string, unknown>) => process.stdout.write(JSON.stringify(o) + '\n');
+  let sessions = 0;
+  while (Date.now() < end) {
+    sessions++;
+    await udpConnectedSession(address, port, end, emit);
+    await new Promise((r) => setTimeout(r, 20)); // a failing connect() must not spin
+  }
+  emit({ done: true, sessions });
+}
+
 async function main(): Promise<void> {
   const [mode, address, portText, countText] = process.argv.slice(2);
   const port = Number(portText);
   const n = Number(countText);
-  if (!address || !port || !n) throw new Error('usage: lbClient tcp|udp|loop ADDR PORT COUNT|MS');
+  if (!address || !port || !n) throw new Error('usage: lbClient tcp|udp|loop|udpconn ADDR PORT COUNT|MS');
   if (mode === 'tcp') {
     const results: Outcome[] = [];
     for (let i = 0; i < n; i++) results.push(await tcpOnce(address, port));
@@ -68,6 +112,8 @@ async function main(): Promise<void> {
       else { ok++; backends[r.backend ?? '?'] = (backends[r.backend ?? '?'] ?? 0) + 1; }
     }
     process.stdout.write(JSON.stringify({ ok, errors, backends }) + '\n');
+  } else if (mode === 'udpconn') {
+    await udpConnectedLoop(address, port, n);
   } else {
     throw new Error(`unknown mode ${mode}`);
   }

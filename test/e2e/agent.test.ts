@@ -224,9 +224,9 @@ test('a full resync repairs drift: an entry deleted behind the agent comes back'
   api.store.create('endpointslices', slice('drift', 'drift-1', [BACKENDS[1]!]));
   const frontend = `${svc.spec.clusterIP}:80/tcp`;
   await waitProgrammed(frontend, [`${BACKENDS[1]}:8080`]);
-  // The CLI removes it behind the agent's back (reading the map right after
+  // The CLI removes it behind the agent's back (--force: the agent owns these maps; reading the map right after
   // would race with the 5 s resync, which may already have repaired it).
-  assert.match(sh(sluiceBin, ['service', 'delete', '--frontend', frontend, '--bpffs', sb.bpffs]), new RegExp(`^deleted ${frontend}`));
+  assert.match(sh(sluiceBin, ['service', 'delete', '--frontend', frontend, '--bpffs', sb.bpffs, '--force']), new RegExp(`^deleted ${frontend}`));
   await waitProgrammed(frontend, [`${BACKENDS[1]}:8080`], 15000); // --sync-period 5
 });
 

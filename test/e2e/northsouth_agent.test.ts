@@ -12,6 +12,7 @@ import * as path from 'node:path';
 import { startApiServer, type ApiServerHandle } from '../../src/k8s/apiserver';
 import { Topology, ADDR, SERVER_SCRIPT, CLIENT_SCRIPT } from './tc_topology';
 import { cgroup2Root, bpffsRoot, sluiceBin, waitFor } from '../helpers/sandbox';
+import { AGENT_CAPS, withCaps } from '../helpers/agentProcess';
 
 const FORWARDER = path.join(__dirname, '..', 'cluster', 'forwarder.js');
 
@@ -71,11 +72,12 @@ before(async () => {
   cgroup = path.join(cgroup2Root(), suffix);
   fs.mkdirSync(cgroup);
   bpffs = path.join(bpffsRoot(), suffix);
-  const agent = track(spawn('nsenter', [`--net=${topo.netnsPath('n1')}`, sluiceBin, 'agent',
+  // nsenter first (it needs CAP_SYS_ADMIN), then the agent with exactly the documented capabilities.
+  const agent = track(spawn('nsenter', [`--net=${topo.netnsPath('n1')}`, ...withCaps(AGENT_CAPS, [sluiceBin, 'agent',
     '--kubeconfig', kubeconfig, '--k8s-api-server', '127.0.0.1:6443', '--node-name', 'n1',
     '--cgroup-path', cgroup, '--bpffs', bpffs, '--devices', 'eth0',
     '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0',
-    '--healthcheck-addresses', ADDR.node1], { stdio: ['ignore', 'pipe', 'pipe'] }));
+    '--healthcheck-addresses', ADDR.node1, '--stale-socket-netns='])], { stdio: ['ignore', 'pipe', 'pipe'] }));
   agent.stdout!.on('data', (d) => (agentLog += d));
   agent.stderr!.on('data', (d) => (agentLog += d));
   await waitFor('agent synced', () => agentLog.includes('informers synced') || agent.exitCode !== null, 20000);

@@ -9,14 +9,36 @@ export interface AgentLogLine {
   [key: string]: unknown;
 }
 
+/**
+ * The capabilities docs/deploy.md gives the agent container. The e2e tier runs
+ * every agent with exactly these (and uid 0, as the DaemonSet does), so a
+ * feature that quietly needs more fails here, not on a customer's node.
+ */
+export const AGENT_CAPS = ['bpf', 'net_admin', 'perfmon'] as const;
+
+/** `cmd` under setpriv with exactly `caps` (inheritable, ambient and bounding), as a container runtime would. */
+export function withCaps(caps: readonly string[], cmd: string[]): string[] {
+  const set = ['-all', ...caps.map((c) => `+${c}`)].join(',');
+  return ['setpriv', `--inh-caps=${set}`, `--ambient-caps=${set}`, `--bounding-set=${set}`, '--', ...cmd];
+}
+
+export interface AgentProcessOptions {
+  /** Capabilities instead of AGENT_CAPS (a test that needs more says so, and why). */
+  caps?: readonly string[];
+}
+
 export class AgentProcess {
   readonly lines: AgentLogLine[] = [];
   private child: ChildProcess;
   private exited: Promise<number | null>;
   stderr = '';
 
-  constructor(args: string[]) {
-    this.child = spawn(sluiceBin, ['agent', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  constructor(args: string[], opts: AgentProcessOptions = {}) {
+    // The machine's /run/netns holds other tests' namespaces: an agent under
+    // test walks only the ones its test names (stale-socket termination).
+    const netns = args.some((a) => a.startsWith('--stale-socket-netns')) ? [] : ['--stale-socket-netns='];
+    const [cmd, ...rest] = withCaps(opts.caps ?? AGENT_CAPS, [sluiceBin, 'agent', ...args, ...netns]);
+    this.child = spawn(cmd!, rest, { stdio: ['ignore', 'pipe', 'pipe'] });
     let buf = '';
     this.child.stdout!.on('data', (d) => {
       buf += d;
@@ -33,6 +55,15 @@ export class AgentProcess {
     });
     this.child.stderr!.on('data', (d) => (this.stderr += d));
     this.exited = new Promise((resolve) => this.child.on('exit', (code) => resolve(code)));
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /** Resolves with the exit code once the process has ended. */
+  exit(): Promise<number | null> {
+    return this.exited;
   }
 
   find(pattern: RegExp): AgentLogLine | undefined {

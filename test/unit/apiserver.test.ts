@@ -6,6 +6,8 @@ import { strict as assert } from 'node:assert';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import * as path from 'node:path';
+import { spawnSync } from 'node:child_process';
 import { after, afterEach, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import { startApiServer, ApiServerHandle } from '../../src/k8s/apiserver';
@@ -450,5 +452,23 @@ describe('built-in API server: options', () => {
     } finally {
       await server.close();
     }
+  });
+});
+
+describe('built-in API server: listen address (no authentication, so loopback unless asked)', () => {
+  it('refuses a non-loopback address without allowNonLoopback / --allow-non-loopback; loopback needs nothing', async () => {
+    // Refused before binding anything: nothing listens on these addresses.
+    for (const host of ['0.0.0.0', '::', '198.18.0.1']) {
+      await assert.rejects(startApiServer({ host }), new RegExp(`refusing to listen on ${host.replace(/\./g, '\\.')}: .*allow-non-loopback`));
+    }
+    for (const host of ['127.0.0.1', '127.0.0.2', '::1', 'localhost']) {
+      const server = await startApiServer({ host });
+      await server.close();
+    }
+    const bin = path.resolve(__dirname, '..', '..', '..', 'bin', 'sluice');
+    const r = spawnSync(bin, ['apiserver', '--listen', '0.0.0.0:0'], { encoding: 'utf8', timeout: 20000 });
+    assert.equal(r.status, 1);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    assert.match(r.stderr, /^sluice apiserver: refusing to listen on 0\.0\.0\.0: .*--allow-non-loopback/);
   });
 });

@@ -72,7 +72,7 @@ test('agent config: defaults, then the YAML file, then flags', () => {
   }
 });
 
-test('ids: 0 is never handed out, freed ids are reused lowest first, adopted ids are kept', () => {
+test('ids: 0 is never handed out, adopted ids are kept, freed ids rest in quarantine and come back oldest first', () => {
   const ids = new IdAllocator('backend');
   ids.reserve(3);
   ids.reserve(7);
@@ -80,7 +80,14 @@ test('ids: 0 is never handed out, freed ids are reused lowest first, adopted ids
   assert.deepEqual(got, [1, 2, 4, 5, 6, 8]);
   ids.release(4);
   ids.release(2);
-  assert.equal(ids.allocate(), 2);
+  assert.equal(ids.allocate(), 9, 'released ids are quarantined until recycle()');
+  ids.recycle();
+  assert.deepEqual([ids.allocate(), ids.allocate(), ids.allocate()], [4, 2, 10], 'oldest freed first, then fresh ids');
+  ids.unallocate(10);
+  assert.equal(ids.allocate(), 10, 'an id that never reached a map is reusable at once');
+  ids.reserve(1_000_000);
+  assert.equal(ids.allocate(), 1_000_001, 'a huge gap below a stray adopted id is skipped, not queued');
+  assert.equal(ids.size, 12);
   assert.throws(() => ids.reserve(0), /reserved as invalid/);
 });
 

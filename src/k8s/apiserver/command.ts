@@ -8,7 +8,7 @@ export const commands: Record<string, Command> = {
   apiserver: {
     summary: 'serve the built-in Kubernetes API (Services, EndpointSlices, Nodes) for tests and demos',
     values: ['listen', 'service-cidr', 'node-port-range', 'kubeconfig-out'],
-    booleans: ['strict-validation'],
+    booleans: ['strict-validation', 'allow-non-loopback'],
     async run(args) {
       const { host, port } = parseHostPort(args.flags.get('listen') ?? '127.0.0.1:6443', '--listen');
       const api = await startApiServer({
@@ -16,6 +16,7 @@ export const commands: Record<string, Command> = {
         serviceCIDR: args.flags.get('service-cidr'),
         nodePortRange: args.flags.get('node-port-range'),
         strictValidation: args.flags.get('strict-validation') === 'true',
+        allowNonLoopback: args.flags.get('allow-non-loopback') === 'true',
       });
       const out = args.flags.get('kubeconfig-out');
       if (out) await api.writeKubeconfig(out);

@@ -32,6 +32,14 @@ export interface ApiServerOptions {
   /** Disconnect a watcher whose unread output exceeds this; default 64 MiB. */
   maxWatchBufferBytes?: number;
   logger?: Logger;
+  /** Listen on an address other than loopback. The server has no authentication: anyone who reaches it can rewrite every Service. */
+  allowNonLoopback?: boolean;
+}
+
+/** 127.0.0.0/8, ::1, localhost (and ::ffff:127.x): reachable from this host's network namespace only. */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  return h === 'localhost' || h === '::1' || /^(::ffff:)?127\.\d+\.\d+\.\d+$/.test(h);
 }
 
 export interface ApiServerHandle {
@@ -67,6 +75,12 @@ function listen(server: Server, port: number, host: string): Promise<void> {
 
 export async function startApiServer(options: ApiServerOptions = {}): Promise<ApiServerHandle> {
   const host = options.host ?? '127.0.0.1';
+  if (!isLoopbackHost(host) && !options.allowNonLoopback) {
+    throw new Error(
+      `refusing to listen on ${host}: the built-in API server has no authentication, so anyone who reaches it can rewrite ` +
+        'every Service; listen on loopback, or pass --allow-non-loopback (allowNonLoopback: true) to expose it deliberately',
+    );
+  }
   const cidrs = (options.serviceCIDR ?? '10.96.0.0/12').split(',').map((c) => c.trim()).filter((c) => c !== '');
   const ips = cidrs.map((c) => new ServiceIpAllocator(c));
   if (ips.length === 0 || ips.length > 2 || (ips.length === 2 && ips[0]?.family === ips[1]?.family)) {

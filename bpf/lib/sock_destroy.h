@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sock_destroy.h: end the sockets that still talk to a deleted backend.
+ *
+ * connect() on a Service is translated once (lib/sock.h): a connected UDP
+ * socket (a resolver) or a TCP connection then keeps the backend's address for
+ * as long as it lives, and keeps reaching the old Pod if its address still
+ * answers, or a black hole if not. Nothing in the packet path can fix that:
+ * there is no per-packet translation to redo. So the agent lists the deleted
+ * backends in SLUICE_MAP_SOCKTERM4 and runs these iterators; a matching socket
+ * is destroyed with bpf_sock_destroy() (the kernel's diag_destroy: the next
+ * send/recv fails with ECONNABORTED), the application reconnects, and its new
+ * connect() is translated to a live backend.
+ *
+ * Only sockets the socket LB sent to that backend are touched: the socket's
+ * reverse entry (the one recvmsg()/getpeername() use) must name the backend.
+ * A socket that dialled the Pod address directly is left alone.
+ */
+#ifndef SLUICE_BPF_SOCK_DESTROY_H
+#define SLUICE_BPF_SOCK_DESTROY_H
+
+#include "common.h"
+#include "maps.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+
+/* The kfunc (kernel >= 6.5); the loader fails on an older kernel, which is
+ * how the agent detects support. */
+extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb4_sock_term_key);
+	__type(value, __u8);
+	__uint(max_entries, SLUICE_MAX_SOCKTERM4);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_SOCKTERM4 SEC(".maps");
+
+/* The last socket destroyed (bpftool map dump of the object's .bss); it also
+ * keeps the event layout in the object's BTF for the ABI generator. */
+struct lb4_sock_term_event lb4_last_sock_term;
+
+/* The socket LB sent this socket to the backend: one of the pairs in its
+ * socket-local storage (lib/sock.h) names it. A socket never translated has
+ * no storage. */
+static __always_inline bool lb4_sock_was_translated(struct sock_common *skc, __be32 address, __be16 port)
+{
+	struct lb4_sock_state *st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, skc, 0, 0);
+	bool found = false;
+	int i;
+
+	if (!st)
+		return false;
+	bpf_spin_lock(&st->lock);
+	for (i = 0; i < SLUICE_SOCK_PAIRS; i++) {
+		if (st->pairs[i].used && st->pairs[i].backend_address == address &&
+		    st->pairs[i].backend_port == port)
+			found = true;
+	}
+	bpf_spin_unlock(&st->lock);
+	return found;
+}
+
+/*
+ * One socket of the iterator: destroy it when it is an IPv4 socket connected
+ * to a listed backend that the socket LB chose for it. skc must be the
+ * iterator's own (trusted) pointer: bpf_sock_destroy() refuses one derived
+ * from it, such as bpf_skc_to_tcp_sock()'s result; the caller has checked it
+ * is a full socket (request and time-wait minisocks have no diag_destroy).
+ */
+static __always_inline int lb4_sock_term(struct seq_file *seq, struct sock_common *skc, __u8 proto)
+{
+	struct lb4_sock_term_key term = {};
+	struct lb4_sock_term_event event = {};
+
+	if (skc->skc_family != AF_INET || skc->skc_daddr == 0)
+		return 0; /* not IPv4, or not connected */
+	term.address = skc->skc_daddr;
+	term.port = skc->skc_dport;
+	term.proto = proto;
+	if (!bpf_map_lookup_elem(&SLUICE_MAP_SOCKTERM4, &term))
+		return 0;
+	if (!lb4_sock_was_translated(skc, term.address, term.port))
+		return 0;
+	event.cookie = bpf_get_socket_cookie(skc);
+	event.address = term.address;
+	event.port = term.port;
+	event.proto = proto;
+	event.result = bpf_sock_destroy(skc);
+	bpf_seq_write(seq, &event, sizeof(event));
+	lb4_last_sock_term = event;
+	return 0;
+}
+
+#endif /* SLUICE_BPF_SOCK_DESTROY_H */
