@@ -78,14 +78,7 @@ static __always_inline int lb4_pod_bounce(struct __sk_buff *skb)
 	return bpf_redirect(skb->ifindex, 0);
 }
 
-static __always_inline __u16 lb_csum_fold(__s64 sum)
-{
-	__u32 s = (__u32)sum;
-
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (__u16)~s;
-}
+/* lb_csum_fold: pmtu.h (issue 10 item 8 moved it there, shared) */
 
 /* The reply of lb4_pod_reject: IPv4 + ICMP header + quote, built whole. */
 struct lb4_icmp_unreach {

@@ -26,6 +26,10 @@
 #include "lb.h"
 #include "nat.h"
 #include "conntrack.h"
+/* issue 10 items 8-9: fragments, PMTU, SNAT address of the egress device */
+#include "frag.h"
+#include "pmtu.h"
+#include "egress.h"
 
 static __always_inline bool lb_svc_is_north_south(const struct lb4_service *svc)
 {
@@ -82,17 +86,27 @@ static __always_inline int lb4_dec_ttl(struct __sk_buff *skb)
  * Forward a translated packet whose source is a local address: route it with
  * the FIB and redirect it to the egress of the chosen device. When there is no
  * route (or the TTL is spent) the stack gets the packet and decides.
+ * `arrived` is the packet as it came in (NULL: an ICMP error), `to` the tuple
+ * it was rewritten to; a packet too big for the next hop is answered with
+ * ICMP "fragmentation needed" (pmtu.h).
  */
-static __always_inline int lb4_tc_redirect(struct __sk_buff *skb, __be32 saddr, __be32 daddr)
+static __always_inline int
+lb4_tc_redirect(struct __sk_buff *skb, const struct lb4_packet *arrived, const struct lb4_tuple *to)
 {
 	struct bpf_fib_lookup fib = {};
 	int rc;
 
 	fib.family = AF_INET;
-	fib.ipv4_src = saddr;
-	fib.ipv4_dst = daddr;
+	fib.ipv4_src = to->saddr;
+	fib.ipv4_dst = to->daddr;
 	fib.ifindex = skb->ingress_ifindex;
+	/* issue 10 item 8: the IP length, so the FIB checks the route's MTU
+	 * before the neighbour (a GSO packet is checked per segment by the
+	 * device: 0 asks for that) */
+	fib.tot_len = skb->gso_size ? 0 : skb->len - LB_ETH_HLEN;
 	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return lb4_pmtu_too_big(skb, arrived, to, fib.mtu_result);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
 		lb_count(LB_CNT_TC_FIB_FAILED);
 		return TC_ACT_OK;
@@ -124,7 +138,7 @@ lb4_tc_xlate_original(struct __sk_buff *skb, const struct lb4_packet *pkt,
 	}
 	if (lb4_rewrite(skb, pkt, &to) < 0)
 		return TC_ACT_SHOT;
-	return snat ? lb4_tc_redirect(skb, to.saddr, to.daddr) : TC_ACT_OK;
+	return snat ? lb4_tc_redirect(skb, pkt, &to) : TC_ACT_OK;
 }
 
 /* Reply direction: backend -> client (or SNAT address) becomes
@@ -142,7 +156,7 @@ lb4_tc_xlate_reply(struct __sk_buff *skb, const struct lb4_packet *pkt,
 	if (lb4_rewrite(skb, pkt, &to) < 0)
 		return TC_ACT_SHOT;
 	lb_count(LB_CNT_TC_REV_XLATED);
-	return ingress ? lb4_tc_redirect(skb, to.saddr, to.daddr) : TC_ACT_OK;
+	return ingress ? lb4_tc_redirect(skb, pkt, &to) : TC_ACT_OK;
 }
 
 /*
@@ -273,12 +287,13 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 		 * to the node address: on the external device from another node,
 		 * on the pod's device (where the agent attaches this program
 		 * too) from a local pod. Only Local keeps the client's address. */
-		if (!cfg->snat_address) {
+		/* issue 10 item 9: the egress device's address (egress.h) */
+		e.nat_address = lb4_snat_address_for(skb, cfg, backend->address);
+		if (!e.nat_address) {
 			lb_count(LB_CNT_TC_SNAT_FAILED);
 			return TC_ACT_SHOT;
 		}
 		e.flags |= LB_CT_FLAG_SNAT;
-		e.nat_address = cfg->snat_address;
 	}
 	if (lb4_ct_create_flow(skb, t, &e, cfg) < 0)
 		return TC_ACT_SHOT;
@@ -342,7 +357,11 @@ lb4_tc_icmp_error(struct __sk_buff *skb, const struct lb4_packet *pkt, bool ingr
 					   &quote_to) < 0)
 			return TC_ACT_SHOT;
 		lb_count(LB_CNT_TC_REV_XLATED);
-		return ingress ? lb4_tc_redirect(skb, outer_saddr, e->client_address) : TC_ACT_OK;
+		if (!ingress)
+			return TC_ACT_OK;
+		quote_to.saddr = outer_saddr;
+		quote_to.daddr = e->client_address;
+		return lb4_tc_redirect(skb, NULL, &quote_to);
 	}
 	if (!ingress)
 		return TC_ACT_OK;
@@ -401,7 +420,7 @@ static __always_inline int lb4_tc_ingress(struct __sk_buff *skb)
 	struct lb4_ct_entry *e;
 	struct lb4_ct_key key;
 
-	if (lb4_parse(skb, &pkt) < 0)
+	if (lb4_tc_parse(skb, &pkt) < 0) /* issue 10 item 8: fragments (frag.h) */
 		return TC_ACT_OK;
 	if (pkt.tuple.proto == LB_IPPROTO_ICMP)
 		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_tc_icmp_error(skb, &pkt, true) : TC_ACT_OK;
@@ -417,6 +436,8 @@ static __always_inline int lb4_tc_ingress(struct __sk_buff *skb)
 	e = lb4_ct_live_original(skb, &pkt.tuple, &cfg, 0);
 	if (e)
 		return lb4_tc_xlate_original(skb, &pkt, e);
+	if (pkt.frag == LB_FRAG_LATER) /* issue 10 item 8: only a first fragment opens a flow */
+		return TC_ACT_OK;
 	return lb4_tc_new_flow(skb, &pkt, &cfg);
 }
 
@@ -427,7 +448,7 @@ static __always_inline int lb4_tc_egress(struct __sk_buff *skb)
 	struct lb4_ct_entry *e;
 	struct lb4_ct_key key;
 
-	if (lb4_parse(skb, &pkt) < 0)
+	if (lb4_tc_parse(skb, &pkt) < 0) /* issue 10 item 8: fragments (frag.h) */
 		return TC_ACT_OK;
 	if (pkt.tuple.proto == LB_IPPROTO_ICMP)
 		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_tc_icmp_error(skb, &pkt, false) : TC_ACT_OK;

@@ -9,7 +9,7 @@ import type { Codec, StructLayout, MapSpec } from './types';
 export const LB_ALG_RANDOM = 0;
 export const LB_BACKEND_FLAG_LOCAL = 1;
 export const LB_BACKEND_FLAG_TERMINATING = 2;
-export const LB_CNT_MAX = 16;
+export const LB_CNT_MAX = 64;
 export const LB_CNT_SOCK_NO_BACKEND = 1;
 export const LB_CNT_SOCK_REV_FAILED = 4;
 export const LB_CNT_SOCK_REV_XLATED = 3;
@@ -18,10 +18,16 @@ export const LB_CNT_SOCK_TRANSLATED = 0;
 export const LB_CNT_TC_BACKEND_GONE = 13;
 export const LB_CNT_TC_CT_FAILED = 14;
 export const LB_CNT_TC_FIB_FAILED = 15;
+export const LB_CNT_TC_FRAG_FOUND = 49;
+export const LB_CNT_TC_FRAG_NEEDED_SENT = 51;
+export const LB_CNT_TC_FRAG_TRACKED = 48;
+export const LB_CNT_TC_FRAG_UNKNOWN = 50;
 export const LB_CNT_TC_NO_BACKEND = 10;
 export const LB_CNT_TC_REV_XLATED = 9;
+export const LB_CNT_TC_SNAT_EGRESS_DEV = 53;
 export const LB_CNT_TC_SNAT_FAILED = 12;
 export const LB_CNT_TC_SRC_RANGE_DROP = 11;
+export const LB_CNT_TC_TOO_BIG_DROP = 52;
 export const LB_CNT_TC_TRANSLATED = 8;
 export const LB_CT_DIR_ORIGINAL = 0;
 export const LB_CT_DIR_REPLY = 1;
@@ -52,8 +58,10 @@ export const SLUICE_MAP_AGENT = "sluice_agent";
 export const SLUICE_MAP_BACKENDS4 = "sluice_be4";
 export const SLUICE_MAP_COUNTERS = "sluice_counters";
 export const SLUICE_MAP_CT4 = "sluice_ct4";
+export const SLUICE_MAP_FRAG4 = "sluice_frag4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_SERVICES4 = "sluice_svc4";
+export const SLUICE_MAP_SNAT_DEV4 = "sluice_snatdev4";
 export const SLUICE_MAP_SOCKREV4 = "sluice_sk_rev4";
 export const SLUICE_MAP_SOCKSLOT4 = "sluice_sk_slot4";
 export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
@@ -61,9 +69,11 @@ export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
 export const SLUICE_MAX_AFFINITY = 131072;
 export const SLUICE_MAX_BACKENDS = 262144;
 export const SLUICE_MAX_CT4 = 262144;
+export const SLUICE_MAX_FRAG4 = 8192;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
+export const SLUICE_MAX_SNAT_DEV4 = 256;
 export const SLUICE_MAX_SOCKREV = 65536;
 export const SLUICE_MAX_SRCRANGE4 = 16384;
 export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
@@ -224,6 +234,54 @@ export function decodeLb4CtKey(buf: Buffer, off = 0): Lb4CtKey {
 }
 export const lb4_ct_keyCodec: Codec<Lb4CtKey> = { size: 16, encode: encodeLb4CtKey, decode: decodeLb4CtKey };
 
+/** struct lb4_frag_key (12 bytes) */
+export interface Lb4FragKey {
+  saddr: number; // network byte order in the map
+  daddr: number; // network byte order in the map
+  id: number; // network byte order in the map
+  proto: number;
+}
+export const LB4_FRAG_KEY_SIZE = 12;
+export const lb4_frag_keyLayout: StructLayout = {"name":"lb4_frag_key","size":12,"fields":[{"name":"saddr","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"daddr","kind":"int","offset":4,"size":4,"bigEndian":true},{"name":"id","kind":"int","offset":8,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":10,"size":1,"bigEndian":false},{"name":"pad","kind":"int","offset":11,"size":1,"bigEndian":false}]};
+export function encodeLb4FragKey(v: Lb4FragKey, buf: Buffer = Buffer.alloc(12), off = 0): Buffer {
+  buf.fill(0, off, off + 12);
+  buf.writeUInt32BE(v.saddr >>> 0, off + 0);
+  buf.writeUInt32BE(v.daddr >>> 0, off + 4);
+  buf.writeUInt16BE(v.id & 0xffff, off + 8);
+  buf.writeUInt8(v.proto & 0xff, off + 10);
+  return buf;
+}
+export function decodeLb4FragKey(buf: Buffer, off = 0): Lb4FragKey {
+  return {
+    saddr: buf.readUInt32BE(off + 0),
+    daddr: buf.readUInt32BE(off + 4),
+    id: buf.readUInt16BE(off + 8),
+    proto: buf.readUInt8(off + 10),
+  };
+}
+export const lb4_frag_keyCodec: Codec<Lb4FragKey> = { size: 12, encode: encodeLb4FragKey, decode: decodeLb4FragKey };
+
+/** struct lb4_frag_ports (4 bytes) */
+export interface Lb4FragPorts {
+  sport: number; // network byte order in the map
+  dport: number; // network byte order in the map
+}
+export const LB4_FRAG_PORTS_SIZE = 4;
+export const lb4_frag_portsLayout: StructLayout = {"name":"lb4_frag_ports","size":4,"fields":[{"name":"sport","kind":"int","offset":0,"size":2,"bigEndian":true},{"name":"dport","kind":"int","offset":2,"size":2,"bigEndian":true}]};
+export function encodeLb4FragPorts(v: Lb4FragPorts, buf: Buffer = Buffer.alloc(4), off = 0): Buffer {
+  buf.fill(0, off, off + 4);
+  buf.writeUInt16BE(v.sport & 0xffff, off + 0);
+  buf.writeUInt16BE(v.dport & 0xffff, off + 2);
+  return buf;
+}
+export function decodeLb4FragPorts(buf: Buffer, off = 0): Lb4FragPorts {
+  return {
+    sport: buf.readUInt16BE(off + 0),
+    dport: buf.readUInt16BE(off + 2),
+  };
+}
+export const lb4_frag_portsCodec: Codec<Lb4FragPorts> = { size: 4, encode: encodeLb4FragPorts, decode: decodeLb4FragPorts };
+
 /** struct lb4_reverse_nat (8 bytes) */
 export interface Lb4ReverseNat {
   address: number; // network byte order in the map
@@ -307,6 +365,24 @@ export function decodeLb4ServiceKey(buf: Buffer, off = 0): Lb4ServiceKey {
   };
 }
 export const lb4_service_keyCodec: Codec<Lb4ServiceKey> = { size: 12, encode: encodeLb4ServiceKey, decode: decodeLb4ServiceKey };
+
+/** struct lb4_snat_device (4 bytes) */
+export interface Lb4SnatDevice {
+  address: number; // network byte order in the map
+}
+export const LB4_SNAT_DEVICE_SIZE = 4;
+export const lb4_snat_deviceLayout: StructLayout = {"name":"lb4_snat_device","size":4,"fields":[{"name":"address","kind":"int","offset":0,"size":4,"bigEndian":true}]};
+export function encodeLb4SnatDevice(v: Lb4SnatDevice, buf: Buffer = Buffer.alloc(4), off = 0): Buffer {
+  buf.fill(0, off, off + 4);
+  buf.writeUInt32BE(v.address >>> 0, off + 0);
+  return buf;
+}
+export function decodeLb4SnatDevice(buf: Buffer, off = 0): Lb4SnatDevice {
+  return {
+    address: buf.readUInt32BE(off + 0),
+  };
+}
+export const lb4_snat_deviceCodec: Codec<Lb4SnatDevice> = { size: 4, encode: encodeLb4SnatDevice, decode: decodeLb4SnatDevice };
 
 /** struct lb4_sock_rev (12 bytes) */
 export interface Lb4SockRev {
@@ -502,11 +578,13 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_affin4: {"name":"sluice_affin4","type":9,"keyType":"lb4_affinity_key","keySize":16,"valueType":"lb_affinity","valueSize":16,"maxEntries":131072},
   sluice_agent: {"name":"sluice_agent","type":2,"keyType":"u32","keySize":4,"valueType":"sluice_agent_status","valueSize":48,"maxEntries":1},
   sluice_be4: {"name":"sluice_be4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":262144,"flags":1},
-  sluice_counters: {"name":"sluice_counters","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":16},
+  sluice_counters: {"name":"sluice_counters","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":64},
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
+  sluice_frag4: {"name":"sluice_frag4","type":9,"keyType":"lb4_frag_key","keySize":12,"valueType":"lb4_frag_ports","valueSize":4,"maxEntries":8192},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
   sluice_sk_rev4: {"name":"sluice_sk_rev4","type":9,"keyType":"lb4_sock_rev_key","keySize":16,"valueType":"lb4_sock_rev","valueSize":12,"maxEntries":65536},
   sluice_sk_slot4: {"name":"sluice_sk_slot4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_sock_slot","valueSize":32,"maxEntries":262144},
+  sluice_snatdev4: {"name":"sluice_snatdev4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_snat_device","valueSize":4,"maxEntries":256,"flags":1},
   sluice_srcrng4: {"name":"sluice_srcrng4","type":11,"keyType":"lb4_src_range_key","keySize":12,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
   sluice_svc4: {"name":"sluice_svc4","type":1,"keyType":"lb4_service_key","keySize":12,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},
