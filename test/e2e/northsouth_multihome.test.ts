@@ -54,7 +54,8 @@ test('NodePort (eTP Cluster) to a backend behind the private device: SNAT to the
     return last.startsWith('ok');
   }, 20000).catch((err: Error) => { throw new Error(`${err.message}: last answer ${last}; ${diagnostics()}`); });
   assert.equal(last, `ok p2 ${MH.node1Private} 2000`, 'the backend sees the address of the device the flow left by');
-  assert.match(agent.log, /TC attached to a node-to-node device/);
+  await waitFor('the agent reports the node-to-node device', () => /TC attached to a node-to-node device/.test(agent.log), 5000)
+    .catch((err: Error) => { throw new Error(`${err.message}: ${agent.log.slice(-3000)}`); });
 });
 
 test('UDP and an ExternalIP work the same way; a local backend keeps the public address', async () => {
