@@ -154,3 +154,23 @@ export function diffHex(actual: Buffer, expected: Buffer): string {
   }
   return out.join('\n') || '(identical)';
 }
+
+/**
+ * Split an IPv4 packet (from ipPacket) into Ethernet frames of fragments:
+ * the first carries `firstPayload` bytes after the IPv4 header (a multiple of
+ * 8), the second the rest. DF is cleared and MF/offset set as a sender would;
+ * each header checksum is recomputed.
+ */
+export function fragment(ipPkt: Buffer, firstPayload: number): [Buffer, Buffer] {
+  const header = ipPkt.subarray(0, 20);
+  const payload = ipPkt.subarray(20);
+  const part = (data: Buffer, offset: number, more: boolean) => {
+    const h = Buffer.from(header);
+    h.writeUInt16BE(20 + data.length, 2);
+    h.writeUInt16BE((more ? 0x2000 : 0) | (offset / 8), 6);
+    h.writeUInt16BE(0, 10);
+    h.writeUInt16BE(checksum(h), 10);
+    return ethernet(Buffer.concat([h, data]));
+  };
+  return [part(payload.subarray(0, firstPayload), 0, true), part(payload.subarray(firstPayload), firstPayload, false)];
+}

@@ -10,6 +10,7 @@ export interface Route {
   /** Network number and prefix length ("default" is 0/0). */
   network: number;
   prefix: number;
+  /** '' for routes without a device (blackhole, unreachable, prohibit). */
   dev: string;
   /** The source address the kernel prefers on this route (`src`), if set. */
   prefsrc?: string;
@@ -19,15 +20,15 @@ export interface Route {
 
 interface IpRoute { dst?: string; dev?: string; prefsrc?: string; type?: string }
 
-/** Parse `ip -j -4 route show` output; routes without a device (blackhole, unreachable) are left out. */
+/** Parse `ip -j -4 route show` output. */
 export function parseRoutes(json: string): Route[] {
   const out: Route[] = [];
   for (const r of JSON.parse(json || '[]') as IpRoute[]) {
-    if (!r.dev || !r.dst) continue;
+    if (!r.dst) continue;
     const [address, len] = r.dst === 'default' ? ['0.0.0.0', '0'] : r.dst.split('/');
     const prefix = len === undefined ? 32 : Number(len);
     const mask = prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0;
-    out.push({ network: (ip4ToNumber(address!) & mask) >>> 0, prefix, dev: r.dev, prefsrc: r.prefsrc, type: r.type ?? 'unicast' });
+    out.push({ network: (ip4ToNumber(address!) & mask) >>> 0, prefix, dev: r.dev ?? '', prefsrc: r.prefsrc, type: r.type ?? 'unicast' });
   }
   return out;
 }
