@@ -15,7 +15,7 @@ import { TcHarness } from './tc_harness';
 import { TcNetns } from './tc_netns';
 import {
   TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_SYN,
-  checksum, diffHex, ethernet, fragment, frame, ipPacket, type L4Spec,
+  checksum, diffHex, fragment, frame, icmpReply, ipPacket, type L4Spec,
 } from './tc_packet';
 
 const CLIENT = '198.18.0.10';
@@ -134,23 +134,8 @@ describe('routes in a namespace: SNAT address of the egress device, ICMP fragmen
     const r = ns.run('ingress', frame(big), in0);
     assert.equal(r.verdict, TC_ACT_REDIRECT, 'sent back out of the device it came in on');
 
-    const quoted = ipPacket(big).subarray(0, 28);
-    const icmp = Buffer.concat([Buffer.from([3, 4, 0, 0, 0, 0, 0x05, 0x00]), quoted]);
-    icmp.writeUInt16BE(checksum(icmp), 2);
-    const ip = Buffer.alloc(20);
-    ip.writeUInt8(0x45, 0);
-    ip.writeUInt8(0xc0, 1);
-    ip.writeUInt16BE(20 + icmp.length, 2);
-    ip.writeUInt8(64, 8);
-    ip.writeUInt8(1, 9);
-    ip.writeUInt32BE(ip4ToNumber(NODE), 12);
-    ip.writeUInt32BE(ip4ToNumber(CLIENT), 16);
-    ip.writeUInt16BE(checksum(ip), 10);
-    const expected = ethernet(Buffer.concat([ip, icmp]));
-    // Back to the neighbour it came from: the MAC addresses swap.
-    const macs = Buffer.from(expected.subarray(0, 12));
-    macs.copy(expected, 0, 6, 12);
-    macs.copy(expected, 6, 0, 6);
+    // From the frontend, TOS internetwork control (as Linux's ICMP errors), next-hop MTU 1280.
+    const expected = icmpReply(NODE, CLIENT, 3, 4, Buffer.from([0, 0, 0x05, 0x00]), ipPacket(big), 0xc0);
     expectFrame(r.out, expected, 'ICMP fragmentation needed');
     assert.equal(h.counter(abi.LB_CNT_TC_FRAG_NEEDED_SENT) - before, 1n);
   });

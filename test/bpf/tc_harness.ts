@@ -1,6 +1,7 @@
 // Shared set-up of the TC tests: the tc_lb object loaded with its maps pinned
 // in a throwaway bpffs directory, typed maps, and a writer for one frontend
 // (backends, slots, master entry, rev-NAT: make-before-break order).
+import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -13,6 +14,13 @@ import { readCounter } from '../../src/datapath/maps';
 import { openTcMaps, type TcMaps } from '../../src/datapath/tc/maps';
 
 export const TC_OBJECT = path.resolve(__dirname, '../../../build/tc_lb.bpf.o');
+const ATTACH_MAIN = path.resolve(__dirname, '../../src/datapath/tc/attachMain.js');
+
+/** Attach tc_lb to `devices` of a network namespace (attachMain run there), links pinned under `pinDir`. */
+export function attachInNetns(netnsPath: string, pinDir: string, devices: string[]): SpawnSyncReturns<string> {
+  return spawnSync('nsenter', [`--net=${netnsPath}`, process.execPath, ATTACH_MAIN,
+    '--object', TC_OBJECT, '--bpffs', pinDir, ...devices.flatMap((d) => ['--device', d])], { encoding: 'utf8', timeout: 10000 });
+}
 
 export interface TcBackend {
   id: number;

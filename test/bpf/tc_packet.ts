@@ -174,3 +174,27 @@ export function fragment(ipPkt: Buffer, firstPayload: number): [Buffer, Buffer] 
   };
   return [part(payload.subarray(0, firstPayload), 0, true), part(payload.subarray(firstPayload), firstPayload, false)];
 }
+
+/**
+ * An ICMP error as the data path builds one in place of the packet it answers:
+ * IPv4 (TOS `tos`, id 0, TTL 64) + type, code, the 4 bytes `rest` (unused, or
+ * unused + next-hop MTU) and the first 28 bytes of `quoted`, in a frame whose
+ * MAC addresses are those of frame() swapped (sent back where it came from).
+ */
+export function icmpReply(from: string, to: string, type: number, code: number, rest: Buffer, quoted: Buffer, tos = 0): Buffer {
+  const icmp = Buffer.concat([Buffer.from([type, code, 0, 0]), rest, quoted.subarray(0, 28)]);
+  icmp.writeUInt16BE(checksum(icmp), 2);
+  const ip = Buffer.alloc(20);
+  ip.writeUInt8(0x45, 0);
+  ip.writeUInt8(tos, 1);
+  ip.writeUInt16BE(20 + icmp.length, 2);
+  ip.writeUInt8(64, 8);
+  ip.writeUInt8(1, 9);
+  ip.writeUInt32BE(ip4ToNumber(from), 12);
+  ip.writeUInt32BE(ip4ToNumber(to), 16);
+  ip.writeUInt16BE(checksum(ip), 10);
+  const out = ethernet(Buffer.concat([ip, icmp]));
+  MAC_A.copy(out, 0);
+  MAC_B.copy(out, 6);
+  return out;
+}

@@ -10,8 +10,7 @@
 // node1's public address enters node1 on eth1). The n1-n2 link MTU is a
 // parameter: a smaller one there is a hop the client does not see (PMTU).
 // No default route anywhere; every name carries a random suffix.
-import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { NetnsTopology } from './netns_topology';
 
 export const MH = {
   client: '198.18.20.10',
@@ -32,32 +31,13 @@ export interface MhOptions {
   privateMtu?: number;
 }
 
-export class MultiHomeTopology {
-  readonly ns: Record<MhRole, string>;
-  private readonly children: ChildProcess[] = [];
-
+export class MultiHomeTopology extends NetnsTopology<MhRole> {
   constructor(prefix = 'slmh') {
-    const suffix = randomBytes(3).toString('hex');
-    this.ns = Object.fromEntries(ROLES.map((r) => [r, `${prefix}-${suffix}-${r}`])) as Record<MhRole, string>;
-  }
-
-  netnsPath(role: MhRole): string {
-    return `/run/netns/${this.ns[role]}`;
-  }
-
-  in(role: MhRole, ...args: string[]): void {
-    execFileSync('ip', ['-n', this.ns[role], ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
-  }
-
-  sysctl(role: MhRole, key: string, value: string): void {
-    execFileSync('ip', ['netns', 'exec', this.ns[role], 'sysctl', '-qw', `${key}=${value}`]);
+    super(prefix, ROLES);
   }
 
   create(opts: MhOptions = {}): void {
-    for (const r of ROLES) {
-      execFileSync('ip', ['netns', 'add', this.ns[r]]);
-      this.in(r, 'link', 'set', 'lo', 'up');
-    }
+    this.addNamespaces();
     const link = (a: MhRole, aDev: string, aAddr: string, b: MhRole, bDev: string, bAddr: string, mtu = 1500) => {
       this.in(a, 'link', 'add', aDev, 'mtu', String(mtu), 'type', 'veth', 'peer', 'name', bDev, 'mtu', String(mtu), 'netns', this.ns[b]);
       this.in(a, 'addr', 'add', aAddr, 'dev', aDev);
@@ -67,54 +47,13 @@ export class MultiHomeTopology {
     };
     link('cli', 'eth0', `${MH.client}/24`, 'n1', 'eth0', `${MH.node1Public}/24`);
     link('n1', 'eth1', `${MH.node1Private}/24`, 'n2', 'eth1', `${MH.node2Private}/24`, opts.privateMtu ?? 1500);
-    const pod = (node: MhRole, role: MhRole, address: string, gateway: string, hostDev: string) => {
-      this.in(node, 'link', 'add', hostDev, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', this.ns[role]);
-      this.in(node, 'link', 'set', hostDev, 'up');
-      this.in(node, 'route', 'add', `${address}/32`, 'dev', hostDev, 'src', gateway);
-      this.in(role, 'addr', 'add', `${address}/32`, 'dev', 'eth0');
-      this.in(role, 'link', 'set', 'eth0', 'up');
-      this.in(role, 'route', 'add', `${gateway}/32`, 'dev', 'eth0');
-      this.in(role, 'route', 'add', '198.18.0.0/15', 'via', gateway, 'dev', 'eth0');
-      this.sysctl(node, `net.ipv4.conf.${hostDev}.proxy_arp`, '1');
-    };
-    pod('n1', 'p1', MH.pod1, MH.node1Public, 'vp1');
-    pod('n2', 'p2', MH.pod2, MH.node2Private, 'vp2');
+    this.addPod('n1', 'p1', MH.pod1, MH.node1Public, 'vp1');
+    this.addPod('n2', 'p2', MH.pod2, MH.node2Private, 'vp2');
     this.in('n1', 'route', 'add', '198.18.22.0/24', 'via', MH.node2Private, 'dev', 'eth1');
     this.in('n2', 'route', 'add', '198.18.20.0/24', 'via', MH.node1Private, 'dev', 'eth1');
     this.in('n2', 'route', 'add', '198.18.23.0/24', 'via', MH.node1Private, 'dev', 'eth1');
     this.in('cli', 'route', 'add', MH.vipNet, 'via', MH.node1Public);
-    for (const n of ['n1', 'n2'] as const) {
-      this.sysctl(n, 'net.ipv4.ip_forward', '1');
-      this.sysctl(n, 'net.ipv4.conf.all.rp_filter', '0');
-      this.sysctl(n, 'net.ipv4.conf.default.rp_filter', '0');
-      this.sysctl(n, 'net.ipv4.conf.all.send_redirects', '0');
-    }
-  }
-
-  /** Run a node script in a namespace, collect stdout. Bounded by timeoutMs. */
-  node(role: MhRole, script: string, args: string[], timeoutMs = 8000): string {
-    const r = spawnSync('ip', ['netns', 'exec', this.ns[role], process.execPath, '-e', script, '--', ...args], { encoding: 'utf8', timeout: timeoutMs });
-    if (r.error) throw new Error(`node in ${this.ns[role]}: ${r.error.message}`);
-    return (r.stdout ?? '').trim();
-  }
-
-  /** Start a long-running node script; waits for its first stdout line. Killed in destroy(). */
-  async start(role: MhRole, script: string, args: string[]): Promise<ChildProcess> {
-    const child = spawn('ip', ['netns', 'exec', this.ns[role], process.execPath, '-e', script, '--', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
-    this.children.push(child);
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`process in ${this.ns[role]} did not start within 5s`)), 5000);
-      let err = '';
-      child.stderr!.on('data', (d) => (err += d));
-      child.stdout!.once('data', () => { clearTimeout(timer); resolve(); });
-      child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`process in ${this.ns[role]} exited ${code}: ${err}`)); });
-    });
-    return child;
-  }
-
-  destroy(): void {
-    for (const c of this.children) if (c.exitCode === null && c.pid) c.kill('SIGKILL');
-    for (const r of ROLES) spawnSync('ip', ['netns', 'del', this.ns[r]]);
+    this.makeRouters(['n1', 'n2']);
   }
 }
 

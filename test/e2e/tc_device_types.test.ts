@@ -10,11 +10,10 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as path from 'node:path';
-import { TcHarness, TC_OBJECT } from '../bpf/tc_harness';
+import { TcHarness, attachInNetns } from '../bpf/tc_harness';
 import { NodeAgent } from '../helpers/nodeAgent';
 import { waitFor } from '../helpers/sandbox';
 
-const DIST = path.resolve(__dirname, '../..');
 const ns = `sldt-${randomBytes(3).toString('hex')}`;
 const peer = `${ns}-p`;
 let h: TcHarness;
@@ -39,10 +38,7 @@ after(() => {
   spawnSync('ip', ['netns', 'del', peer]);
 });
 
-function attach(device: string) {
-  return spawnSync('nsenter', [`--net=/run/netns/${ns}`, process.execPath, path.join(DIST, 'src/datapath/tc/attachMain.js'),
-    '--object', TC_OBJECT, '--bpffs', h.pinDir, '--device', device], { encoding: 'utf8', timeout: 10000 });
-}
+const attach = (device: string) => attachInNetns(`/run/netns/${ns}`, h.pinDir, [device]);
 
 test('a tun device (no Ethernet header) is refused at attach, naming the device and its link type', () => {
   const r = attach('tun0');

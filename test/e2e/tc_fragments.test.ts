@@ -13,14 +13,11 @@
 //   dropped as martian), and the client lowers its path MTU.
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import * as path from 'node:path';
-import { spawnSync } from 'node:child_process';
 import * as abi from '../../src/abi/generated';
 import { writeTcConfig } from '../../src/datapath/tc/config';
-import { TcHarness, TC_OBJECT, type TcBackend, type TcFrontend } from '../bpf/tc_harness';
+import { TcHarness, attachInNetns, type TcBackend, type TcFrontend } from '../bpf/tc_harness';
 import { MultiHomeTopology, MH, ECHO_SERVER, BIG_UDP_CLIENT, BULK_TCP_CLIENT } from './multihome_topology';
 
-const DIST = path.resolve(__dirname, '../..');
 const NODE_PORT = 30090;
 const POD1: TcBackend = { id: 1, address: MH.pod1, port: 8080, local: true };
 const POD2: TcBackend = { id: 2, address: MH.pod2, port: 8080, local: false };
@@ -43,8 +40,7 @@ before(async () => {
   topo = new MultiHomeTopology('slfr');
   topo.create();
   h = TcHarness.create('sluice-tcfrag');
-  const r = spawnSync('nsenter', [`--net=${topo.netnsPath('n1')}`, process.execPath, path.join(DIST, 'src/datapath/tc/attachMain.js'),
-    '--object', TC_OBJECT, '--bpffs', h.pinDir, '--device', 'eth0', '--device', 'eth1', '--device', 'vp1'], { encoding: 'utf8', timeout: 10000 });
+  const r = attachInNetns(topo.netnsPath('n1'), h.pinDir, ['eth0', 'eth1', 'vp1']);
   assert.equal(r.status, 0, `attach failed: ${r.stderr}`);
   await topo.start('p1', ECHO_SERVER, ['pod1', '8080']);
   await topo.start('p2', ECHO_SERVER, ['pod2', '8080']);
