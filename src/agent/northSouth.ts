@@ -188,6 +188,7 @@ function attachExternal(tcObject: ReturnType<typeof loadTcObject>, bpffs: string
  */
 class NodeDevices {
   private readonly attached = new Map<string, number>(); // device -> ifindex
+  private readonly refused = new Set<string>(); // failed once: logged and counted once
   private readonly deviceOf = new Map<string, string | undefined>();
   private routesKey = '';
   private routes: Route[] = [];
@@ -214,19 +215,21 @@ class NodeDevices {
       this.routesKey = key;
       this.routes = routes;
       this.deviceOf.clear();
+      this.refused.clear(); // a changed table may make a failed device worth another try
     }
     for (const address of addresses) {
       if (this.deviceOf.has(address)) continue;
       const route = routeFor(this.routes, address);
       const dev = route && route.type === 'unicast' ? route.dev : undefined;
       this.deviceOf.set(address, dev);
-      if (!dev || dev === 'lo' || this.external.has(dev) || this.attached.has(dev)) continue;
+      if (!dev || dev === 'lo' || this.external.has(dev) || this.attached.has(dev) || this.refused.has(dev)) continue;
       this.attach(dev, route!, address);
     }
     for (const [dev, ifindex] of this.attached) {
       if (deviceExists(dev)) continue;
       this.attached.delete(dev);
       this.maps.snatDevices.delete(ifindex);
+      for (const [address, d] of this.deviceOf) if (d === dev) this.deviceOf.delete(address);
       for (const direction of ['ingress', 'egress'] as const) detachTc(this.bpffs, dev, direction);
     }
   }
@@ -241,6 +244,7 @@ class NodeDevices {
       this.attached.set(dev, ifindex);
       this.log.info({ device: dev, ifindex, snatAddress: address, backend }, 'TC attached to a node-to-node device (flows to other nodes leave by it: SNAT to its address, replies restored there)');
     } catch (err) {
+      this.refused.add(dev);
       this.metrics.errors.inc({ reason: err instanceof UnsupportedDeviceError ? 'tc_device_not_ethernet' : 'tc_attach_failed' });
       this.log.error({ device: dev, backend, error: (err as Error).message }, `TC attach to node-to-node device ${dev} (backend ${backend}) failed: flows to backends behind it may get no reply: ${(err as Error).message}`);
     }
