@@ -105,6 +105,10 @@ describe('routes in a namespace: SNAT address of the egress device, ICMP fragmen
     ns.ip('addr', 'add', `${NODE}/24`, 'dev', 'in0');
     ns.ip('addr', 'add', `${NODE_PRIVATE}/24`, 'dev', 'out0');
     ns.ip('route', 'add', '198.18.2.0/24', 'via', '198.18.21.2', 'dev', 'out0');
+    // Far clients behind a 1 280-byte link: a backend's full-size reply does not fit.
+    ns.ip('link', 'add', 'far0', 'mtu', '1280', 'type', 'veth', 'peer', 'name', 'far0p', 'mtu', '1280');
+    for (const dev of ['far0', 'far0p']) ns.ip('link', 'set', dev, 'up');
+    ns.ip('addr', 'add', '198.18.40.1/24', 'dev', 'far0');
     in0 = ns.ifindex('in0');
     out0 = ns.ifindex('out0');
   });
@@ -138,6 +142,16 @@ describe('routes in a namespace: SNAT address of the egress device, ICMP fragmen
     const expected = icmpReply(NODE, CLIENT, 3, 4, Buffer.from([0, 0, 0x05, 0x00]), ipPacket(big), 0xc0);
     expectFrame(r.out, expected, 'ICMP fragmentation needed');
     assert.equal(h.counter(abi.LB_CNT_TC_FRAG_NEEDED_SENT) - before, 1n);
+  });
+
+  test('a backend\'s reply too big for the client\'s link: the backend gets fragmentation needed from the SNAT address', () => {
+    const FAR_CLIENT = '198.18.40.10';
+    const syn: L4Spec = { proto: 'tcp', src: FAR_CLIENT, dst: NODE, sport: 62005, dport: NODE_PORT, tcpFlags: TCP_SYN };
+    assert.equal(ns.run('ingress', frame(syn), ns.ifindex('far0')).verdict, TC_ACT_REDIRECT);
+    const reply: L4Spec = { proto: 'tcp', src: REMOTE_BE.address, dst: NODE, sport: REMOTE_BE.port, dport: 62005, tcpFlags: TCP_ACK, payload: payload(1460, 3) };
+    const r = ns.run('ingress', frame(reply), out0);
+    assert.equal(r.verdict, TC_ACT_REDIRECT, 'sent back out of out0, where the reply came in');
+    expectFrame(r.out, icmpReply(NODE, REMOTE_BE.address, 3, 4, Buffer.from([0, 0, 0x05, 0x00]), ipPacket(reply), 0xc0), 'ICMP to the backend');
   });
 
   test('too big without DF (TC cannot fragment): dropped and counted', () => {
