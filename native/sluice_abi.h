@@ -336,6 +336,55 @@ _Static_assert(sizeof(struct lb4_src_range_key) == 12, "lb4_src_range_key layout
 _Static_assert(sizeof(struct lb4_tc_config) == 24, "lb4_tc_config layout");
 /* ==== end of TC / north-south ================================================== */
 
+/* ==== TC: fragments, PMTU, multi-homed nodes (issue 10 items 8-10; bpf/lib/frag.h, pmtu.h, egress.h) ==== */
+/*
+ * Fragments: only the first fragment of a datagram carries the TCP/UDP ports.
+ * When the TC path sees a first fragment (MF set, offset 0) it remembers the
+ * datagram's ports under (addresses, IP id, protocol); later fragments of the
+ * same datagram find them there and are translated like the first
+ * (addresses only: the L4 checksum lives in the first fragment).
+ *
+ * Multi-homed nodes: a flow SNATed to a backend on another node takes the
+ * address of the device the FIB sends it out of, as MASQUERADE does, when the
+ * agent wrote one for that device here (node-to-node devices other than the
+ * external ones); otherwise lb4_tc_config.snat_address.
+ */
+#define SLUICE_MAP_FRAG4     sluice_frag4    /* lb4_frag_key -> lb4_frag_ports (LRU) */
+#define SLUICE_MAP_SNAT_DEV4 sluice_snatdev4 /* __u32 ifindex -> lb4_snat_device (hash, written by the agent) */
+
+#define SLUICE_MAX_FRAG4     8192 /* datagrams in flight in fragments at once */
+#define SLUICE_MAX_SNAT_DEV4 256  /* node devices with their own SNAT address */
+
+/* Counters (SLUICE_MAP_COUNTERS indices 48..63, this block's own). */
+#define LB_CNT_TC_FRAG_TRACKED     48 /* first fragment of a TCP/UDP datagram: ports remembered */
+#define LB_CNT_TC_FRAG_FOUND       49 /* later fragment: ports found, translated like its first */
+#define LB_CNT_TC_FRAG_UNKNOWN     50 /* later fragment whose first was not seen here: passed untouched */
+#define LB_CNT_TC_FRAG_NEEDED_SENT 51 /* too big for the next hop with DF: ICMP "fragmentation needed" sent back */
+#define LB_CNT_TC_TOO_BIG_DROP     52 /* too big for the next hop without DF (TC cannot fragment), or no ICMP could be built: dropped */
+#define LB_CNT_TC_SNAT_EGRESS_DEV  53 /* new SNATed flow took the egress device's address (multi-homed node) */
+
+struct lb4_frag_key {
+	__be32 saddr; /* source address of the fragments as they arrive */
+	__be32 daddr; /* destination address */
+	__be16 id;    /* IPv4 identification shared by the datagram's fragments */
+	__u8   proto; /* LB_PROTO_TCP or LB_PROTO_UDP */
+	__u8   pad;
+};
+
+struct lb4_frag_ports {
+	__be16 sport; /* the datagram's source port, from its first fragment */
+	__be16 dport; /* its destination port */
+};
+
+struct lb4_snat_device {
+	__be32 address; /* the address SNATed flows leaving through this device take */
+};
+
+_Static_assert(sizeof(struct lb4_frag_key) == 12, "lb4_frag_key layout");
+_Static_assert(sizeof(struct lb4_frag_ports) == 4, "lb4_frag_ports layout");
+_Static_assert(sizeof(struct lb4_snat_device) == 4, "lb4_snat_device layout");
+/* ==== end of fragments, PMTU, multi-homed ========================================= */
+
 /* ==== Pod veth / per-packet ClusterIP (issue 5 part 3; bpf/pod_lb.bpf.c) ====== */
 /*
  * Pods whose socket LB is bypassed get their Service traffic translated per

@@ -133,4 +133,29 @@ struct {
 
 /* ==== end of TC / north-south ================================================== */
 
+/* ==== TC: fragments and multi-homed nodes (issue 10 items 8-9) ==================== */
+
+/* Ports of datagrams in fragments, written by the TC path per first fragment:
+ * LRU, a fragment stream recycles the oldest entries. Not in objects without
+ * conntrack (sock_lb). */
+#ifndef SLUICE_NO_CONNTRACK
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lb4_frag_key);
+	__type(value, struct lb4_frag_ports);
+	__uint(max_entries, SLUICE_MAX_FRAG4);
+} SLUICE_MAP_FRAG4 SEC(".maps");
+#endif
+
+/* Per-device SNAT addresses, written by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lb4_snat_device);
+	__uint(max_entries, SLUICE_MAX_SNAT_DEV4);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_SNAT_DEV4 SEC(".maps");
+
+/* ==== end of fragments and multi-homed nodes ====================================== */
+
 #endif /* SLUICE_BPF_MAPS_H */

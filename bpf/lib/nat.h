@@ -57,7 +57,14 @@ struct lb4_packet {
 	struct lb4_tuple tuple;
 	__u32 l4_off;   /* offset of the TCP/UDP/ICMP header from the start of the frame */
 	__u8  icmp_type;
+	/* issue 10 item 8 (frag.h): */
+	__u8  frag;     /* LB_FRAG_NONE, LB_FRAG_FIRST (MF set, offset 0) or LB_FRAG_LATER (ports from the fragment map) */
+	__be16 ip_id;   /* IPv4 identification (the fragment map's key) */
 };
+
+#define LB_FRAG_NONE  0
+#define LB_FRAG_FIRST 1
+#define LB_FRAG_LATER 2
 
 static __always_inline __u32 lb4_l4_csum_off(__u8 proto, __u32 l4_off)
 {
@@ -68,8 +75,8 @@ static __always_inline __u32 lb4_l4_csum_off(__u8 proto, __u32 l4_off)
  * Parse Ethernet + IPv4 + the first bytes of TCP/UDP/ICMP. Returns 0 for a
  * packet we may translate, -1 for anything else (not IPv4, a fragment other
  * than the first, truncated, another protocol): such packets pass untouched.
- * Fragments are not reassembled: a first fragment carries the ports and is
- * translated, later ones are not (as with Cilium without its fragment map).
+ * Fragments are not reassembled: a first fragment carries the ports; the TC
+ * path remembers them for the later ones (frag.h, lb4_tc_parse).
  */
 static __always_inline int lb4_parse(struct __sk_buff *skb, struct lb4_packet *pkt)
 {
@@ -85,6 +92,8 @@ static __always_inline int lb4_parse(struct __sk_buff *skb, struct lb4_packet *p
 	if (ip.frag_off & bpf_htons(LB_IP_OFFSET))
 		return -1;
 	ihl = ip.ihl * 4;
+	pkt->frag = (ip.frag_off & bpf_htons(LB_IP_MF)) ? LB_FRAG_FIRST : LB_FRAG_NONE;
+	pkt->ip_id = ip.id;
 	pkt->l4_off = LB_ETH_HLEN + ihl;
 	pkt->tuple.saddr = ip.saddr;
 	pkt->tuple.daddr = ip.daddr;
@@ -159,15 +168,21 @@ static __always_inline int
 lb4_rewrite(struct __sk_buff *skb, const struct lb4_packet *pkt, const struct lb4_tuple *to)
 {
 	const struct lb4_tuple *from = &pkt->tuple;
-	__u32 csum_off = lb4_l4_csum_off(from->proto, pkt->l4_off);
+	int csum_off = lb4_l4_csum_off(from->proto, pkt->l4_off);
 	__u64 l4_flags = from->proto == LB_PROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
 
+	/* issue 10 item 8: a later fragment has no L4 header; the first
+	 * fragment's checksum already covers the new pseudo-header. */
+	if (pkt->frag == LB_FRAG_LATER)
+		csum_off = -1;
 	if (lb4_set_addr(skb, LB_IP_OFF_CHECK, LB_IP_OFF_SADDR, from->saddr, to->saddr,
 			 csum_off, l4_flags) < 0)
 		return -1;
 	if (lb4_set_addr(skb, LB_IP_OFF_CHECK, LB_IP_OFF_DADDR, from->daddr, to->daddr,
 			 csum_off, l4_flags) < 0)
 		return -1;
+	if (pkt->frag == LB_FRAG_LATER)
+		return 0;
 	if (lb4_set_port(skb, csum_off, pkt->l4_off, from->sport, to->sport, l4_flags) < 0)
 		return -1;
 	return lb4_set_port(skb, csum_off, pkt->l4_off + 2, from->dport, to->dport, l4_flags);

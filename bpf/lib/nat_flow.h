@@ -15,6 +15,10 @@
 #include "lb.h"
 #include "nat.h"
 #include "conntrack.h"
+/* issue 10 items 8-9: fragments, PMTU, SNAT address of the egress device */
+#include "frag.h"
+#include "pmtu.h"
+#include "egress.h"
 
 /*
  * Where a program runs. It decides which conntrack entries are the path's
@@ -66,17 +70,27 @@ static __always_inline int lb4_dec_ttl(struct __sk_buff *skb)
  * Forward a translated packet whose source is a local address: route it with
  * the FIB and redirect it to the egress of the chosen device. When there is no
  * route (or the TTL is spent) the stack gets the packet and decides.
+ * `arrived` is the packet as it came in (NULL: an ICMP error), `to` the tuple
+ * it was rewritten to; a packet too big for the next hop is answered with
+ * ICMP "fragmentation needed" (pmtu.h).
  */
-static __always_inline int lb4_tc_redirect(struct __sk_buff *skb, __be32 saddr, __be32 daddr)
+static __always_inline int
+lb4_tc_redirect(struct __sk_buff *skb, const struct lb4_packet *arrived, const struct lb4_tuple *to)
 {
 	struct bpf_fib_lookup fib = {};
 	int rc;
 
 	fib.family = AF_INET;
-	fib.ipv4_src = saddr;
-	fib.ipv4_dst = daddr;
+	fib.ipv4_src = to->saddr;
+	fib.ipv4_dst = to->daddr;
 	fib.ifindex = skb->ingress_ifindex;
+	/* The IP length, so the FIB checks the route's MTU before the
+	 * neighbour (a GSO packet is checked per segment by the device: 0
+	 * asks for that). */
+	fib.tot_len = skb->gso_size ? 0 : skb->len - LB_ETH_HLEN;
 	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return lb4_pmtu_too_big(skb, arrived, to, fib.mtu_result);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
 		lb_count(LB_CNT_TC_FIB_FAILED);
 		return TC_ACT_OK;
@@ -118,11 +132,12 @@ static __always_inline int lb4_pod_bounce(struct __sk_buff *skb)
  * the only case there) sends it straight back into the pod.
  */
 static __always_inline int
-lb4_flow_forward(struct __sk_buff *skb, enum lb_path path, __be32 saddr, __be32 daddr)
+lb4_flow_forward(struct __sk_buff *skb, enum lb_path path, const struct lb4_packet *arrived,
+		 const struct lb4_tuple *to)
 {
 	if (path == LB_PATH_POD)
 		return lb4_pod_bounce(skb);
-	return lb4_tc_redirect(skb, saddr, daddr);
+	return lb4_tc_redirect(skb, arrived, to);
 }
 
 /* Original direction of a known flow: client -> frontend becomes
@@ -143,7 +158,7 @@ lb4_flow_xlate_original(struct __sk_buff *skb, const struct lb4_packet *pkt,
 		return TC_ACT_SHOT;
 	/* Only a node address as source needs forwarding by us; a remapped
 	 * client port keeps the client's address and routes normally. */
-	return (e->flags & LB_CT_FLAG_SNAT) ? lb4_flow_forward(skb, path, to.saddr, to.daddr)
+	return (e->flags & LB_CT_FLAG_SNAT) ? lb4_flow_forward(skb, path, pkt, &to)
 					     : TC_ACT_OK;
 }
 
@@ -165,7 +180,7 @@ lb4_flow_xlate_reply(struct __sk_buff *skb, const struct lb4_packet *pkt,
 	if (lb4_rewrite(skb, pkt, &to) < 0)
 		return TC_ACT_SHOT;
 	lb_path_count(path, LB_CNT_TC_REV_XLATED);
-	return hook == LB_HOOK_INGRESS ? lb4_flow_forward(skb, path, to.saddr, to.daddr) : TC_ACT_OK;
+	return hook == LB_HOOK_INGRESS ? lb4_flow_forward(skb, path, pkt, &to) : TC_ACT_OK;
 }
 
 /*
@@ -367,7 +382,11 @@ lb4_flow_icmp_error(struct __sk_buff *skb, const struct lb4_packet *pkt, enum lb
 					   &quote_to) < 0)
 			return TC_ACT_SHOT;
 		lb_path_count(path, LB_CNT_TC_REV_XLATED);
-		return ingress ? lb4_flow_forward(skb, path, outer_saddr, e->client_address) : TC_ACT_OK;
+		if (!ingress)
+			return TC_ACT_OK;
+		quote_to.saddr = outer_saddr;
+		quote_to.daddr = e->client_address;
+		return lb4_flow_forward(skb, path, NULL, &quote_to);
 	}
 	if (!ingress)
 		return TC_ACT_OK;

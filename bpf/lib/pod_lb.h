@@ -60,14 +60,7 @@ static __always_inline bool lb4_ct_is_hairpin(const struct lb4_ct_entry *e)
 	return (e->flags & (LB_CT_FLAG_POD | LB_CT_FLAG_SNAT)) == (LB_CT_FLAG_POD | LB_CT_FLAG_SNAT);
 }
 
-static __always_inline __u16 lb_csum_fold(__s64 sum)
-{
-	__u32 s = (__u32)sum;
-
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (__u16)~s;
-}
+/* lb_csum_fold: pmtu.h (shared with the ICMP "fragmentation needed" replies) */
 
 /* The reply of lb4_pod_reject: IPv4 + ICMP header + quote, built whole. */
 struct lb4_icmp_unreach {

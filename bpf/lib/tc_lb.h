@@ -104,12 +104,13 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 		 * to the node address: on the external device from another node,
 		 * on the pod's device (where the agent attaches this program
 		 * too) from a local pod. Only Local keeps the client's address. */
-		if (!cfg->snat_address) {
+		/* The egress device's address (egress.h): multi-homed nodes. */
+		e.nat_address = lb4_snat_address_for(skb, cfg, backend->address);
+		if (!e.nat_address) {
 			lb_count(LB_CNT_TC_SNAT_FAILED);
 			return TC_ACT_SHOT;
 		}
 		e.flags |= LB_CT_FLAG_SNAT;
-		e.nat_address = cfg->snat_address;
 	}
 	if (lb4_ct_create_flow(skb, t, &e, cfg) < 0)
 		return TC_ACT_SHOT;
@@ -123,7 +124,7 @@ static __always_inline int lb4_tc_ingress(struct __sk_buff *skb)
 	struct lb4_ct_entry *e;
 	struct lb4_ct_key key;
 
-	if (lb4_parse(skb, &pkt) < 0)
+	if (lb4_tc_parse(skb, &pkt) < 0) /* later fragments too (frag.h) */
 		return TC_ACT_OK;
 	if (pkt.tuple.proto == LB_IPPROTO_ICMP)
 		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_flow_icmp_error(skb, &pkt, LB_PATH_NORTH_SOUTH, LB_HOOK_INGRESS) : TC_ACT_OK;
@@ -139,6 +140,8 @@ static __always_inline int lb4_tc_ingress(struct __sk_buff *skb)
 	e = lb4_ct_live_original(skb, &pkt.tuple, &cfg, LB_PATH_NORTH_SOUTH);
 	if (e)
 		return lb4_flow_xlate_original(skb, &pkt, e, LB_PATH_NORTH_SOUTH);
+	if (pkt.frag == LB_FRAG_LATER) /* only a first fragment opens a flow */
+		return TC_ACT_OK;
 	return lb4_tc_new_flow(skb, &pkt, &cfg);
 }
 
@@ -149,7 +152,7 @@ static __always_inline int lb4_tc_egress(struct __sk_buff *skb)
 	struct lb4_ct_entry *e;
 	struct lb4_ct_key key;
 
-	if (lb4_parse(skb, &pkt) < 0)
+	if (lb4_tc_parse(skb, &pkt) < 0) /* later fragments too (frag.h) */
 		return TC_ACT_OK;
 	if (pkt.tuple.proto == LB_IPPROTO_ICMP)
 		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_flow_icmp_error(skb, &pkt, LB_PATH_NORTH_SOUTH, LB_HOOK_EGRESS) : TC_ACT_OK;

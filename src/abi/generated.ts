@@ -28,11 +28,17 @@ export const LB_CNT_TC_CT_PEER_LOST = 26;
 export const LB_CNT_TC_CT_RESTORED_ORIG = 24;
 export const LB_CNT_TC_CT_RESTORED_REPLY = 25;
 export const LB_CNT_TC_FIB_FAILED = 23;
+export const LB_CNT_TC_FRAG_FOUND = 49;
+export const LB_CNT_TC_FRAG_NEEDED_SENT = 51;
+export const LB_CNT_TC_FRAG_TRACKED = 48;
+export const LB_CNT_TC_FRAG_UNKNOWN = 50;
 export const LB_CNT_TC_NO_BACKEND = 18;
 export const LB_CNT_TC_REV_XLATED = 17;
+export const LB_CNT_TC_SNAT_EGRESS_DEV = 53;
 export const LB_CNT_TC_SNAT_FAILED = 20;
 export const LB_CNT_TC_SPORT_REMAPPED = 27;
 export const LB_CNT_TC_SRC_RANGE_DROP = 19;
+export const LB_CNT_TC_TOO_BIG_DROP = 52;
 export const LB_CNT_TC_TRANSLATED = 16;
 export const LB_CT_DIR_ORIGINAL = 0;
 export const LB_CT_DIR_REPLY = 1;
@@ -74,9 +80,11 @@ export const SLUICE_MAP_AGENT = "sluice_agent";
 export const SLUICE_MAP_BACKENDS4 = "sluice_be4";
 export const SLUICE_MAP_COUNTERS = "sluice_cnt_v2";
 export const SLUICE_MAP_CT4 = "sluice_ct4";
+export const SLUICE_MAP_FRAG4 = "sluice_frag4";
 export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_SERVICES4 = "sluice_svc4";
+export const SLUICE_MAP_SNAT_DEV4 = "sluice_snatdev4";
 export const SLUICE_MAP_SOCK4 = "sluice_sock4";
 export const SLUICE_MAP_SOCKTERM4 = "sluice_sk_term4";
 export const SLUICE_MAP_SOCK_CFG = "sluice_sock_cfg";
@@ -85,10 +93,12 @@ export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
 export const SLUICE_MAX_AFFINITY = 131072;
 export const SLUICE_MAX_BACKENDS = 262144;
 export const SLUICE_MAX_CT4 = 262144;
+export const SLUICE_MAX_FRAG4 = 8192;
 export const SLUICE_MAX_NODEIP4 = 256;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
+export const SLUICE_MAX_SNAT_DEV4 = 256;
 export const SLUICE_MAX_SOCKTERM4 = 4096;
 export const SLUICE_MAX_SRCRANGE4 = 16384;
 export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
@@ -318,6 +328,54 @@ export function decodeLb4CtKey(buf: Buffer, off = 0): Lb4CtKey {
 }
 export const lb4_ct_keyCodec: Codec<Lb4CtKey> = { size: 16, encode: encodeLb4CtKey, decode: decodeLb4CtKey };
 
+/** struct lb4_frag_key (12 bytes) */
+export interface Lb4FragKey {
+  saddr: number; // network byte order in the map
+  daddr: number; // network byte order in the map
+  id: number; // network byte order in the map
+  proto: number;
+}
+export const LB4_FRAG_KEY_SIZE = 12;
+export const lb4_frag_keyLayout: StructLayout = {"name":"lb4_frag_key","size":12,"fields":[{"name":"saddr","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"daddr","kind":"int","offset":4,"size":4,"bigEndian":true},{"name":"id","kind":"int","offset":8,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":10,"size":1,"bigEndian":false},{"name":"pad","kind":"int","offset":11,"size":1,"bigEndian":false}]};
+export function encodeLb4FragKey(v: Lb4FragKey, buf: Buffer = Buffer.alloc(12), off = 0): Buffer {
+  buf.fill(0, off, off + 12);
+  buf.writeUInt32BE(v.saddr >>> 0, off + 0);
+  buf.writeUInt32BE(v.daddr >>> 0, off + 4);
+  buf.writeUInt16BE(v.id & 0xffff, off + 8);
+  buf.writeUInt8(v.proto & 0xff, off + 10);
+  return buf;
+}
+export function decodeLb4FragKey(buf: Buffer, off = 0): Lb4FragKey {
+  return {
+    saddr: buf.readUInt32BE(off + 0),
+    daddr: buf.readUInt32BE(off + 4),
+    id: buf.readUInt16BE(off + 8),
+    proto: buf.readUInt8(off + 10),
+  };
+}
+export const lb4_frag_keyCodec: Codec<Lb4FragKey> = { size: 12, encode: encodeLb4FragKey, decode: decodeLb4FragKey };
+
+/** struct lb4_frag_ports (4 bytes) */
+export interface Lb4FragPorts {
+  sport: number; // network byte order in the map
+  dport: number; // network byte order in the map
+}
+export const LB4_FRAG_PORTS_SIZE = 4;
+export const lb4_frag_portsLayout: StructLayout = {"name":"lb4_frag_ports","size":4,"fields":[{"name":"sport","kind":"int","offset":0,"size":2,"bigEndian":true},{"name":"dport","kind":"int","offset":2,"size":2,"bigEndian":true}]};
+export function encodeLb4FragPorts(v: Lb4FragPorts, buf: Buffer = Buffer.alloc(4), off = 0): Buffer {
+  buf.fill(0, off, off + 4);
+  buf.writeUInt16BE(v.sport & 0xffff, off + 0);
+  buf.writeUInt16BE(v.dport & 0xffff, off + 2);
+  return buf;
+}
+export function decodeLb4FragPorts(buf: Buffer, off = 0): Lb4FragPorts {
+  return {
+    sport: buf.readUInt16BE(off + 0),
+    dport: buf.readUInt16BE(off + 2),
+  };
+}
+export const lb4_frag_portsCodec: Codec<Lb4FragPorts> = { size: 4, encode: encodeLb4FragPorts, decode: decodeLb4FragPorts };
+
 /** struct lb4_reverse_nat (8 bytes) */
 export interface Lb4ReverseNat {
   address: number; // network byte order in the map
@@ -401,6 +459,24 @@ export function decodeLb4ServiceKey(buf: Buffer, off = 0): Lb4ServiceKey {
   };
 }
 export const lb4_service_keyCodec: Codec<Lb4ServiceKey> = { size: 12, encode: encodeLb4ServiceKey, decode: decodeLb4ServiceKey };
+
+/** struct lb4_snat_device (4 bytes) */
+export interface Lb4SnatDevice {
+  address: number; // network byte order in the map
+}
+export const LB4_SNAT_DEVICE_SIZE = 4;
+export const lb4_snat_deviceLayout: StructLayout = {"name":"lb4_snat_device","size":4,"fields":[{"name":"address","kind":"int","offset":0,"size":4,"bigEndian":true}]};
+export function encodeLb4SnatDevice(v: Lb4SnatDevice, buf: Buffer = Buffer.alloc(4), off = 0): Buffer {
+  buf.fill(0, off, off + 4);
+  buf.writeUInt32BE(v.address >>> 0, off + 0);
+  return buf;
+}
+export function decodeLb4SnatDevice(buf: Buffer, off = 0): Lb4SnatDevice {
+  return {
+    address: buf.readUInt32BE(off + 0),
+  };
+}
+export const lb4_snat_deviceCodec: Codec<Lb4SnatDevice> = { size: 4, encode: encodeLb4SnatDevice, decode: decodeLb4SnatDevice };
 
 /** struct lb4_sock_pair (24 bytes) */
 export interface Lb4SockPair {
@@ -673,9 +749,11 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_be4: {"name":"sluice_be4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":262144,"flags":1},
   sluice_cnt_v2: {"name":"sluice_cnt_v2","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":128},
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
+  sluice_frag4: {"name":"sluice_frag4","type":9,"keyType":"lb4_frag_key","keySize":12,"valueType":"lb4_frag_ports","valueSize":4,"maxEntries":8192},
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
   sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
+  sluice_snatdev4: {"name":"sluice_snatdev4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_snat_device","valueSize":4,"maxEntries":256,"flags":1},
   sluice_sock4: {"name":"sluice_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb4_sock_state","valueSize":104,"maxEntries":0},
   sluice_sock_cfg: {"name":"sluice_sock_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb_sock_config","valueSize":16,"maxEntries":1},
   sluice_srcrng4: {"name":"sluice_srcrng4","type":11,"keyType":"lb4_src_range_key","keySize":12,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},

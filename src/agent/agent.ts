@@ -56,7 +56,10 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     onNodeAddresses: nodeAddressWriter(maps, metrics, log),
     onSyncDone: (report, programmed) => {
       recordStatus(maps, report, programmed);
-      if (northSouth && (report.written > 0 || report.kind === 'full')) northSouth.localBackends(externalLocalBackends(syncer!));
+      if (northSouth && (report.written > 0 || report.kind === 'full')) {
+        northSouth.localBackends(externalBackends(syncer!, true));
+        northSouth.remoteBackends(externalBackends(syncer!, false));
+      }
     },
     translate: { nodePortAddresses: config.nodePortAddresses, maxEndpointsPerService: config.maxEndpointsPerService, ipFamilies: ['IPv4'] },
     minSyncPeriodMs: config.minSyncPeriodMs,
@@ -139,11 +142,12 @@ function preparePodPrograms(bpffs: string, log: Logger): void {
 }
 
 /**
- * Local backends of frontends reachable from outside (NodePort, ExternalIP,
- * LoadBalancer): the ones whose SNATed replies enter on their own device.
- * Backends of ClusterIP-only Services need no TC program.
+ * Backends of frontends reachable from outside (NodePort, ExternalIP,
+ * LoadBalancer), local or on other nodes: the devices their SNATed replies
+ * enter by need the TC programs. Backends of ClusterIP-only Services need
+ * no TC program.
  */
-function externalLocalBackends(syncer: Syncer): string[] {
+function externalBackends(syncer: Syncer, local: boolean): string[] {
   const external = abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_LOADBALANCER;
   const p = syncer.programmed();
   const addresses = new Set<string>();
@@ -151,7 +155,7 @@ function externalLocalBackends(syncer: Syncer): string[] {
     if ((f.flags & external) === 0 || f.scope !== 'external') continue;
     for (const id of f.backendIds) {
       const b = p.backendById(id);
-      if (b && b.flags & abi.LB_BACKEND_FLAG_LOCAL) addresses.add(b.address);
+      if (b && Boolean(b.flags & abi.LB_BACKEND_FLAG_LOCAL) === local) addresses.add(b.address);
     }
   }
   return [...addresses];

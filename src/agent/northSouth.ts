@@ -9,7 +9,9 @@ import type { AgentMetrics } from './metrics';
 import type { HealthCheckService } from '../model/frontend';
 import { bpfObjectPath } from '../datapath/sockLb';
 import { attachLoaded, loadTcObject } from '../datapath/tc/attachMain';
-import { detachTc, deviceIndex } from '../datapath/tc/attach';
+import { detachTc, deviceIndex, UnsupportedDeviceError } from '../datapath/tc/attach';
+import { ip4ToNumber } from '../datapath/addr';
+import { readRoutes, routeFor, type Route } from '../datapath/tc/routes';
 import { openTcMaps, type TcMaps } from '../datapath/tc/maps';
 import { TC_DEFAULTS, writeTcConfig } from '../datapath/tc/config';
 import { reserveSnatPorts } from '../datapath/tc/reservedPorts';
@@ -28,6 +30,13 @@ export interface NorthSouth {
    * Cluster) is restored where it enters the host.
    */
   localBackends(addresses: Iterable<string>): void;
+  /**
+   * The addresses of backends on other nodes: a device other than the
+   * external ones that routes to them (a private node-to-node network) gets
+   * the TC programs and its own SNAT address, as MASQUERADE picks the egress
+   * device's address, so the reply comes back to it and is restored there.
+   */
+  remoteBackends(addresses: Iterable<string>): void;
   backendsDeleted(ids: number[]): void;
   healthChecks(checks: HealthCheckService[]): void;
   stop(): Promise<void>;
@@ -77,8 +86,9 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
   }
   // Loaded once: external devices now, local backends' devices as pods appear.
   const tcObject = loadTcObject(bpfObjectPath('tc_lb.bpf.o'), config.bpffs);
-  const attachments = attachLoaded(tcObject, config.bpffs, devices);
-  const snatAddress = config.snatAddress ?? firstIPv4(devices[0]!);
+  const attachments = attachExternal(tcObject, config.bpffs, devices, metrics, log);
+  const served = [...new Set(attachments.map((a) => a.device))];
+  const snatAddress = config.snatAddress ?? (served[0] ? firstIPv4(served[0]) : undefined);
   const maps: TcMaps = openTcMaps(config.bpffs);
   writeTcConfig(maps.config, {
     snatAddress,
@@ -108,6 +118,7 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
   const external = new Set(devices);
   const deviceOf = new Map<string, string | undefined>();
   const podDevices = new Set<string>();
+  const nodeDevices = new NodeDevices(tcObject, config.bpffs, maps, external, metrics, log);
   return {
     devices,
     snatAddress,
@@ -134,6 +145,9 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
         for (const [address, d] of deviceOf) if (d === dev) deviceOf.delete(address);
       }
     },
+    remoteBackends(addresses) {
+      nodeDevices.sync(addresses);
+    },
     backendsDeleted(ids) {
       const purged = purgeBackends(maps.conntrack, ids);
       if (purged > 0) log.debug({ backends: ids.length, flows: purged }, 'forgot the flows of deleted backends');
@@ -153,4 +167,96 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
       maps.close();
     },
   };
+}
+
+/**
+ * Attach to the external devices one by one: a device the programs cannot
+ * parse (not Ethernet) is refused with an error log and a metric, the others
+ * are served.
+ */
+function attachExternal(tcObject: ReturnType<typeof loadTcObject>, bpffs: string, devices: string[], metrics: AgentMetrics, log: Logger) {
+  return devices.flatMap((device) => {
+    try {
+      return attachLoaded(tcObject, bpffs, [device]);
+    } catch (err) {
+      if (!(err instanceof UnsupportedDeviceError)) throw err;
+      metrics.errors.inc({ reason: 'tc_device_not_ethernet' });
+      log.error({ device, linkType: err.linkType }, err.message);
+      return [];
+    }
+  });
+}
+
+/**
+ * Node-to-node devices of a multi-homed node: devices other than the
+ * external ones through which the main routing table reaches backends on
+ * other nodes. Each gets the TC programs (the reply of a SNATed flow comes
+ * back on it) and an entry in the per-device SNAT map with the address the
+ * kernel would pick there (the route's `src`, else the device's first
+ * address). Routes are read once per sync; each address is matched once
+ * until the routes change.
+ */
+class NodeDevices {
+  private readonly attached = new Map<string, number>(); // device -> ifindex
+  private readonly refused = new Set<string>(); // failed once: logged and counted once
+  private readonly deviceOf = new Map<string, string | undefined>();
+  private routesKey = '';
+  private routes: Route[] = [];
+
+  constructor(
+    private readonly tcObject: ReturnType<typeof loadTcObject>,
+    private readonly bpffs: string,
+    private readonly maps: TcMaps,
+    private readonly external: Set<string>,
+    private readonly metrics: AgentMetrics,
+    private readonly log: Logger,
+  ) {}
+
+  sync(addresses: Iterable<string>): void {
+    let routes: Route[];
+    try {
+      routes = readRoutes();
+    } catch (err) {
+      this.log.error({ error: (err as Error).message }, 'reading the routing table failed: node-to-node devices not updated');
+      return;
+    }
+    const key = JSON.stringify(routes);
+    if (key !== this.routesKey) {
+      this.routesKey = key;
+      this.routes = routes;
+      this.deviceOf.clear();
+      this.refused.clear(); // a changed table may make a failed device worth another try
+    }
+    for (const address of addresses) {
+      if (this.deviceOf.has(address)) continue;
+      const route = routeFor(this.routes, address);
+      const dev = route && route.type === 'unicast' ? route.dev : undefined;
+      this.deviceOf.set(address, dev);
+      if (!dev || dev === 'lo' || this.external.has(dev) || this.attached.has(dev) || this.refused.has(dev)) continue;
+      this.attach(dev, route!, address);
+    }
+    for (const [dev, ifindex] of this.attached) {
+      if (deviceExists(dev)) continue;
+      this.attached.delete(dev);
+      this.maps.snatDevices.delete(ifindex);
+      for (const [address, d] of this.deviceOf) if (d === dev) this.deviceOf.delete(address);
+      for (const direction of ['ingress', 'egress'] as const) detachTc(this.bpffs, dev, direction);
+    }
+  }
+
+  private attach(dev: string, route: Route, backend: string): void {
+    const address = route.prefsrc ?? firstIPv4(dev);
+    try {
+      if (!address) throw new Error('it has no IPv4 address to SNAT to');
+      attachLoaded(this.tcObject, this.bpffs, [dev]);
+      const ifindex = deviceIndex(dev);
+      this.maps.snatDevices.set(ifindex, { address: ip4ToNumber(address) });
+      this.attached.set(dev, ifindex);
+      this.log.info({ device: dev, ifindex, snatAddress: address, backend }, 'TC attached to a node-to-node device (flows to other nodes leave by it: SNAT to its address, replies restored there)');
+    } catch (err) {
+      this.refused.add(dev);
+      this.metrics.errors.inc({ reason: err instanceof UnsupportedDeviceError ? 'tc_device_not_ethernet' : 'tc_attach_failed' });
+      this.log.error({ device: dev, backend, error: (err as Error).message }, `TC attach to node-to-node device ${dev} (backend ${backend}) failed: flows to backends behind it may get no reply: ${(err as Error).message}`);
+    }
+  }
 }

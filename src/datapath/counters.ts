@@ -36,6 +36,16 @@ const SOCKET: Row[] = [
   [abi.LB_CNT_SOCK_BIND_REFUSED, 'bind_refused', 'none'],
 ];
 
+/** Counted by the north-south path only: fragments, PMTU, multi-homed nodes. */
+const NORTH_SOUTH: Row[] = [
+  [abi.LB_CNT_TC_FRAG_TRACKED, 'fragment_tracked', 'none'],
+  [abi.LB_CNT_TC_FRAG_FOUND, 'fragment_translated', 'none'],
+  [abi.LB_CNT_TC_FRAG_UNKNOWN, 'fragment_unknown', 'none'],
+  [abi.LB_CNT_TC_FRAG_NEEDED_SENT, 'fragmentation_needed_sent', 'none'],
+  [abi.LB_CNT_TC_TOO_BIG_DROP, 'too_big_drop', 'none'],
+  [abi.LB_CNT_TC_SNAT_EGRESS_DEV, 'snat_egress_device', 'original'],
+];
+
 /** Per-packet flow reasons: counted at these indices on the north-south path, LB_CNT_POD_OFFSET above on pod veths. */
 const FLOW: Row[] = [
   [abi.LB_CNT_TC_TRANSLATED, 'new_flow', 'original'],
@@ -60,6 +70,7 @@ function table(): Map<number, CounterLabels> {
     t.set(index, labels);
   };
   for (const [index, reason, direction] of SOCKET) add(index, { reason, direction, path: 'socket' });
+  for (const [index, reason, direction] of NORTH_SOUTH) add(index, { reason, direction, path: 'north_south' });
   for (const [index, reason, direction] of FLOW) {
     add(index, { reason, direction, path: 'north_south' });
     add(index + abi.LB_CNT_POD_OFFSET, { reason, direction, path: 'pod' });

@@ -17,7 +17,7 @@ import { counterIndex } from '../../src/datapath/counters';
 import { TcHarness } from './tc_harness';
 import {
   TC_ACT_OK, TC_ACT_REDIRECT, TCP_ACK, TCP_PSH, TCP_SYN,
-  checksum, diffHex, frame, icmpError, ipPacket, rewriteQuoted, type L4Spec,
+  diffHex, frame, icmpError, icmpReply, ipPacket, rewriteQuoted, type L4Spec,
 } from './tc_packet';
 
 const POD_OBJECT = path.resolve(__dirname, '../../../build/pod_lb.bpf.o');
@@ -75,20 +75,7 @@ function check(direction: 'ingress' | 'egress', input: L4Spec, expected: L4Spec 
 
 /** ICMP port unreachable from `from` to `to` quoting the first 28 bytes of `quoted`, as pod_lb builds it. */
 function portUnreachable(from: string, to: string, quoted: Buffer): Buffer {
-  const icmp = Buffer.concat([Buffer.alloc(8), quoted.subarray(0, 28)]);
-  icmp.writeUInt8(3, 0);
-  icmp.writeUInt8(3, 1);
-  icmp.writeUInt16BE(checksum(icmp), 2);
-  const ip = Buffer.alloc(20);
-  ip.writeUInt8(0x45, 0);
-  ip.writeUInt16BE(20 + icmp.length, 2);
-  ip.writeUInt8(64, 8);
-  ip.writeUInt8(1, 9);
-  ip.writeUInt32BE(ip4ToNumber(from), 12);
-  ip.writeUInt32BE(ip4ToNumber(to), 16);
-  ip.writeUInt16BE(checksum(ip), 10);
-  const eth = bounced(frame({ proto: 'udp', src: to, dst: from, sport: 1, dport: 1 })).subarray(0, 14);
-  return Buffer.concat([eth, ip, icmp]);
+  return icmpReply(from, to, 3, 3, Buffer.alloc(4), quoted);
 }
 
 describe('ClusterIP from a pod: DNAT, pod address kept', () => {

@@ -1,6 +1,7 @@
 // Shared set-up of the TC tests: the tc_lb object loaded with its maps pinned
 // in a throwaway bpffs directory, typed maps, and a writer for one frontend
 // (backends, slots, master entry, rev-NAT: make-before-break order).
+import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -14,6 +15,13 @@ import { openTcMaps, type TcMaps } from '../../src/datapath/tc/maps';
 import { gcConntrack } from '../../src/datapath/tc/conntrack';
 
 export const TC_OBJECT = path.resolve(__dirname, '../../../build/tc_lb.bpf.o');
+const ATTACH_MAIN = path.resolve(__dirname, '../../src/datapath/tc/attachMain.js');
+
+/** Attach tc_lb to `devices` of a network namespace (attachMain run there), links pinned under `pinDir`. */
+export function attachInNetns(netnsPath: string, pinDir: string, devices: string[]): SpawnSyncReturns<string> {
+  return spawnSync('nsenter', [`--net=${netnsPath}`, process.execPath, ATTACH_MAIN,
+    '--object', TC_OBJECT, '--bpffs', pinDir, ...devices.flatMap((d) => ['--device', d])], { encoding: 'utf8', timeout: 10000 });
+}
 
 export interface TcBackend {
   id: number;
@@ -71,7 +79,7 @@ export class TcHarness {
 
   /** Empty every map the TC path reads (between tests). */
   reset(): void {
-    for (const m of [this.services, this.backends, this.revNat, this.affinity, this.tc.conntrack, this.tc.sourceRanges] as Array<TypedMap<unknown, unknown>>) {
+    for (const m of [this.services, this.backends, this.revNat, this.affinity, this.tc.conntrack, this.tc.sourceRanges, this.tc.snatDevices] as Array<TypedMap<unknown, unknown>>) {
       for (const [k] of [...m.entries()]) m.delete(k);
     }
     this.tc.config.set(0, { snat_address: 0, snat_port_min: 0, snat_port_max: 0, tcp_established_timeout: 0, tcp_closing_timeout: 0, udp_timeout: 0, tcp_syn_timeout: 0 });

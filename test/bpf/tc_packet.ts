@@ -154,3 +154,47 @@ export function diffHex(actual: Buffer, expected: Buffer): string {
   }
   return out.join('\n') || '(identical)';
 }
+
+/**
+ * Split an IPv4 packet (from ipPacket) into Ethernet frames of fragments:
+ * the first carries `firstPayload` bytes after the IPv4 header (a multiple of
+ * 8), the second the rest. DF is cleared and MF/offset set as a sender would;
+ * each header checksum is recomputed.
+ */
+export function fragment(ipPkt: Buffer, firstPayload: number): [Buffer, Buffer] {
+  const header = ipPkt.subarray(0, 20);
+  const payload = ipPkt.subarray(20);
+  const part = (data: Buffer, offset: number, more: boolean) => {
+    const h = Buffer.from(header);
+    h.writeUInt16BE(20 + data.length, 2);
+    h.writeUInt16BE((more ? 0x2000 : 0) | (offset / 8), 6);
+    h.writeUInt16BE(0, 10);
+    h.writeUInt16BE(checksum(h), 10);
+    return ethernet(Buffer.concat([h, data]));
+  };
+  return [part(payload.subarray(0, firstPayload), 0, true), part(payload.subarray(firstPayload), firstPayload, false)];
+}
+
+/**
+ * An ICMP error as the data path builds one in place of the packet it answers:
+ * IPv4 (TOS `tos`, id 0, TTL 64) + type, code, the 4 bytes `rest` (unused, or
+ * unused + next-hop MTU) and the first 28 bytes of `quoted`, in a frame whose
+ * MAC addresses are those of frame() swapped (sent back where it came from).
+ */
+export function icmpReply(from: string, to: string, type: number, code: number, rest: Buffer, quoted: Buffer, tos = 0): Buffer {
+  const icmp = Buffer.concat([Buffer.from([type, code, 0, 0]), rest, quoted.subarray(0, 28)]);
+  icmp.writeUInt16BE(checksum(icmp), 2);
+  const ip = Buffer.alloc(20);
+  ip.writeUInt8(0x45, 0);
+  ip.writeUInt8(tos, 1);
+  ip.writeUInt16BE(20 + icmp.length, 2);
+  ip.writeUInt8(64, 8);
+  ip.writeUInt8(1, 9);
+  ip.writeUInt32BE(ip4ToNumber(from), 12);
+  ip.writeUInt32BE(ip4ToNumber(to), 16);
+  ip.writeUInt16BE(checksum(ip), 10);
+  const out = ethernet(Buffer.concat([ip, icmp]));
+  MAC_A.copy(out, 0);
+  MAC_B.copy(out, 6);
+  return out;
+}

@@ -10,7 +10,7 @@ import * as abi from '../../src/abi/generated';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { syncSourceRanges } from '../../src/datapath/tc/sourceRanges';
 import { listConntrack } from '../../src/datapath/tc/conntrack';
-import { TcHarness, TC_OBJECT, type TcBackend, type TcFrontend } from '../bpf/tc_harness';
+import { TcHarness, TC_OBJECT, attachInNetns, type TcBackend, type TcFrontend } from '../bpf/tc_harness';
 import { ADDR, CLIENT_SCRIPT, SERVER_SCRIPT, Topology, type Role } from './tc_topology';
 
 const DIST = path.resolve(__dirname, '../..');
@@ -23,8 +23,7 @@ let h: TcHarness;
 
 function attach(devices: string[]): void {
   // Inside node1's netns; the links are pinned under the test's bpffs dir.
-  const r = spawnSync('nsenter', [`--net=${topo.netnsPath('n1')}`, process.execPath, path.join(DIST, 'src/datapath/tc/attachMain.js'),
-    '--object', TC_OBJECT, '--bpffs', h.pinDir, ...devices.flatMap((d) => ['--device', d])], { encoding: 'utf8', timeout: 10000 });
+  const r = attachInNetns(topo.netnsPath('n1'), h.pinDir, devices);
   assert.equal(r.status, 0, `attach failed: ${r.stderr}`);
 }
 

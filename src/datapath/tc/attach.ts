@@ -10,6 +10,7 @@
 //
 // The device's ifindex is resolved in the calling thread's network namespace,
 // so run this inside the node's netns (tests: `nsenter --net=...`).
+import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import koffi from 'koffi';
@@ -35,6 +36,36 @@ export function deviceIndex(name: string): number {
   return index;
 }
 
+/**
+ * A device whose frames do not start with an Ethernet header (WireGuard, tun,
+ * IPIP, GRE: packets start at the IP header). The TC programs read IPv4 at
+ * offset 14, so they would misparse every packet there: such devices are
+ * refused at attach instead.
+ */
+export class UnsupportedDeviceError extends Error {
+  constructor(readonly device: string, readonly linkType: string) {
+    super(`attach TC to device ${device}: link type "${linkType}" is not Ethernet; the TC programs parse an Ethernet header and would misread its packets (WireGuard, tun and IPIP devices carry bare IP): not attached`);
+  }
+}
+
+/** The device's link type as iproute2 names it ("ether", "none" for tun/WireGuard, "ipip", ...), in this network namespace. */
+export function deviceLinkType(device: string): string {
+  let out: string;
+  try {
+    out = execFileSync('ip', ['-j', 'link', 'show', 'dev', device], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch {
+    throw new Error(`attach TC to device ${device}: no such device in this network namespace`);
+  }
+  const [link] = JSON.parse(out || '[]') as Array<{ link_type?: string }>;
+  return link?.link_type ?? 'unknown';
+}
+
+/** Throws UnsupportedDeviceError unless the device carries Ethernet frames. */
+export function checkEthernetDevice(device: string): void {
+  const linkType = deviceLinkType(device);
+  if (linkType !== 'ether') throw new UnsupportedDeviceError(device, linkType);
+}
+
 /** Where the link of one device and direction is pinned. */
 export function tcLinkPinPath(bpffs: string, device: string, direction: TcDirection): string {
   return path.join(bpffs, 'links', `tc-${device}-${direction}`);
@@ -46,6 +77,7 @@ export function tcLinkPinPath(bpffs: string, device: string, direction: TcDirect
  * this process. Returns the link, which the caller closes (the pin stays).
  */
 export function attachTc(prog: BpfProgram, device: string, direction: TcDirection, bpffs: string): BpfLink {
+  checkEthernetDevice(device);
   const pin = tcLinkPinPath(bpffs, device, direction);
   if (fs.existsSync(pin)) {
     const link = BpfLink.fromPinned(pin);

@@ -13,6 +13,8 @@ export interface TcMaps {
   conntrack: TypedMap<abi.Lb4CtKey, abi.Lb4CtEntry>;
   sourceRanges: TypedMap<abi.Lb4SrcRangeKey, number>;
   config: TypedMap<number, abi.Lb4TcConfig>;
+  /** ifindex -> SNAT address of flows leaving by that device (multi-homed nodes). */
+  snatDevices: TypedMap<number, abi.Lb4SnatDevice>;
   close(): void;
 }
 
@@ -33,6 +35,7 @@ export function openTcMaps(bpffs: string): TcMaps {
       conntrack: new TypedMap(open(abi.SLUICE_MAP_CT4), abi.lb4_ct_keyCodec, abi.lb4_ct_entryCodec),
       sourceRanges: new TypedMap(open(abi.SLUICE_MAP_SRCRANGE4), abi.lb4_src_range_keyCodec, u8Codec),
       config: new TypedMap(open(abi.SLUICE_MAP_TC_CONFIG), u32Codec, abi.lb4_tc_configCodec),
+      snatDevices: new TypedMap(open(abi.SLUICE_MAP_SNAT_DEV4), u32Codec, abi.lb4_snat_deviceCodec),
       close: () => opened.forEach((m) => m.close()),
     };
   } catch (err) {
