@@ -13,6 +13,7 @@
 #define SLUICE_BPF_SOCK_H
 
 #include "lb.h"
+#include "events.h"
 
 /* user_port is a __u32 holding the __be16 port in its first two bytes; a
  * narrower read is not allowed on every kernel, so read 4 bytes and truncate
@@ -111,6 +112,7 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 		return 0;
 	if (svc->count == 0) {
 		lb_count(LB_CNT_SOCK_NO_BACKEND);
+		lb4_event_sock(ctx, LB_CNT_SOCK_NO_BACKEND, &key, svc->rev_nat_id);
 		return -ECONNREFUSED;
 	}
 	rev_nat_id = svc->rev_nat_id;
