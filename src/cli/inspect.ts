@@ -5,6 +5,7 @@ import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
 import { counterName, readCounters } from '../datapath/counters';
 import { LbProgrammer } from '../datapath/programmer';
 import { sockLbStatus, type AttachmentStatus } from '../datapath/sockLb';
+import { readServiceNames, serviceNameOf, type ServiceName } from '../datapath/serviceNames';
 
 export function flagNames(flags: number): string[] {
   const names: Array<[number, string]> = [
@@ -37,12 +38,15 @@ export interface ServiceView {
   flags: string[];
   revNatId: number;
   affinityTimeoutSeconds: number;
+  /** The Service and port that own the frontend (absent: programmed by `sluice service upsert`, or by an older agent). */
+  service?: ServiceName;
   backends: Array<{ id: number; address: string; port: number; flags: string[] }>;
 }
 
 export function servicesView(maps: SockLbMaps): ServiceView[] {
   const state = LbProgrammer.adopt(maps);
   const byId = new Map(state.programmedBackends().map((b) => [b.id, b]));
+  const names = maps.serviceNames ? readServiceNames(maps.serviceNames) : new Map<string, ServiceName>();
   return state
     .programmedFrontends()
     .sort((a, b) => a.id.localeCompare(b.id, 'en'))
@@ -55,6 +59,7 @@ export function servicesView(maps: SockLbMaps): ServiceView[] {
       flags: flagNames(f.flags),
       revNatId: f.revNatId,
       affinityTimeoutSeconds: f.affinityTimeout,
+      service: serviceNameOf(names, f.revNatId, f.proto),
       backends: f.backendIds.map((id) => {
         const b = byId.get(id);
         return b

@@ -19,21 +19,25 @@ export type ServiceNameMap = TypedMap<abi.LbSvcNameKey, abi.LbSvcName>;
 
 const FIELD_SIZES = { namespace: 64, name: 64, portName: 16 } as const;
 
-function fixed(value: string, size: number, what: string): Buffer {
-  const bytes = Buffer.from(value, 'utf8');
-  // Kubernetes validation keeps all three below these sizes; a longer one is
-  // not a Service name we should guess at.
-  if (bytes.length > size) throw new Error(`${what} ${JSON.stringify(value)} is longer than ${size} bytes`);
+/**
+ * A name as a fixed-size C array. Kubernetes validation keeps all three below
+ * these sizes; anything longer (never from a real API server) is cut at a
+ * character boundary rather than failing a sync over a display name.
+ */
+function fixed(value: string, size: number): Buffer {
   const buf = Buffer.alloc(size);
-  bytes.copy(buf);
+  let end = Math.min(Buffer.byteLength(value, 'utf8'), size);
+  const bytes = Buffer.from(value, 'utf8');
+  while (end > 0 && end < bytes.length && (bytes[end]! & 0xc0) === 0x80) end--;
+  bytes.copy(buf, 0, 0, end);
   return buf;
 }
 
 export function encodeServiceName(n: ServiceName): abi.LbSvcName {
   return {
-    namespace: fixed(n.namespace, FIELD_SIZES.namespace, 'namespace'),
-    name: fixed(n.name, FIELD_SIZES.name, 'Service name'),
-    port_name: fixed(n.portName, FIELD_SIZES.portName, 'port name'),
+    namespace: fixed(n.namespace, FIELD_SIZES.namespace),
+    name: fixed(n.name, FIELD_SIZES.name),
+    port_name: fixed(n.portName, FIELD_SIZES.portName),
   };
 }
 
