@@ -3,6 +3,7 @@
 import { parseArgs, table, UsageError, type ParsedArgs } from './args';
 import { statusView, withMaps, backendFlagNames } from './inspect';
 import { servicesCommand } from './servicesCommand';
+import { traceCommand } from './traceCommand';
 import { DEFAULT_BPFFS } from '../datapath/maps';
 import { installSockLb, detachSockLb, uninstall } from '../datapath/sockLb';
 import { LbProgrammer, type FrontendSpec } from '../datapath/programmer';
@@ -28,6 +29,7 @@ function requireFlag(a: ParsedArgs, name: string): string {
 
 const commands: Record<string, Command> = {
   services: { ...servicesCommand, run: (a) => servicesCommand.run(a, bpffsOf(a)) },
+  trace: { ...traceCommand, run: (a) => traceCommand.run(a, bpffsOf(a)) },
   backends: {
     summary: 'list backends by id',
     values: ['bpffs', 'output'],
