@@ -13,3 +13,4 @@ export type { LinkInfo } from './link';
 export { attachCgroup, cgroupId, cgroupV2Mount, queryCgroup, queryCgroupDetailed } from './cgroup';
 export type { CgroupQuery } from './cgroup';
 export { BPF_FS_MAGIC, ensureBpffsDir, isBpffs } from './bpffs';
+export { RingBuffer } from './ringBuffer';

@@ -4,6 +4,7 @@ import { parseArgs, table, UsageError, type ParsedArgs } from './args';
 import { statusView, withMaps, backendFlagNames } from './inspect';
 import { servicesCommand } from './servicesCommand';
 import { traceCommand } from './traceCommand';
+import { monitorCommand } from './monitor';
 import { DEFAULT_BPFFS } from '../datapath/maps';
 import { installSockLb, detachSockLb, uninstall } from '../datapath/sockLb';
 import { LbProgrammer, type FrontendSpec } from '../datapath/programmer';
@@ -30,6 +31,7 @@ function requireFlag(a: ParsedArgs, name: string): string {
 const commands: Record<string, Command> = {
   services: { ...servicesCommand, run: (a) => servicesCommand.run(a, bpffsOf(a)) },
   trace: { ...traceCommand, run: (a) => traceCommand.run(a, bpffsOf(a)) },
+  monitor: { ...monitorCommand, run: (a) => monitorCommand.run(a, bpffsOf(a)) },
   backends: {
     summary: 'list backends by id',
     values: ['bpffs', 'output'],
