@@ -129,7 +129,7 @@ export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string)
   };
 }
 
-function processAlive(pid: number): boolean {
+export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

@@ -7,7 +7,6 @@
 // tick), and clears it on exit if it is still its own; a monitor killed
 // with SIGKILL leaves its pid, which the next monitor replaces and clears.
 import * as fs from 'node:fs';
-import { isIPv4 } from 'node:net';
 import * as abi from '../abi/generated';
 import { BpfMap, RingBuffer } from '../bpf';
 import { cString } from '../bpf/libbpf';
@@ -17,6 +16,8 @@ import { mapPinPath } from '../datapath/maps';
 import { TypedMap, u32Codec } from '../datapath/typedMap';
 import { formatServiceName, readServiceNames, serviceNameOf, type ServiceName } from '../datapath/serviceNames';
 import { UsageError, type ParsedArgs } from './args';
+import { parseServiceFilter, type ServiceFilter } from './servicesCommand';
+import { processAlive } from './inspect';
 
 export type EventType = 'drop' | 'refused' | 'new_flow';
 const TYPES: Record<number, EventType> = { [abi.LB_EVENT_DROP]: 'drop', [abi.LB_EVENT_REFUSED]: 'refused', [abi.LB_EVENT_NEW_FLOW]: 'new_flow' };
@@ -64,36 +65,18 @@ export function eventView(e: abi.LbEvent, names: (revNatId: number, proto: 'tcp'
   return view;
 }
 
-export interface EventFilter {
+export interface EventFilter extends ServiceFilter {
   types?: Set<string>;
-  service?: string;
-  address?: string;
-  port?: number;
 }
 
+/** --type, plus the filters of `sluice services` (--service, --address, --port[/proto]). */
 export function parseEventFilter(flags: Map<string, string>): EventFilter {
-  const f: EventFilter = {};
+  const f: EventFilter = parseServiceFilter(flags);
   const type = flags.get('type');
   if (type !== undefined) {
     const types = type.split(',').map((t) => t.trim().replace('-', '_'));
     for (const t of types) if (!Object.values(TYPES).includes(t as EventType)) throw new UsageError(`--type ${JSON.stringify(t)}: use drop, refused or new-flow (comma-separated)`);
     f.types = new Set(types);
-  }
-  const service = flags.get('service');
-  if (service !== undefined) {
-    if (!/^[^/\s]+\/[^/\s]+$/.test(service)) throw new UsageError(`--service ${JSON.stringify(service)}: expected NAMESPACE/NAME or NAMESPACE/NAME:PORT-NAME`);
-    f.service = service;
-  }
-  const address = flags.get('address');
-  if (address !== undefined) {
-    if (!isIPv4(address)) throw new UsageError(`--address ${JSON.stringify(address)}: not an IPv4 address`);
-    f.address = address;
-  }
-  const port = flags.get('port');
-  if (port !== undefined) {
-    const n = Number(port);
-    if (!/^\d+$/.test(port) || n < 1 || n > 65535) throw new UsageError(`--port ${JSON.stringify(port)}: expected a port 1-65535`);
-    f.port = n;
   }
   return f;
 }
@@ -101,6 +84,7 @@ export function parseEventFilter(flags: Map<string, string>): EventFilter {
 /** --address and --port match the client, the frontend or the backend. */
 export function eventMatches(v: EventView, f: EventFilter): boolean {
   if (f.types && !f.types.has(v.type)) return false;
+  if (f.proto !== undefined && v.proto !== f.proto) return false;
   if (f.service !== undefined && (!v.service || (v.service !== f.service && !v.service.startsWith(`${f.service}:`)))) return false;
   const ends = [v.source, v.frontend, v.backend].filter((x): x is string => !!x);
   if (f.address !== undefined && !ends.some((e) => e.split(':')[0] === f.address)) return false;
@@ -124,19 +108,10 @@ class ListenerFlag {
   }
   claim(): void {
     const cur = this.map.get(0)?.listener_pid ?? 0;
-    if (cur !== process.pid && (cur === 0 || !alive(cur))) this.map.set(0, { listener_pid: process.pid });
+    if (cur !== process.pid && (cur === 0 || !processAlive(cur))) this.map.set(0, { listener_pid: process.pid });
   }
   release(): void {
     if (this.map.get(0)?.listener_pid === process.pid) this.map.set(0, { listener_pid: 0 });
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

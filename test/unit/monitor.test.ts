@@ -46,6 +46,8 @@ test('filters: type, Service (whole or one port), address and port of any end', 
     [{ port: '30080' }, true],
     [{ port: '8080' }, true],
     [{ port: '81' }, false],
+    [{ port: '30080/tcp' }, true],
+    [{ port: '30080/udp' }, false],
   ];
   for (const [flags, expected] of cases) assert.equal(eventMatches(v, parseEventFilter(new Map(Object.entries(flags)))), expected, JSON.stringify(flags));
 });
