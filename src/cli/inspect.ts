@@ -124,6 +124,7 @@ export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string)
       fill(maps.revNat.name, count(maps.revNat.map), maps.revNat.map.maxEntries),
       fill(maps.sockRev.name, count(maps.sockRev.map), maps.sockRev.map.maxEntries),
       fill(maps.affinity.name, count(maps.affinity.map), maps.affinity.map.maxEntries),
+      ...(maps.serviceNames ? [fill(maps.serviceNames.name, count(maps.serviceNames.map), maps.serviceNames.map.maxEntries)] : []),
     ],
     counters,
   };

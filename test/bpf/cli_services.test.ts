@@ -98,6 +98,8 @@ test('the names map is readable by bpftool with named fields, survives a restart
   const again = LbProgrammer.adopt(maps);
   program(again);
   assert.equal(maps.serviceNames!.readAll().length, 4);
+  const status = JSON.parse(sluice('status', '-o', 'json')) as { maps: Array<{ name: string; entries: number }> };
+  assert.deepEqual(status.maps.find((m) => m.name === SLUICE_MAP_SVC_NAMES)?.entries, 4);
   // The ClusterIP of shop/web goes; its NodePort keeps its own name (another rev-NAT id).
   again.remove('198.18.96.20', 80, 'tcp');
   again.remove('198.18.96.10', 53, 'udp');
