@@ -520,5 +520,71 @@ struct lb4_sock_term_event {
 _Static_assert(sizeof(struct lb4_sock_term_key) == 8, "lb4_sock_term_key layout");
 _Static_assert(sizeof(struct lb4_sock_term_event) == 24, "lb4_sock_term_event layout");
 /* ==== end of stale socket termination ============================================ */
+/* ==== Operator CLI: Service names and data-path events (issue 11 item 12) ===== */
+/*
+ * sluice_svcname tells `sluice services` which Service owns a frontend without
+ * the agent: written by the agent next to the frontends, never read by the
+ * programs. Keyed by rev-NAT id and protocol, as a TCP and a UDP port on one
+ * address:port share a rev-NAT id but can carry different port names.
+ *
+ * sluice_events is a ring buffer of lb_event records (drops with their reason,
+ * refusals, new north-south flows) that `sluice monitor` reads. The programs
+ * write to it only while sluice_ev_on names a listener, so a node where
+ * nobody listens pays one array lookup at those (rare) points, nothing more.
+ */
+#define SLUICE_MAP_SVC_NAMES sluice_svcname /* lb_svc_name_key -> lb_svc_name (written by the agent only) */
+#define SLUICE_MAP_EVENTS    sluice_events  /* ring buffer of struct lb_event */
+#define SLUICE_MAP_EVENTS_ON sluice_ev_on   /* __u32 0 -> lb_events_ctl (array of one, written by `sluice monitor`) */
+
+#define SLUICE_MAX_SVC_NAMES     131072   /* two protocols per rev-NAT id */
+#define SLUICE_EVENTS_RING_BYTES 262144   /* power of two, a multiple of the page size */
+
+/* lb_event.type */
+#define LB_EVENT_DROP     1 /* a packet dropped (TC paths) */
+#define LB_EVENT_REFUSED  2 /* a connect()/sendmsg() refused, or a pod's packet rejected with ICMP */
+#define LB_EVENT_NEW_FLOW 3 /* a new flow translated (north-south and pod-veth paths) */
+
+struct lb_svc_name_key {
+	__u32 rev_nat_id; /* the frontend's rev-NAT id */
+	__u8  proto;      /* LB_PROTO_* */
+	__u8  pad[3];
+};
+
+/* NUL-terminated unless the name fills the array (Kubernetes caps all three below these sizes). */
+struct lb_svc_name {
+	char namespace[64]; /* metadata.namespace (a DNS label, <= 63) */
+	char name[64];      /* metadata.name (a DNS-1035 label, <= 63) */
+	char port_name[16]; /* spec.ports[].name (<= 15; empty for an unnamed port) */
+};
+
+struct lb_events_ctl {
+	__u32 listener_pid; /* pid of the `sluice monitor` reading the ring; 0: nobody, emit nothing */
+};
+
+struct lb_event {
+	__u64  timestamp_ns;    /* bpf_ktime_get_ns() */
+	__u64  netns_cookie;    /* socket path: the client's network namespace; 0 on TC */
+	__u32  pid;             /* socket path: the calling process (tgid); 0 on TC */
+	__u16  reason;          /* the SLUICE_MAP_COUNTERS index counted with it: names reason, direction, path */
+	__u8   type;            /* LB_EVENT_* */
+	__u8   proto;           /* LB_PROTO_* */
+	__be32 saddr;           /* client address (0 on the socket path: not bound yet at connect) */
+	__be32 daddr;           /* frontend address */
+	__be16 sport;           /* client port (0 on the socket path) */
+	__be16 dport;           /* frontend port */
+	__u32  rev_nat_id;      /* the frontend's rev-NAT id (0: not a frontend) */
+	__be32 backend_address; /* new flows: the backend picked; else 0 */
+	__be16 backend_port;
+	__u8   pad[2];
+	__u32  ifindex;         /* TC: the device; 0 on the socket path */
+	char   comm[16];        /* socket path: the calling task's name */
+	__u8   pad2[4];
+};
+
+_Static_assert(sizeof(struct lb_svc_name_key) == 8, "lb_svc_name_key layout");
+_Static_assert(sizeof(struct lb_svc_name) == 144, "lb_svc_name layout");
+_Static_assert(sizeof(struct lb_events_ctl) == 4, "lb_events_ctl layout");
+_Static_assert(sizeof(struct lb_event) == 72, "lb_event layout");
+/* ==== end of operator CLI ======================================================== */
 
 #endif /* SLUICE_ABI_H */

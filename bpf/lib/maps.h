@@ -157,5 +157,30 @@ struct {
 } SLUICE_MAP_SNAT_DEV4 SEC(".maps");
 
 /* ==== end of fragments and multi-homed nodes ====================================== */
+/* ==== Operator CLI: Service names and data-path events (issue 11 item 12) ===== */
+
+/* Written by the agent only (the programs never read it); here so that every
+ * object creates it with BTF and `bpftool map dump` shows named fields. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb_svc_name_key);
+	__type(value, struct lb_svc_name);
+	__uint(max_entries, SLUICE_MAX_SVC_NAMES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_SVC_NAMES SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, SLUICE_EVENTS_RING_BYTES);
+} SLUICE_MAP_EVENTS SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lb_events_ctl);
+	__uint(max_entries, 1);
+} SLUICE_MAP_EVENTS_ON SEC(".maps");
+
+/* ==== end of operator CLI ======================================================== */
 
 #endif /* SLUICE_BPF_MAPS_H */

@@ -44,6 +44,7 @@
 #define SLUICE_BPF_POD_LB_H
 
 #include "nat_flow.h"
+#include "events.h"
 
 #define LB_ICMP_PORT_UNREACH 3
 #define LB_IP_HLEN           20
@@ -86,6 +87,7 @@ static __always_inline int lb4_pod_reject(struct __sk_buff *skb, const struct lb
 	__s64 sum;
 
 	lb_path_count(LB_PATH_POD, LB_CNT_TC_NO_BACKEND);
+	lb4_event_packet(LB_EVENT_REFUSED, LB_CNT_TC_NO_BACKEND + LB_CNT_POD_OFFSET, &pkt->tuple, 0, skb->ifindex);
 	if (pkt->l4_off != LB_ETH_HLEN + LB_IP_HLEN || skb->gso_size)
 		return TC_ACT_SHOT;
 	if (bpf_skb_load_bytes(skb, 0, eth, sizeof(eth)) < 0 ||
@@ -155,6 +157,7 @@ lb4_pod_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const stru
 	}
 	if (lb4_ct_create_flow(skb, t, &e, cfg) < 0)
 		return TC_ACT_SHOT;
+	lb4_event_flow(&e);
 	return lb4_flow_xlate_original(skb, pkt, &e, LB_PATH_POD);
 }
 

@@ -14,6 +14,7 @@
 #define SLUICE_BPF_SOCK_H
 
 #include "lb.h"
+#include "events.h"
 
 #ifndef EADDRINUSE
 #define EADDRINUSE 98
@@ -237,6 +238,7 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 	}
 	if (svc.count == 0) {
 		lb_count(LB_CNT_SOCK_NO_BACKEND);
+		lb4_event_sock(ctx, LB_CNT_SOCK_NO_BACKEND, &key, svc.rev_nat_id);
 		return -ECONNREFUSED;
 	}
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);

@@ -24,6 +24,7 @@
 #define SLUICE_BPF_TC_LB_H
 
 #include "nat_flow.h"
+#include "events.h"
 
 static __always_inline bool lb_svc_is_north_south(const struct lb4_service *svc)
 {
@@ -79,12 +80,14 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 		return TC_ACT_OK;
 	if (lb_svc_has_source_ranges(svc) && !lb4_source_allowed(svc->rev_nat_id, t->saddr)) {
 		lb_count(LB_CNT_TC_SRC_RANGE_DROP);
+		lb4_event_packet(LB_EVENT_DROP, LB_CNT_TC_SRC_RANGE_DROP, t, svc->rev_nat_id, skb->ingress_ifindex);
 		return TC_ACT_SHOT;
 	}
 	/* externalTrafficPolicy: Local without a local backend has count 0 in
 	 * the external scope: dropped, as kube-proxy does. */
 	if (!svc->count) {
 		lb_count(LB_CNT_TC_NO_BACKEND);
+		lb4_event_packet(LB_EVENT_DROP, LB_CNT_TC_NO_BACKEND, t, svc->rev_nat_id, skb->ingress_ifindex);
 		return TC_ACT_SHOT;
 	}
 	akey.client_id = t->saddr;
@@ -108,12 +111,14 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 		e.nat_address = lb4_snat_address_for(skb, cfg, backend->address);
 		if (!e.nat_address) {
 			lb_count(LB_CNT_TC_SNAT_FAILED);
+			lb4_event_packet(LB_EVENT_DROP, LB_CNT_TC_SNAT_FAILED, t, svc->rev_nat_id, skb->ingress_ifindex);
 			return TC_ACT_SHOT;
 		}
 		e.flags |= LB_CT_FLAG_SNAT;
 	}
 	if (lb4_ct_create_flow(skb, t, &e, cfg) < 0)
 		return TC_ACT_SHOT;
+	lb4_event_flow(&e);
 	return lb4_flow_xlate_original(skb, pkt, &e, LB_PATH_NORTH_SOUTH);
 }
 

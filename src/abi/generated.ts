@@ -51,6 +51,9 @@ export const LB_CT_FLAG_POD = 4;
 export const LB_CT_FLAG_SEEN_REPLY = 8;
 export const LB_CT_FLAG_SNAT = 1;
 export const LB_CT_FLAG_SPORT = 128;
+export const LB_EVENT_DROP = 1;
+export const LB_EVENT_NEW_FLOW = 3;
+export const LB_EVENT_REFUSED = 2;
 export const LB_PROTO_TCP = 6;
 export const LB_PROTO_UDP = 17;
 export const LB_SCOPE_EXTERNAL = 0;
@@ -75,11 +78,14 @@ export const LB_TC_DEFAULT_TCP_ESTABLISHED_S = 21600;
 export const LB_TC_DEFAULT_TCP_SYN_S = 60;
 export const LB_TC_DEFAULT_UDP_S = 60;
 export const LB_TC_SNAT_RETRIES = 16;
+export const SLUICE_EVENTS_RING_BYTES = 262144;
 export const SLUICE_MAP_AFFINITY4 = "sluice_affin4";
 export const SLUICE_MAP_AGENT = "sluice_agent";
 export const SLUICE_MAP_BACKENDS4 = "sluice_be4";
 export const SLUICE_MAP_COUNTERS = "sluice_cnt_v2";
 export const SLUICE_MAP_CT4 = "sluice_ct4";
+export const SLUICE_MAP_EVENTS = "sluice_events";
+export const SLUICE_MAP_EVENTS_ON = "sluice_ev_on";
 export const SLUICE_MAP_FRAG4 = "sluice_frag4";
 export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
@@ -89,6 +95,7 @@ export const SLUICE_MAP_SOCK4 = "sluice_sock4";
 export const SLUICE_MAP_SOCKTERM4 = "sluice_sk_term4";
 export const SLUICE_MAP_SOCK_CFG = "sluice_sock_cfg";
 export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
+export const SLUICE_MAP_SVC_NAMES = "sluice_svcname";
 export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
 export const SLUICE_MAX_AFFINITY = 131072;
 export const SLUICE_MAX_BACKENDS = 262144;
@@ -101,6 +108,7 @@ export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
 export const SLUICE_MAX_SNAT_DEV4 = 256;
 export const SLUICE_MAX_SOCKTERM4 = 4096;
 export const SLUICE_MAX_SRCRANGE4 = 16384;
+export const SLUICE_MAX_SVC_NAMES = 131072;
 export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
 export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
 export const SLUICE_PROG_POD_INGRESS = "sluice_pod_ingress";
@@ -682,6 +690,84 @@ export function decodeLbAffinity(buf: Buffer, off = 0): LbAffinity {
 }
 export const lb_affinityCodec: Codec<LbAffinity> = { size: 16, encode: encodeLbAffinity, decode: decodeLbAffinity };
 
+/** struct lb_event (72 bytes) */
+export interface LbEvent {
+  timestamp_ns: bigint;
+  netns_cookie: bigint;
+  pid: number;
+  reason: number;
+  type: number;
+  proto: number;
+  saddr: number; // network byte order in the map
+  daddr: number; // network byte order in the map
+  sport: number; // network byte order in the map
+  dport: number; // network byte order in the map
+  rev_nat_id: number;
+  backend_address: number; // network byte order in the map
+  backend_port: number; // network byte order in the map
+  ifindex: number;
+  comm: Buffer;
+}
+export const LB_EVENT_SIZE = 72;
+export const lb_eventLayout: StructLayout = {"name":"lb_event","size":72,"fields":[{"name":"timestamp_ns","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"netns_cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"pid","kind":"int","offset":16,"size":4,"bigEndian":false},{"name":"reason","kind":"int","offset":20,"size":2,"bigEndian":false},{"name":"type","kind":"int","offset":22,"size":1,"bigEndian":false},{"name":"proto","kind":"int","offset":23,"size":1,"bigEndian":false},{"name":"saddr","kind":"int","offset":24,"size":4,"bigEndian":true},{"name":"daddr","kind":"int","offset":28,"size":4,"bigEndian":true},{"name":"sport","kind":"int","offset":32,"size":2,"bigEndian":true},{"name":"dport","kind":"int","offset":34,"size":2,"bigEndian":true},{"name":"rev_nat_id","kind":"int","offset":36,"size":4,"bigEndian":false},{"name":"backend_address","kind":"int","offset":40,"size":4,"bigEndian":true},{"name":"backend_port","kind":"int","offset":44,"size":2,"bigEndian":true},{"name":"pad","kind":"bytes","offset":46,"size":2},{"name":"ifindex","kind":"int","offset":48,"size":4,"bigEndian":false},{"name":"comm","kind":"bytes","offset":52,"size":16},{"name":"pad2","kind":"bytes","offset":68,"size":4}]};
+export function encodeLbEvent(v: LbEvent, buf: Buffer = Buffer.alloc(72), off = 0): Buffer {
+  buf.fill(0, off, off + 72);
+  buf.writeBigUInt64LE(v.timestamp_ns, off + 0);
+  buf.writeBigUInt64LE(v.netns_cookie, off + 8);
+  buf.writeUInt32LE(v.pid >>> 0, off + 16);
+  buf.writeUInt16LE(v.reason & 0xffff, off + 20);
+  buf.writeUInt8(v.type & 0xff, off + 22);
+  buf.writeUInt8(v.proto & 0xff, off + 23);
+  buf.writeUInt32BE(v.saddr >>> 0, off + 24);
+  buf.writeUInt32BE(v.daddr >>> 0, off + 28);
+  buf.writeUInt16BE(v.sport & 0xffff, off + 32);
+  buf.writeUInt16BE(v.dport & 0xffff, off + 34);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 36);
+  buf.writeUInt32BE(v.backend_address >>> 0, off + 40);
+  buf.writeUInt16BE(v.backend_port & 0xffff, off + 44);
+  buf.writeUInt32LE(v.ifindex >>> 0, off + 48);
+  v.comm.copy(buf, off + 52, 0, 16);
+  return buf;
+}
+export function decodeLbEvent(buf: Buffer, off = 0): LbEvent {
+  return {
+    timestamp_ns: buf.readBigUInt64LE(off + 0),
+    netns_cookie: buf.readBigUInt64LE(off + 8),
+    pid: buf.readUInt32LE(off + 16),
+    reason: buf.readUInt16LE(off + 20),
+    type: buf.readUInt8(off + 22),
+    proto: buf.readUInt8(off + 23),
+    saddr: buf.readUInt32BE(off + 24),
+    daddr: buf.readUInt32BE(off + 28),
+    sport: buf.readUInt16BE(off + 32),
+    dport: buf.readUInt16BE(off + 34),
+    rev_nat_id: buf.readUInt32LE(off + 36),
+    backend_address: buf.readUInt32BE(off + 40),
+    backend_port: buf.readUInt16BE(off + 44),
+    ifindex: buf.readUInt32LE(off + 48),
+    comm: Buffer.from(buf.subarray(off + 52, off + 52 + 16)),
+  };
+}
+export const lb_eventCodec: Codec<LbEvent> = { size: 72, encode: encodeLbEvent, decode: decodeLbEvent };
+
+/** struct lb_events_ctl (4 bytes) */
+export interface LbEventsCtl {
+  listener_pid: number;
+}
+export const LB_EVENTS_CTL_SIZE = 4;
+export const lb_events_ctlLayout: StructLayout = {"name":"lb_events_ctl","size":4,"fields":[{"name":"listener_pid","kind":"int","offset":0,"size":4,"bigEndian":false}]};
+export function encodeLbEventsCtl(v: LbEventsCtl, buf: Buffer = Buffer.alloc(4), off = 0): Buffer {
+  buf.fill(0, off, off + 4);
+  buf.writeUInt32LE(v.listener_pid >>> 0, off + 0);
+  return buf;
+}
+export function decodeLbEventsCtl(buf: Buffer, off = 0): LbEventsCtl {
+  return {
+    listener_pid: buf.readUInt32LE(off + 0),
+  };
+}
+export const lb_events_ctlCodec: Codec<LbEventsCtl> = { size: 4, encode: encodeLbEventsCtl, decode: decodeLbEventsCtl };
+
 /** struct lb_sock_config (16 bytes) */
 export interface LbSockConfig {
   host_netns_cookie: bigint;
@@ -702,6 +788,51 @@ export function decodeLbSockConfig(buf: Buffer, off = 0): LbSockConfig {
   };
 }
 export const lb_sock_configCodec: Codec<LbSockConfig> = { size: 16, encode: encodeLbSockConfig, decode: decodeLbSockConfig };
+
+/** struct lb_svc_name (144 bytes) */
+export interface LbSvcName {
+  namespace: Buffer;
+  name: Buffer;
+  port_name: Buffer;
+}
+export const LB_SVC_NAME_SIZE = 144;
+export const lb_svc_nameLayout: StructLayout = {"name":"lb_svc_name","size":144,"fields":[{"name":"namespace","kind":"bytes","offset":0,"size":64},{"name":"name","kind":"bytes","offset":64,"size":64},{"name":"port_name","kind":"bytes","offset":128,"size":16}]};
+export function encodeLbSvcName(v: LbSvcName, buf: Buffer = Buffer.alloc(144), off = 0): Buffer {
+  buf.fill(0, off, off + 144);
+  v.namespace.copy(buf, off + 0, 0, 64);
+  v.name.copy(buf, off + 64, 0, 64);
+  v.port_name.copy(buf, off + 128, 0, 16);
+  return buf;
+}
+export function decodeLbSvcName(buf: Buffer, off = 0): LbSvcName {
+  return {
+    namespace: Buffer.from(buf.subarray(off + 0, off + 0 + 64)),
+    name: Buffer.from(buf.subarray(off + 64, off + 64 + 64)),
+    port_name: Buffer.from(buf.subarray(off + 128, off + 128 + 16)),
+  };
+}
+export const lb_svc_nameCodec: Codec<LbSvcName> = { size: 144, encode: encodeLbSvcName, decode: decodeLbSvcName };
+
+/** struct lb_svc_name_key (8 bytes) */
+export interface LbSvcNameKey {
+  rev_nat_id: number;
+  proto: number;
+}
+export const LB_SVC_NAME_KEY_SIZE = 8;
+export const lb_svc_name_keyLayout: StructLayout = {"name":"lb_svc_name_key","size":8,"fields":[{"name":"rev_nat_id","kind":"int","offset":0,"size":4,"bigEndian":false},{"name":"proto","kind":"int","offset":4,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":5,"size":3}]};
+export function encodeLbSvcNameKey(v: LbSvcNameKey, buf: Buffer = Buffer.alloc(8), off = 0): Buffer {
+  buf.fill(0, off, off + 8);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 0);
+  buf.writeUInt8(v.proto & 0xff, off + 4);
+  return buf;
+}
+export function decodeLbSvcNameKey(buf: Buffer, off = 0): LbSvcNameKey {
+  return {
+    rev_nat_id: buf.readUInt32LE(off + 0),
+    proto: buf.readUInt8(off + 4),
+  };
+}
+export const lb_svc_name_keyCodec: Codec<LbSvcNameKey> = { size: 8, encode: encodeLbSvcNameKey, decode: decodeLbSvcNameKey };
 
 /** struct sluice_agent_status (48 bytes) */
 export interface SluiceAgentStatus {
@@ -749,6 +880,8 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_be4: {"name":"sluice_be4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":262144,"flags":1},
   sluice_cnt_v2: {"name":"sluice_cnt_v2","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":128},
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
+  sluice_ev_on: {"name":"sluice_ev_on","type":2,"keyType":"u32","keySize":4,"valueType":"lb_events_ctl","valueSize":4,"maxEntries":1},
+  sluice_events: {"name":"sluice_events","type":27,"maxEntries":262144},
   sluice_frag4: {"name":"sluice_frag4","type":9,"keyType":"lb4_frag_key","keySize":12,"valueType":"lb4_frag_ports","valueSize":4,"maxEntries":8192},
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
@@ -758,5 +891,6 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_sock_cfg: {"name":"sluice_sock_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb_sock_config","valueSize":16,"maxEntries":1},
   sluice_srcrng4: {"name":"sluice_srcrng4","type":11,"keyType":"lb4_src_range_key","keySize":12,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
   sluice_svc4: {"name":"sluice_svc4","type":1,"keyType":"lb4_service_key","keySize":12,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
+  sluice_svcname: {"name":"sluice_svcname","type":1,"keyType":"lb_svc_name_key","keySize":8,"valueType":"lb_svc_name","valueSize":144,"maxEntries":131072,"flags":1},
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},
 };

@@ -27,10 +27,11 @@ export interface Codec<T> {
 export interface MapSpec {
   name: string;
   type: number;
-  keyType: string;
-  keySize: number;
-  valueType: string;
-  valueSize: number;
+  /** Key and value: absent for a ring buffer, which has neither. */
+  keyType?: string;
+  keySize?: number;
+  valueType?: string;
+  valueSize?: number;
   maxEntries: number;
   flags?: number;
 }

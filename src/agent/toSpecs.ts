@@ -3,6 +3,7 @@
 import * as abi from '../abi/generated';
 import type { Frontend } from '../model/frontend';
 import type { FrontendSpec } from '../datapath/programmer';
+import type { ServiceName } from '../datapath/serviceNames';
 
 const KIND_FLAG: Record<Frontend['kind'], number> = {
   ClusterIP: abi.LB_SVC_FLAG_CLUSTER_IP,
@@ -32,6 +33,12 @@ export function frontendFlags(f: Frontend): number {
   return flags;
 }
 
+/** "namespace/name" and the port name, for the names map the CLI reads. */
+function serviceNameOf(f: Frontend): ServiceName {
+  const slash = f.service.indexOf('/');
+  return { namespace: f.service.slice(0, slash), name: f.service.slice(slash + 1), portName: f.portName };
+}
+
 /** IPv4 frontends only: the IPv6 twins of the maps are not there yet. */
 export function toFrontendSpec(f: Frontend, zones: ZoneIds): FrontendSpec | undefined {
   if (f.family !== 'IPv4') return undefined;
@@ -53,5 +60,6 @@ export function toFrontendSpec(f: Frontend, zones: ZoneIds): FrontendSpec | unde
     })),
     sourceRanges: f.sourceRanges,
     owner: `Service ${f.service} port ${f.portName || f.port} (${f.kind})`,
+    service: serviceNameOf(f),
   };
 }

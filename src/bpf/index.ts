@@ -15,3 +15,4 @@ export type { CgroupQuery } from './cgroup';
 export { BPF_FS_MAGIC, ensureBpffsDir, isBpffs } from './bpffs';
 export { BpfIterator, readIter } from './iter';
 export { inNetns, netnsInode } from './netns';
+export { RingBuffer } from './ringBuffer';

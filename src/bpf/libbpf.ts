@@ -166,6 +166,10 @@ export interface LibbpfFunctions {
   bpf_prog_test_run_opts(progFd: number, opts: TestRunOpts): number;
 
   bpf_iter_create(linkFd: number): number;
+  // Ring buffers (src/bpf/ringBuffer.ts): sampleFn is a koffi-registered ring_buffer_sample_fn.
+  ring_buffer__new(mapFd: number, sampleFn: unknown, ctx: null, opts: null): Handle | null;
+  ring_buffer__consume(rb: Handle): number;
+  ring_buffer__free(rb: Handle): void;
 }
 
 /** struct bpf_map_batch_opts (libbpf 1.1.2 bpf.h): 24 bytes on 64-bit. */
@@ -222,6 +226,8 @@ function load(): LibbpfFunctions {
   koffi.opaque('bpf_object');
   koffi.opaque('bpf_map');
   koffi.opaque('bpf_program');
+  koffi.opaque('ring_buffer');
+  koffi.proto('int ring_buffer_sample_fn(void *ctx, void *data, size_t size)');
   const batchOpts = koffi.struct('bpf_map_batch_opts', { sz: 'size_t', elem_flags: 'uint64_t', flags: 'uint64_t' });
   const linkUpdateOpts = koffi.struct('bpf_link_update_opts', { sz: 'size_t', flags: 'uint32_t', old_prog_fd: 'uint32_t' });
   const testRunOpts = koffi.struct('bpf_test_run_opts', {
@@ -309,6 +315,9 @@ function load(): LibbpfFunctions {
     'int bpf_prog_test_run_opts(int prog_fd, _Inout_ bpf_test_run_opts *opts)',
 
     'int bpf_iter_create(int link_fd)',
+    'ring_buffer *ring_buffer__new(int map_fd, ring_buffer_sample_fn *sample_cb, void *ctx, void *opts)',
+    'int ring_buffer__consume(ring_buffer *rb)',
+    'void ring_buffer__free(ring_buffer *rb)',
   ];
   const fns: Record<string, unknown> = {};
   for (const decl of decls) {

@@ -6,6 +6,7 @@ import { counterName, readCounters } from '../datapath/counters';
 import { LbProgrammer } from '../datapath/programmer';
 import { sockLbStatus, type AttachmentStatus } from '../datapath/sockLb';
 import { staleSocketStatus, type StaleSocketStatus } from '../datapath/sockTerm';
+import { readServiceNames, serviceNameOf, type ServiceName } from '../datapath/serviceNames';
 
 export function flagNames(flags: number): string[] {
   const names: Array<[number, string]> = [
@@ -38,12 +39,15 @@ export interface ServiceView {
   flags: string[];
   revNatId: number;
   affinityTimeoutSeconds: number;
+  /** The Service and port that own the frontend (absent: programmed by `sluice service upsert`, or by an older agent). */
+  service?: ServiceName;
   backends: Array<{ id: number; address: string; port: number; flags: string[] }>;
 }
 
 export function servicesView(maps: SockLbMaps): ServiceView[] {
   const state = LbProgrammer.adopt(maps);
   const byId = new Map(state.programmedBackends().map((b) => [b.id, b]));
+  const names = maps.serviceNames ? readServiceNames(maps.serviceNames) : new Map<string, ServiceName>();
   return state
     .programmedFrontends()
     .sort((a, b) => a.id.localeCompare(b.id, 'en'))
@@ -56,6 +60,7 @@ export function servicesView(maps: SockLbMaps): ServiceView[] {
       flags: flagNames(f.flags),
       revNatId: f.revNatId,
       affinityTimeoutSeconds: f.affinityTimeout,
+      service: serviceNameOf(names, f.revNatId, f.proto),
       backends: f.backendIds.map((id) => {
         const b = byId.get(id);
         return b
@@ -123,12 +128,13 @@ export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string)
       fill(maps.revNat.name, count(maps.revNat.map), maps.revNat.map.maxEntries),
       fill(maps.nodeIps.name, count(maps.nodeIps.map), maps.nodeIps.map.maxEntries),
       fill(maps.affinity.name, count(maps.affinity.map), maps.affinity.map.maxEntries),
+      ...(maps.serviceNames ? [fill(maps.serviceNames.name, count(maps.serviceNames.map), maps.serviceNames.map.maxEntries)] : []),
     ],
     counters,
   };
 }
 
-function processAlive(pid: number): boolean {
+export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

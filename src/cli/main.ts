@@ -1,8 +1,11 @@
 // `sluice`: the command line. Every command that reads state reads the pinned
 // maps under --bpffs, so it works with no agent running.
 import { parseArgs, table, UsageError, type ParsedArgs } from './args';
-import { servicesView, statusView, withMaps, backendFlagNames } from './inspect';
+import { statusView, withMaps, backendFlagNames } from './inspect';
 import * as fs from 'node:fs';
+import { servicesCommand } from './servicesCommand';
+import { traceCommand } from './traceCommand';
+import { monitorCommand } from './monitor';
 import { DEFAULT_BPFFS, type SockLbMaps } from '../datapath/maps';
 import { installSockLb, detachSockLb, uninstall } from '../datapath/sockLb';
 import { LbProgrammer, type FrontendSpec } from '../datapath/programmer';
@@ -27,21 +30,9 @@ function requireFlag(a: ParsedArgs, name: string): string {
 }
 
 const commands: Record<string, Command> = {
-  services: {
-    summary: 'list frontends with their backends (from the pinned maps)',
-    values: ['bpffs', 'output'],
-    run(a) {
-      const view = withMaps(bpffsOf(a), servicesView);
-      if (json(a)) printJson(view);
-      else {
-        print(table(
-          ['FRONTEND', 'SCOPE', 'FLAGS', 'BACKENDS'],
-          view.map((s) => [s.frontend, s.scope, s.flags.join(',') || '-', s.backends.map((b) => `${b.address}:${b.port}`).join(',') || '(none: refused)']),
-        ));
-      }
-      return 0;
-    },
-  },
+  services: { ...servicesCommand, run: (a) => servicesCommand.run(a, bpffsOf(a)) },
+  trace: { ...traceCommand, run: (a) => traceCommand.run(a, bpffsOf(a)) },
+  monitor: { ...monitorCommand, run: (a) => monitorCommand.run(a, bpffsOf(a)) },
   backends: {
     summary: 'list backends by id',
     values: ['bpffs', 'output'],

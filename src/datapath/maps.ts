@@ -6,6 +6,7 @@ import { BpfMap } from '../bpf/map';
 import * as abi from '../abi/generated';
 import { TypedMap, u32Codec, u8Codec } from './typedMap';
 import { nodeIpMap, sockConfigMap } from './sockConfig';
+import type { ServiceNameMap } from './serviceNames';
 
 export const DEFAULT_BPFFS = '/sys/fs/bpf/sluice';
 
@@ -23,6 +24,8 @@ export interface SockLbMaps {
   counters: BpfMap;
   /** What the agent last did; absent in pins made by an older Sluice. */
   agent?: TypedMap<number, abi.SluiceAgentStatus>;
+  /** Which Service owns each frontend (the CLI's view); absent in pins made by an older Sluice. */
+  serviceNames?: ServiceNameMap;
   close(): void;
 }
 
@@ -55,6 +58,9 @@ export function openSockLbMaps(bpffs: string): SockLbMaps {
       counters: open(abi.SLUICE_MAP_COUNTERS),
       agent: fs.existsSync(mapPinPath(bpffs, abi.SLUICE_MAP_AGENT))
         ? new TypedMap(open(abi.SLUICE_MAP_AGENT), u32Codec, abi.sluice_agent_statusCodec)
+        : undefined,
+      serviceNames: fs.existsSync(mapPinPath(bpffs, abi.SLUICE_MAP_SVC_NAMES))
+        ? new TypedMap(open(abi.SLUICE_MAP_SVC_NAMES), abi.lb_svc_name_keyCodec, abi.lb_svc_nameCodec)
         : undefined,
       close: () => opened.forEach((m) => m.close()),
     };

@@ -11,6 +11,7 @@ import { ip4ToNumber, numberToIp4, protoName, protoNumber, type ProtoName } from
 import { IdAllocator } from './ids';
 import { ServiceEntryBatch } from './serviceBatch';
 import { readSourceRanges, syncSourceRanges } from './tc/sourceRanges';
+import { ServiceNameWriter, type ServiceName } from './serviceNames';
 
 export type ScopeName = 'external' | 'internal';
 
@@ -35,6 +36,8 @@ export interface FrontendSpec {
   sourceRanges?: string[];
   /** Who asked for it ("Service default/web port http"), for errors. */
   owner?: string;
+  /** The Service and port that own it, kept in the names map for the CLI. */
+  service?: ServiceName;
 }
 
 export interface ProgrammedFrontend {
@@ -121,6 +124,7 @@ export class LbProgrammer {
   private readonly revNatIds: IdAllocator;
   /** Found by adopt(), removed by adoptAndRepair(): never visible to the data path. */
   private readonly leftovers = { slots: [] as abi.Lb4ServiceKey[], slotsBeyondCount: 0, revNatIds: [] as number[] };
+  private names?: ServiceNameWriter;
 
   private constructor(private readonly maps: SockLbMaps) {
     this.backendIds = new IdAllocator('backend');
@@ -298,6 +302,7 @@ export class LbProgrammer {
     }
     result.deletedBackendIds = this.collectGarbage();
     result.backendsDeleted = result.deletedBackendIds.length;
+    this.recordServiceNames(wanted.values());
     return result;
   }
 
@@ -472,6 +477,7 @@ export class LbProgrammer {
     for (const b of cur.backendIds) this.ref(b, -1);
     this.forgetAffinity(cur, cur.backendIds);
     this.frontends.delete(id);
+    this.forgetServiceName(cur);
     const rnKey = revNatKeyOf(cur);
     const users = (this.revNatUsers.get(rnKey) ?? 1) - 1;
     this.revNatUsers.set(rnKey, users);
@@ -483,6 +489,27 @@ export class LbProgrammer {
       this.revNatIds.release(cur.revNatId);
       this.revNats.delete(rnKey);
     }
+  }
+
+  /** Names of programmed frontends for the CLI (informational: after the frontends, and only where they differ). */
+  private recordServiceNames(specs: Iterable<FrontendSpec>): void {
+    const names = this.serviceNameWriter();
+    if (!names) return;
+    for (const f of specs) {
+      const programmed = this.frontends.get(frontendId(f));
+      if (f.service && programmed) names.write(programmed.revNatId, f.proto, f.service);
+    }
+  }
+
+  /** A name goes with the last scope of its frontend. */
+  private forgetServiceName(f: ProgrammedFrontend): void {
+    const other = frontendId({ ...f, scope: f.scope === 'internal' ? 'external' : 'internal' });
+    if (!this.frontends.has(other)) this.serviceNameWriter()?.forget(f.revNatId, f.proto);
+  }
+
+  private serviceNameWriter(): ServiceNameWriter | undefined {
+    if (!this.names && this.maps.serviceNames) this.names = new ServiceNameWriter(this.maps.serviceNames);
+    return this.names;
   }
 
   /** Backends no frontend points at any more are deleted last. */

@@ -49,8 +49,8 @@ export class TcHarness {
   readonly counters: BpfMap;
   readonly tc: TcMaps;
 
-  private constructor(readonly pinDir: string) {
-    this.obj = BpfObject.open(TC_OBJECT, { pinDir });
+  private constructor(readonly pinDir: string, object = TC_OBJECT) {
+    this.obj = BpfObject.open(object, { pinDir });
     this.obj.load();
     this.services = new TypedMap(this.obj.map(abi.SLUICE_MAP_SERVICES4), abi.lb4_service_keyCodec, abi.lb4_serviceCodec);
     this.backends = new TypedMap(this.obj.map(abi.SLUICE_MAP_BACKENDS4), u32Codec, abi.lb4_backendCodec);
@@ -61,10 +61,10 @@ export class TcHarness {
   }
 
   /** Loads tc_lb into a fresh bpffs directory `<prefix>-<random>`. */
-  static create(prefix = 'sluice-tctest'): TcHarness {
+  static create(prefix = 'sluice-tctest', object?: string): TcHarness {
     const pinDir = ensureBpffsDir(`/sys/fs/bpf/${prefix}-${randomBytes(4).toString('hex')}`);
     try {
-      return new TcHarness(pinDir);
+      return new TcHarness(pinDir, object);
     } catch (err) {
       fs.rmSync(pinDir, { recursive: true, force: true });
       throw err;

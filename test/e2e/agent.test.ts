@@ -111,6 +111,8 @@ test('Services and EndpointSlices become frontends; traffic follows creates, upd
   const vip = svc.spec.clusterIP;
   api.store.create('endpointslices', slice('web', 'web-1', BACKENDS.slice(0, 3)));
   await waitProgrammed(`${vip}:80/tcp`, BACKENDS.slice(0, 3).map((b) => `${b}:8080`));
+  // The agent records the Service that owns the frontend, for `sluice services`.
+  assert.deepEqual((programmed().find((s) => s.frontend === `${vip}:80/tcp`) as { service?: unknown }).service, { namespace: 'default', name: 'web', portName: 'http' });
   const first = await connect(vip, 80, 60);
   assert.deepEqual(first.filter((r) => r.error), []);
   assert.equal(new Set(first.map((r) => r.backend)).size, 3, 'all three backends answer');

@@ -1,0 +1,298 @@
+// `sluice trace`: what the data path would do with one connection or packet,
+// decided from the pinned maps with the rules of the BPF code, without
+// sending anything. Pure: it reads through TraceMaps, so the same function
+// runs against real pinned maps (the CLI) and tables of entries (unit tests).
+//
+// Paths, each mirroring its program:
+//  - socket       (bpf/lib/sock.h)   connect()/sendmsg() from the node or a pod
+//  - north_south  (bpf/lib/tc_lb.h)  a packet arriving on an external device
+//  - pod          (bpf/lib/pod_lb.h) a packet from a pod whose socket LB is bypassed
+import * as abi from '../abi/generated';
+import { ip4ToNumber, numberToIp4, protoNumber, type ProtoName } from '../datapath/addr';
+import { formatServiceName, type ServiceName } from '../datapath/serviceNames';
+import { counterName, COUNTERS } from '../datapath/counters';
+import { flagNames, backendFlagNames } from './inspect';
+
+export type TracePath = 'socket' | 'north_south' | 'pod';
+
+/** Point look-ups into the maps, as the programs make them. */
+export interface TraceMaps {
+  service(key: abi.Lb4ServiceKey): abi.Lb4Service | undefined;
+  backend(id: number): abi.Lb4Backend | undefined;
+  /** loadBalancerSourceRanges: an LPM match for this client under this rev-NAT id. */
+  sourceAllowed(revNatId: number, client: number): boolean;
+  affinity(key: abi.Lb4AffinityKey): abi.LbAffinity | undefined;
+  /** Conntrack (TC paths); undefined when the TC maps are not pinned. */
+  conntrack?: {
+    get(key: abi.Lb4CtKey): abi.Lb4CtEntry | undefined;
+    /** Original-direction entries from this client to this frontend (when no client port is given). */
+    flowsOf(client: number, frontend: number, port: number, proto: number): Array<[abi.Lb4CtKey, abi.Lb4CtEntry]>;
+  };
+  tcConfig?(): abi.Lb4TcConfig | undefined;
+  serviceName(revNatId: number, proto: ProtoName): ServiceName | undefined;
+  /** bpf_ktime_get_ns() now (CLOCK_MONOTONIC). */
+  nowNs(): bigint;
+}
+
+export interface TraceInput {
+  path: TracePath;
+  client: string;
+  clientPort?: number;
+  address: string;
+  port: number;
+  proto: ProtoName;
+  /** socket path: the client's netns cookie, the affinity key there. */
+  netnsCookie?: bigint;
+}
+
+export type Action = 'pass' | 'translate' | 'refuse' | 'drop' | 'reject' | 'reply';
+
+export interface TraceBackend {
+  slot: number;
+  id: number;
+  address?: string;
+  port?: number;
+  flags: string[];
+  /** north_south: this backend would be SNATed to the node address. */
+  snat?: boolean;
+  /** The slot or its backend entry is missing (the agent mid-update): a pick of it fails. */
+  missing?: boolean;
+}
+
+export interface TraceFlow {
+  direction: 'original' | 'reply';
+  state: string;
+  flags: string[];
+  client: string;
+  frontend: string;
+  backend: string;
+  backendId: number;
+  nat?: string;
+  expiresInSeconds: number;
+  packets: number;
+  bytes: number;
+  backendAlive?: boolean;
+}
+
+export interface TraceResult {
+  path: TracePath;
+  packet: string;
+  frontend?: {
+    frontend: string;
+    scope: 'external' | 'internal';
+    service?: string;
+    flags: string[];
+    revNatId: number;
+    algorithm: string;
+    affinityTimeoutSeconds: number;
+    backends: TraceBackend[];
+  };
+  sourceRange?: { applies: boolean; allowed: boolean; enforced: boolean };
+  affinity?: { key: string; backendId?: number; backend?: string; lastUsedSecondsAgo?: number; valid: boolean; note?: string };
+  conntrack?: TraceFlow[];
+  verdict: { action: Action; reason: string; counter?: string };
+}
+
+const ALGORITHMS: Record<number, string> = { [abi.LB_ALG_RANDOM]: 'random' };
+const NS = 1_000_000_000n;
+
+function counter(index: number): string | undefined {
+  const l = COUNTERS.get(index);
+  return l ? counterName(l) : undefined;
+}
+
+export function ctStateName(flags: number, proto: number): string {
+  if (proto !== abi.LB_PROTO_TCP) return flags & abi.LB_CT_FLAG_SEEN_REPLY ? 'replied' : 'new';
+  if (flags & abi.LB_CT_FLAG_CLOSING) return 'closing';
+  if (flags & abi.LB_CT_FLAG_ESTABLISHED) return 'established';
+  return flags & abi.LB_CT_FLAG_SEEN_REPLY ? 'syn-acked' : 'syn-sent';
+}
+
+export function ctFlagNames(flags: number): string[] {
+  const names: Array<[number, string]> = [
+    [abi.LB_CT_FLAG_SNAT, 'snat'], [abi.LB_CT_FLAG_CLOSING, 'closing'], [abi.LB_CT_FLAG_POD, 'pod'],
+    [abi.LB_CT_FLAG_SEEN_REPLY, 'seen-reply'], [abi.LB_CT_FLAG_ESTABLISHED, 'established'],
+    [abi.LB_CT_FLAG_FIN_ORIGINAL, 'fin-original'], [abi.LB_CT_FLAG_FIN_REPLY, 'fin-reply'], [abi.LB_CT_FLAG_SPORT, 'sport-remapped'],
+  ];
+  return names.filter(([bit]) => flags & bit).map(([, n]) => n);
+}
+
+const ep = (address: number, port: number) => `${numberToIp4(address)}:${port}`;
+
+function flowView(e: abi.Lb4CtEntry, m: TraceMaps, now: bigint): TraceFlow {
+  const backend = m.backend(e.backend_id);
+  return {
+    direction: e.dir === abi.LB_CT_DIR_REPLY ? 'reply' : 'original',
+    state: ctStateName(e.flags, e.proto),
+    flags: ctFlagNames(e.flags),
+    client: ep(e.client_address, e.client_port),
+    frontend: ep(e.frontend_address, e.frontend_port),
+    backend: ep(e.backend_address, e.backend_port),
+    backendId: e.backend_id,
+    nat: e.nat_address || e.nat_port ? ep(e.nat_address || e.client_address, e.nat_port) : undefined,
+    expiresInSeconds: Number((e.expires_ns - now) / 1_000_000n) / 1000,
+    packets: Number(e.packets),
+    bytes: Number(e.bytes),
+    // lb4_ct_backend_alive: same id, same address and port.
+    backendAlive: !!backend && backend.address === e.backend_address && backend.port === e.backend_port,
+  };
+}
+
+/** lb4_lookup_service: the external-scope master, or its internal twin for in-cluster traffic. */
+function lookupService(m: TraceMaps, key: abi.Lb4ServiceKey, internal: boolean): { svc?: abi.Lb4Service; scope: number } {
+  const ext = m.service({ ...key, scope: abi.LB_SCOPE_EXTERNAL, backend_slot: 0 });
+  if (!ext || !internal || !(ext.flags & abi.LB_SVC_FLAG_TWO_SCOPES)) return { svc: ext, scope: abi.LB_SCOPE_EXTERNAL };
+  return { svc: m.service({ ...key, scope: abi.LB_SCOPE_INTERNAL, backend_slot: 0 }), scope: abi.LB_SCOPE_INTERNAL };
+}
+
+export function trace(input: TraceInput, m: TraceMaps): TraceResult {
+  const client = ip4ToNumber(input.client);
+  const daddr = ip4ToNumber(input.address);
+  const proto = protoNumber(input.proto);
+  const now = m.nowNs();
+  const internal = input.path !== 'north_south';
+  const result: TraceResult = {
+    path: input.path,
+    packet: `${input.client}${input.clientPort !== undefined ? `:${input.clientPort}` : ''} -> ${input.address}:${input.port}/${input.proto}`,
+    verdict: { action: 'pass', reason: '' },
+  };
+  const podPath = input.path === 'pod';
+  const needCtFlags = podPath ? abi.LB_CT_FLAG_POD : 0;
+  let gone: string | undefined;
+
+  // TC paths: a reply or a known flow wins over the service lookup.
+  if (input.path !== 'socket' && m.conntrack) {
+    const live = (e: abi.Lb4CtEntry | undefined) => (e && e.expires_ns > now ? e : undefined);
+    if (input.clientPort !== undefined) {
+      const tuple = { saddr: client, daddr, sport: input.clientPort, dport: input.port, proto };
+      const reply = live(m.conntrack.get({ ...tuple, dir: abi.LB_CT_DIR_REPLY }));
+      // tc ingress: a SNATed flow's reply; pod ingress: a hairpin flow's reply.
+      const replyHere = reply && (podPath
+        ? (reply.flags & (abi.LB_CT_FLAG_POD | abi.LB_CT_FLAG_SNAT)) === (abi.LB_CT_FLAG_POD | abi.LB_CT_FLAG_SNAT)
+        : reply.flags & abi.LB_CT_FLAG_SNAT);
+      if (reply && replyHere) {
+        result.conntrack = [flowView(reply, m, now)];
+        result.verdict = { action: 'reply', reason: `reply of a known flow: restored to ${ep(reply.frontend_address, reply.frontend_port)} -> ${ep(reply.client_address, reply.client_port)}`, counter: counter(reply.flags & abi.LB_CT_FLAG_POD ? abi.LB_CNT_TC_REV_XLATED + abi.LB_CNT_POD_OFFSET : abi.LB_CNT_TC_REV_XLATED) };
+        return result;
+      }
+      const orig = live(m.conntrack.get({ ...tuple, dir: abi.LB_CT_DIR_ORIGINAL }));
+      if (orig && (orig.flags & needCtFlags) === needCtFlags) {
+        const view = flowView(orig, m, now);
+        result.conntrack = [view];
+        if (view.backendAlive) {
+          const reopen = orig.proto === abi.LB_PROTO_TCP && orig.flags & abi.LB_CT_FLAG_CLOSING;
+          result.verdict = {
+            action: 'translate',
+            reason: `known flow (${view.state}) to backend ${view.backend}${view.nat ? `, source ${view.nat}` : ''}${reopen ? '; a new SYN on this tuple would open a new flow' : ''}`,
+          };
+          return result;
+        }
+        // lb4_ct_live_original: a flow whose backend went is deleted and balanced again.
+        gone = `the known flow's backend ${view.backend} is gone: the flow is deleted (${counter(podPath ? abi.LB_CNT_TC_BACKEND_GONE + abi.LB_CNT_POD_OFFSET : abi.LB_CNT_TC_BACKEND_GONE)}) and the packet balanced as new`;
+      }
+    } else {
+      const flows = m.conntrack.flowsOf(client, daddr, input.port, proto).filter(([, e]) => e.expires_ns > now && (e.flags & needCtFlags) === needCtFlags);
+      if (flows.length) result.conntrack = flows.map(([, e]) => flowView(e, m, now));
+    }
+  }
+
+  const { svc, scope } = lookupService(m, { address: daddr, port: input.port, proto, scope: 0, backend_slot: 0 }, internal);
+  const finish = (verdict: TraceResult['verdict']): TraceResult => {
+    result.verdict = gone ? { ...verdict, reason: `${gone}; ${verdict.reason}` } : verdict;
+    return result;
+  };
+  if (!svc) return finish({ action: 'pass', reason: `not a frontend: ${input.path === 'socket' ? 'the call proceeds' : 'the packet passes'} untouched` });
+  const revNatId = svc.rev_nat_id;
+  const name = m.serviceName(revNatId, input.proto);
+  const cfg = m.tcConfig?.();
+  const extLocal = (svc.flags & abi.LB_SVC_FLAG_EXT_LOCAL) !== 0;
+  const backends: TraceBackend[] = [];
+  for (let slot = 1; slot <= svc.count; slot++) {
+    const s = m.service({ address: daddr, port: input.port, proto, scope, backend_slot: slot });
+    const b = s ? m.backend(s.backend_id) : undefined;
+    const row: TraceBackend = { slot, id: s?.backend_id ?? 0, flags: b ? backendFlagNames(b.flags) : [] };
+    if (!b) row.missing = true;
+    else {
+      row.address = numberToIp4(b.address);
+      row.port = b.port;
+      if (input.path === 'north_south') row.snat = !extLocal || !(b.flags & abi.LB_BACKEND_FLAG_LOCAL) || b.address === client;
+      if (podPath) row.snat = b.address === client; // hairpin
+    }
+    backends.push(row);
+  }
+  result.frontend = {
+    frontend: `${input.address}:${input.port}/${input.proto}`,
+    scope: scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external',
+    service: name ? formatServiceName(name) : undefined,
+    flags: flagNames(svc.flags),
+    revNatId,
+    algorithm: ALGORITHMS[svc.algorithm] ?? `algorithm ${svc.algorithm}`,
+    affinityTimeoutSeconds: svc.affinity_timeout,
+    backends,
+  };
+
+  const rangesApply = (svc.flags & abi.LB_SVC_FLAG_SOURCE_RANGE) !== 0;
+  const allowed = !rangesApply || m.sourceAllowed(revNatId, client);
+  result.sourceRange = { applies: rangesApply, allowed, enforced: input.path === 'north_south' };
+
+  if (input.path === 'north_south') {
+    if (!(svc.flags & (abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_LOADBALANCER))) {
+      return finish({ action: 'pass', reason: 'a ClusterIP frontend: not served on external devices, the packet passes untouched' });
+    }
+    if (!allowed) return finish({ action: 'drop', reason: 'source outside loadBalancerSourceRanges', counter: counter(abi.LB_CNT_TC_SRC_RANGE_DROP) });
+  }
+  if (svc.count === 0) {
+    return finish(input.path === 'socket'
+      ? { action: 'refuse', reason: 'no backends: connect()/sendmsg() fail with ECONNREFUSED', counter: counter(abi.LB_CNT_SOCK_NO_BACKEND) }
+      : podPath
+        ? { action: 'reject', reason: 'no backends: ICMP port unreachable sent back into the pod', counter: counter(abi.LB_CNT_TC_NO_BACKEND + abi.LB_CNT_POD_OFFSET) }
+        : { action: 'drop', reason: `no ${extLocal ? 'local ' : ''}backends: dropped`, counter: counter(abi.LB_CNT_TC_NO_BACKEND) });
+  }
+  result.affinity = affinityOf(input, svc, m, client, now);
+  const usable = backends.filter((b) => !b.missing);
+  const chosen = result.affinity?.valid ? usable.find((b) => b.id === result.affinity!.backendId) : undefined;
+  const missing = backends.length - usable.length;
+  let reason = chosen
+    ? `affinity: to backend #${chosen.id} ${chosen.address}:${chosen.port}`
+    : `to one of ${backends.length} backends (${result.frontend.algorithm})${missing ? `; ${missing} slot(s) missing, a pick of one fails (agent mid-update)` : ''}`;
+  if (input.path === 'north_south') {
+    const snat = (chosen ? [chosen] : usable).filter((b) => b.snat);
+    if (snat.length && !cfg?.snat_address) {
+      reason += `; ${snat.length === usable.length ? 'every' : `${snat.length} of ${usable.length}`} backend(s) need SNAT and no SNAT address is configured: dropped (${counter(abi.LB_CNT_TC_SNAT_FAILED)})`;
+    } else if (snat.length) {
+      reason += `; source SNATed to ${numberToIp4(cfg!.snat_address)}${snat.length === usable.length ? '' : ' for remote backends (client address kept for local ones)'}`;
+    }
+  }
+  if (!allowed && input.path !== 'north_south') reason += '; source outside loadBalancerSourceRanges, which this path does not enforce';
+  return finish({
+    action: 'translate',
+    reason,
+    counter: counter(input.path === 'socket' ? abi.LB_CNT_SOCK_TRANSLATED : podPath ? abi.LB_CNT_TC_TRANSLATED + abi.LB_CNT_POD_OFFSET : abi.LB_CNT_TC_TRANSLATED),
+  });
+}
+
+/** The affinity entry the program would consult (lb4_affinity_backend_id). */
+function affinityOf(input: TraceInput, svc: abi.Lb4Service, m: TraceMaps, client: number, now: bigint): TraceResult['affinity'] {
+  if (!(svc.flags & abi.LB_SVC_FLAG_AFFINITY)) return undefined;
+  let key: abi.Lb4AffinityKey;
+  if (input.path === 'socket') {
+    if (input.netnsCookie === undefined) return { key: 'netns cookie', valid: false, note: 'the socket path keys affinity by the client\'s netns cookie: pass --netns-cookie to look it up' };
+    key = { client_id: input.netnsCookie, rev_nat_id: svc.rev_nat_id, netns_cookie: 1 };
+  } else {
+    key = { client_id: BigInt(client), rev_nat_id: svc.rev_nat_id, netns_cookie: 0 };
+  }
+  const label = input.path === 'socket' ? `netns ${key.client_id}` : input.client;
+  const a = m.affinity(key);
+  if (!a) return { key: label, valid: false, note: 'no entry: the first pick is remembered' };
+  const age = now - a.last_used_ns;
+  const valid = age <= BigInt(svc.affinity_timeout) * NS;
+  const b = m.backend(a.backend_id);
+  return {
+    key: label,
+    backendId: a.backend_id,
+    backend: b ? `${numberToIp4(b.address)}:${b.port}` : undefined,
+    lastUsedSecondsAgo: Number(age / 1_000_000n) / 1000,
+    valid: valid && !!b,
+    note: !valid ? 'expired: a new pick replaces it' : !b ? 'its backend is gone: a new pick replaces it' : undefined,
+  };
+}

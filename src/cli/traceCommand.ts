@@ -1,0 +1,106 @@
+// `sluice trace SRC DST:PORT/PROTO`: the pure trace (./trace.ts) over the
+// pinned maps, printed as text or JSON. Reads only; sends nothing.
+import * as fs from 'node:fs';
+import { isIPv4 } from 'node:net';
+import * as abi from '../abi/generated';
+import { UsageError, type ParsedArgs } from './args';
+import { withMaps } from './inspect';
+import { trace, type TraceMaps, type TracePath, type TraceResult } from './trace';
+import { checkPort, parseEndpoint } from '../datapath/addr';
+import { mapPinPath, type SockLbMaps } from '../datapath/maps';
+import { BpfMap } from '../bpf/map';
+import { TypedMap, u32Codec } from '../datapath/typedMap';
+import { readServiceNames, serviceNameOf } from '../datapath/serviceNames';
+
+const PATHS: Record<string, TracePath> = { socket: 'socket', 'north-south': 'north_south', north_south: 'north_south', pod: 'pod' };
+
+/** "198.18.0.9" or "198.18.0.9:40000". */
+export function parseClient(text: string): { address: string; port?: number } {
+  const m = /^([^:]+)(?::(\d+))?$/.exec(text);
+  if (!m || !isIPv4(m[1]!)) throw new UsageError(`source ${JSON.stringify(text)}: expected an IPv4 ADDRESS or ADDRESS:PORT`);
+  return m[2] === undefined ? { address: m[1]! } : { address: m[1]!, port: checkPort(Number(m[2]), `source ${text}`) };
+}
+
+/** TraceMaps over the pinned maps; conntrack and TC config only when the TC programs pinned them. */
+function pinnedTraceMaps(bpffs: string, maps: SockLbMaps, opened: BpfMap[]): TraceMaps {
+  const openIf = (name: string) => {
+    const pin = mapPinPath(bpffs, name);
+    if (!fs.existsSync(pin)) return undefined;
+    const m = BpfMap.fromPinned(pin);
+    opened.push(m);
+    return m;
+  };
+  const ctMap = openIf(abi.SLUICE_MAP_CT4);
+  const cfgMap = openIf(abi.SLUICE_MAP_TC_CONFIG);
+  const ct = ctMap && new TypedMap(ctMap, abi.lb4_ct_keyCodec, abi.lb4_ct_entryCodec);
+  const cfg = cfgMap && new TypedMap(cfgMap, u32Codec, abi.lb4_tc_configCodec);
+  const names = maps.serviceNames ? readServiceNames(maps.serviceNames) : new Map();
+  return {
+    service: (k) => maps.services.get(k),
+    backend: (id) => maps.backends.get(id),
+    sourceAllowed: (revNatId, client) => maps.sourceRanges?.get({ prefixlen: 64, rev_nat_id: revNatId, address: client }) !== undefined,
+    affinity: (k) => maps.affinity.get(k),
+    conntrack: ct && {
+      get: (k) => ct.get(k),
+      flowsOf: (client, frontend, port, proto) => ct.readAll().filter(([k, e]) =>
+        k.dir === abi.LB_CT_DIR_ORIGINAL && e.client_address === client && e.frontend_address === frontend && e.frontend_port === port && e.proto === proto),
+    },
+    tcConfig: () => cfg?.get(0),
+    serviceName: (revNatId, proto) => serviceNameOf(names, revNatId, proto),
+    nowNs: () => process.hrtime.bigint(), // CLOCK_MONOTONIC, as bpf_ktime_get_ns()
+  };
+}
+
+export function renderTrace(r: TraceResult): string {
+  const lines: string[] = [`packet:    ${r.packet} (path ${r.path})`];
+  const f = r.frontend;
+  if (f) {
+    lines.push(`frontend:  ${f.frontend} scope ${f.scope}; Service ${f.service ?? '-'}; ${f.flags.join(',') || 'no flags'}; rev-NAT ${f.revNatId}; ${f.algorithm}${f.affinityTimeoutSeconds ? `; affinity ${f.affinityTimeoutSeconds}s` : ''}`);
+    lines.push(`backends:  ${f.backends.map((b) => b.missing ? `slot ${b.slot}: missing` : `#${b.id} ${b.address}:${b.port}${b.flags.length ? ` (${b.flags.join(',')})` : ''}${b.snat ? ' snat' : ''}`).join(', ') || '(none)'}`);
+  }
+  if (r.sourceRange?.applies) lines.push(`ranges:    loadBalancerSourceRanges ${r.sourceRange.allowed ? 'allow' : 'do not allow'} this source${r.sourceRange.enforced ? '' : ' (not enforced on this path)'}`);
+  if (r.affinity) {
+    const a = r.affinity;
+    lines.push(`affinity:  ${a.key}: ${a.backendId !== undefined ? `backend #${a.backendId} ${a.backend ?? '?'}, used ${a.lastUsedSecondsAgo}s ago` : ''}${a.note ? `${a.backendId !== undefined ? '; ' : ''}${a.note}` : ''}`);
+  }
+  for (const c of r.conntrack ?? []) {
+    lines.push(`conntrack: ${c.direction} ${c.client} -> ${c.frontend} => ${c.backend} (#${c.backendId}${c.backendAlive ? '' : ', gone'})${c.nat ? ` via ${c.nat}` : ''}; ${c.state}; ${c.flags.join(',') || '-'}; expires in ${c.expiresInSeconds}s; ${c.packets} packets`);
+  }
+  lines.push(`verdict:   ${r.verdict.action.toUpperCase()}: ${r.verdict.reason}${r.verdict.counter ? ` [${r.verdict.counter}]` : ''}`);
+  return lines.join('\n') + '\n';
+}
+
+export const traceCommand = {
+  summary: 'trace SRC[:PORT] DST:PORT[/PROTO] [--path socket|north-south|pod]: what the data path would do, from the maps',
+  values: ['bpffs', 'output', 'path', 'netns-cookie'],
+  run(a: ParsedArgs, bpffs: string): number {
+    const [src, dst, extra] = a.positional;
+    if (!src || !dst || extra !== undefined) throw new UsageError('usage: sluice trace SRC[:PORT] DST:PORT[/tcp|udp] [--path socket|north-south|pod] [--netns-cookie N] [-o json]');
+    const client = parseClient(src);
+    let destination;
+    try {
+      destination = parseEndpoint(dst);
+    } catch (err) {
+      throw new UsageError(`destination: ${(err as Error).message}`);
+    }
+    const path = PATHS[a.flags.get('path') ?? 'socket'];
+    if (!path) throw new UsageError(`--path ${a.flags.get('path')}: use socket, north-south or pod`);
+    const cookie = a.flags.get('netns-cookie');
+    if (cookie !== undefined && !/^\d+$/.test(cookie)) throw new UsageError(`--netns-cookie ${JSON.stringify(cookie)}: expected a number`);
+    const output = a.flags.get('output') ?? 'table';
+    if (output !== 'json' && output !== 'table') throw new UsageError(`-o ${output}: use json or table`);
+    const result = withMaps(bpffs, (maps) => {
+      const opened: BpfMap[] = [];
+      try {
+        return trace({
+          path, client: client.address, clientPort: client.port, ...destination,
+          netnsCookie: cookie === undefined ? undefined : BigInt(cookie),
+        }, pinnedTraceMaps(bpffs, maps, opened));
+      } finally {
+        for (const m of opened) m.close();
+      }
+    });
+    process.stdout.write(output === 'json' ? JSON.stringify(result, null, 2) + '\n' : renderTrace(result));
+    return 0;
+  },
+};

@@ -1,0 +1,81 @@
+// `sluice trace` against real pinned maps agrees with the TC program run on
+// the same packet (BPF_PROG_TEST_RUN): for each packet the trace is taken
+// first (nothing sent), then the program decides, and the two must match;
+// a flow the program created is then shown by the trace with its backend.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import * as path from 'node:path';
+import * as abi from '../../src/abi/generated';
+import { ip4ToNumber, numberToIp4 } from '../../src/datapath/addr';
+import { TcHarness } from './tc_harness';
+import { frame, TCP_SYN, TC_ACT_SHOT } from './tc_packet';
+import type { TraceResult } from '../../src/cli/trace';
+import { COUNTERS, counterName } from '../../src/datapath/counters';
+
+const bin = path.resolve(__dirname, '..', '..', '..', 'bin', 'sluice');
+let h: TcHarness;
+
+before(() => {
+  h = TcHarness.create('sluice-clitrace');
+  h.reset();
+  h.tc.config.set(0, { snat_address: ip4ToNumber('198.18.0.1'), snat_port_min: 0, snat_port_max: 0, tcp_established_timeout: 0, tcp_closing_timeout: 0, udp_timeout: 0, tcp_syn_timeout: 0 });
+  const backends = [{ id: 1, address: '198.18.1.1', port: 8080, local: true }, { id: 2, address: '198.18.2.1', port: 8080, local: false }];
+  h.upsertFrontend({ address: '198.18.0.1', port: 30080, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 1, backends });
+  h.upsertFrontend({ address: '198.18.0.1', port: 30081, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL, revNatId: 2, backends: [] });
+  h.upsertFrontend({ address: '198.18.50.1', port: 443, proto: 'tcp', flags: abi.LB_SVC_FLAG_LOADBALANCER | abi.LB_SVC_FLAG_SOURCE_RANGE, revNatId: 3, backends });
+  h.upsertFrontend({ address: '198.18.96.1', port: 80, proto: 'tcp', flags: abi.LB_SVC_FLAG_CLUSTER_IP, revNatId: 4, backends });
+  h.tc.sourceRanges.set({ prefixlen: 32 + 24, rev_nat_id: 3, address: ip4ToNumber('198.18.200.0') }, 1);
+});
+
+after(() => h?.close());
+
+function sluiceTrace(...args: string[]): TraceResult {
+  const r = spawnSync(bin, ['trace', ...args, '--path', 'north-south', '-o', 'json', '--bpffs', h.pinDir], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  return JSON.parse(r.stdout) as TraceResult;
+}
+
+test('for each packet the trace predicts what the TC program then does', () => {
+  const packets: Array<[string, number, string, number, TraceResult['verdict']['action']]> = [
+    ['198.18.9.9', 40000, '198.18.0.1', 30080, 'translate'],
+    ['198.18.9.9', 40001, '198.18.0.1', 30081, 'drop'], // externalTrafficPolicy Local, no local backend
+    ['198.18.9.9', 40002, '198.18.50.1', 443, 'drop'], // outside loadBalancerSourceRanges
+    ['198.18.200.7', 40003, '198.18.50.1', 443, 'translate'],
+    ['198.18.9.9', 40004, '198.18.96.1', 80, 'pass'], // a ClusterIP is not served here
+    ['198.18.9.9', 40005, '198.18.97.1', 80, 'pass'], // not a frontend
+  ];
+  for (const [src, sport, dst, dport, expected] of packets) {
+    const predicted = sluiceTrace(`${src}:${sport}`, `${dst}:${dport}/tcp`);
+    assert.equal(predicted.verdict.action, expected, `${src}:${sport} -> ${dst}:${dport}: ${predicted.verdict.reason}`);
+    const counterIndex = [...COUNTERS].find(([, l]) => counterName(l) === predicted.verdict.counter)?.[0];
+    const before = counterIndex === undefined ? 0n : h.counter(counterIndex);
+    const pkt = frame({ proto: 'tcp', src, dst, sport, dport, tcpFlags: TCP_SYN });
+    const { verdict, out } = h.run('ingress', pkt);
+    const rewritten = !out.equals(pkt);
+    const actual = verdict === TC_ACT_SHOT ? 'drop' : rewritten ? 'translate' : 'pass';
+    assert.equal(actual, expected, `program on ${src}:${sport} -> ${dst}:${dport}: verdict ${verdict}`);
+    // The counter the trace names is the one the program counted.
+    if (expected !== 'pass') assert.equal(h.counter(counterIndex!) - before, 1n, `${predicted.verdict.counter} after ${src}:${sport} -> ${dst}:${dport}`);
+  }
+});
+
+test('a flow the program created: the trace shows its backend, state and SNAT port, and it wins over a new pick', () => {
+  const pkt = frame({ proto: 'tcp', src: '198.18.9.9', dst: '198.18.0.1', sport: 41000, dport: 30080, tcpFlags: TCP_SYN });
+  const { out } = h.run('ingress', pkt);
+  const chosen = numberToIp4(out.readUInt32BE(14 + 16));
+  const r = sluiceTrace('198.18.9.9:41000', '198.18.0.1:30080/tcp');
+  assert.equal(r.verdict.action, 'translate');
+  assert.match(r.verdict.reason, new RegExp(`^known flow \\(syn-sent\\) to backend ${chosen.replace(/\./g, '\\.')}:8080, source 198\\.18\\.0\\.1:\\d+$`));
+  assert.equal(r.conntrack?.length, 1);
+  assert.equal(r.conntrack![0]!.backend, `${chosen}:8080`);
+  assert.ok(r.conntrack![0]!.expiresInSeconds > 50 && r.conntrack![0]!.expiresInSeconds <= 60, `SYN timeout: ${r.conntrack![0]!.expiresInSeconds}`);
+  // Without the client port: every live flow of this client to the frontend.
+  const all = sluiceTrace('198.18.9.9', '198.18.0.1:30080/tcp');
+  assert.deepEqual(all.conntrack?.map((c) => c.client).sort(), ['198.18.9.9:40000', '198.18.9.9:41000']);
+  // The reply from the backend to the SNAT address is recognised as the flow's reply.
+  const nat = r.conntrack![0]!.nat!;
+  const reply = sluiceTrace(`${chosen}:8080`, `${nat}/tcp`);
+  assert.equal(reply.verdict.action, 'reply');
+  assert.match(reply.verdict.reason, /restored to 198\.18\.0\.1:30080 -> 198\.18\.9\.9:41000/);
+});
