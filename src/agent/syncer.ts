@@ -2,13 +2,21 @@
 // them against what was programmed, apply. One sync at a time; changes that
 // arrive during a sync are coalesced into the next one, which starts as soon
 // as the current one ends (no fixed delay: latency does not grow with bursts).
-// A periodic full sync re-reads the maps and repairs drift.
+//
+// The programmer's state is authoritative once adopted at start: no sync
+// re-reads the maps. A full sync (the first one, and after a failed sync)
+// translates every Service, yielding every few milliseconds so /healthz and
+// the health-check servers keep answering, then writes in one batched pass.
+// Drift repair (src/datapath/drift.ts) compares the maps with that state
+// every driftRepairPeriod, in chunks.
 import type { Logger } from 'pino';
 import * as v8 from 'node:v8';
 import * as vm from 'node:vm';
 import { translateService, nodeContextFromNode } from '../translate';
 import type { HealthCheckService, NodeContext, TranslateOptions, TranslateProblem } from '../model/frontend';
 import { LbProgrammer, frontendId, type FrontendSpec } from '../datapath/programmer';
+import { repairDrift } from '../datapath/drift';
+import * as abi from '../abi/generated';
 import type { SockLbMaps } from '../datapath/maps';
 import type { ClusterState } from './store';
 import type { AgentMetrics } from './metrics';
@@ -44,7 +52,22 @@ export interface SyncerOptions {
   translate: TranslateOptions;
   minSyncPeriodMs: number;
   syncPeriodMs: number;
+  /** How often the maps are compared with what was programmed (0 = never). */
+  driftRepairPeriodMs?: number;
 }
+
+/** Where the first sync's time went (logged once, read by the bench). */
+export interface FirstSyncTiming {
+  listMs: number;
+  decodeMs: number;
+  translateMs: number;
+  writeMs: number;
+}
+
+/** A full sync yields to the event loop after this much work. */
+const FULL_SYNC_SLICE_MS = 10;
+
+const EXTERNAL_FLAGS = abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_LOADBALANCER;
 
 export interface SyncReport {
   kind: 'partial' | 'full';
@@ -73,6 +96,16 @@ export class Syncer {
   private again = false;
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
   private fullTimer: NodeJS.Timeout | undefined;
+  private driftTimer: NodeJS.Timeout | undefined;
+  private driftRunning = false;
+  /** The derived node context last translated with; a Node update that leaves it equal re-translates nothing. */
+  private nodeFingerprint = '';
+  /** serviceKey -> addresses of its local backends behind frontends reachable from outside. */
+  private readonly externalLocal = new Map<string, string[]>();
+  /** address -> how many Services list it in externalLocal. */
+  private readonly externalLocalRefs = new Map<string, number>();
+  private externalLocalChanged = false;
+  private firstSync: { list: { listMs: number; decodeMs: number } } | undefined;
   private lastSyncEnd = 0;
   private ready = false;
   private stopped = false;
@@ -89,13 +122,40 @@ export class Syncer {
     this.programmer = LbProgrammer.adopt(maps);
   }
 
-  /** Informers have listed everything: syncs may run (and prune) from now on. */
-  start(): void {
+  /** Reflectors have listed everything: syncs may run (and prune) from now on. */
+  start(list: { listMs: number; decodeMs: number } = { listMs: 0, decodeMs: 0 }): void {
     this.ready = true;
+    this.firstSync = { list };
     this.full();
-    releaseStartupGarbage();
-    this.fullTimer = setInterval(() => this.full(), this.opts.syncPeriodMs);
+    // Periodic syncs refresh health and retry what is pending; they do not re-read the maps.
+    this.fullTimer = setInterval(() => this.trigger(), this.opts.syncPeriodMs);
     this.fullTimer.unref();
+    const drift = this.opts.driftRepairPeriodMs ?? 0;
+    if (drift > 0) {
+      this.driftTimer = setInterval(() => void this.repairDrift(), drift);
+      this.driftTimer.unref();
+    }
+  }
+
+  /** Compare the maps with the programmer's state and rewrite what differs. */
+  async repairDrift(): Promise<void> {
+    if (this.driftRunning || this.stopped) return;
+    this.driftRunning = true;
+    try {
+      const r = await repairDrift(this.maps, () => this.programmer);
+      const repaired = r.frontends + r.backends + r.revNats + r.extra;
+      if (repaired > 0) {
+        this.metrics.errors.inc({ reason: 'map_drift' }, repaired);
+        this.log.warn({ ...r }, 'drift repair: map entries changed behind the agent were rewritten');
+      } else {
+        this.log.debug({ ...r }, 'drift repair: maps match');
+      }
+    } catch (err) {
+      this.metrics.errors.inc({ reason: 'drift_repair_failed' });
+      this.log.error({ error: (err as Error).message }, 'drift repair failed; next period tries again');
+    } finally {
+      this.driftRunning = false;
+    }
   }
 
   stop(): void {
@@ -104,6 +164,7 @@ export class Syncer {
     if (t && 'refresh' in t) clearTimeout(t);
     else if (t) clearImmediate(t);
     clearInterval(this.fullTimer);
+    clearInterval(this.driftTimer);
   }
 
   /** A change arrived: schedule a sync (coalesced). */
@@ -128,6 +189,7 @@ export class Syncer {
   }
 
   private fullPending = false;
+  /** Translate every Service at the next pass (start-up, and after a failed sync). */
   full(): void {
     this.fullPending = true;
     if (this.running) {
@@ -140,15 +202,22 @@ export class Syncer {
   private run(kind: 'partial' | 'full'): void {
     if (this.stopped) return;
     this.running = true;
-    try {
-      this.syncOnce(this.fullPending ? 'full' : kind);
-    } finally {
+    const done = () => {
       this.running = false;
       this.lastSyncEnd = Date.now();
+      if (this.again) {
+        this.again = false;
+        this.trigger();
+      }
+    };
+    if (this.fullPending || kind === 'full') {
+      void this.syncFull().finally(done);
+      return;
     }
-    if (this.again) {
-      this.again = false;
-      this.trigger();
+    try {
+      this.syncOnce();
+    } finally {
+      done();
     }
   }
 
@@ -156,30 +225,86 @@ export class Syncer {
     return nodeContextFromNode(this.state.node, this.opts.nodeName, this.opts.translate);
   }
 
-  /** One pass. Never throws: failures are logged, counted and retried. */
-  syncOnce(kind: 'partial' | 'full'): SyncReport {
-    const start = process.hrtime.bigint();
-    const { keys, all, triggerTimes } = this.state.takeDirty();
-    const full = kind === 'full';
-    this.fullPending = false;
+  /** Which Services a pass translates: the changed ones, or all when the derived node context changed. */
+  private collect(full: boolean): { keys: Set<string>; triggerTimes: Map<string, number>; node: NodeContext } {
+    const { keys, nodeChanged, triggerTimes } = this.state.takeDirty();
     const node = this.node();
-    const report: SyncReport = { kind, services: 0, written: 0, deleted: 0, failures: 0, durationMs: 0 };
+    let all = full;
+    if (nodeChanged || full) {
+      const fingerprint = JSON.stringify(node);
+      if (fingerprint !== this.nodeFingerprint) all = true;
+      this.nodeFingerprint = fingerprint;
+    }
+    return { keys: all ? new Set([...this.state.services.keys(), ...this.desired.keys(), ...keys]) : keys, triggerTimes, node };
+  }
+
+  /** Translate one Service into the pass's upserts and removals. */
+  private translateInto(key: string, node: NodeContext, upserts: FrontendSpec[], removals: string[]): void {
+    const before = this.desired.get(key) ?? [];
+    const after = this.translate(key, node);
+    const afterIds = new Set(after.map(frontendId));
+    for (const id of before) if (!afterIds.has(id)) removals.push(id);
+    for (const f of after) upserts.push(f);
+    if (after.length > 0) this.desired.set(key, [...afterIds]);
+    else this.desired.delete(key);
+  }
+
+  /** A partial pass: the changed Services. Never throws: failures are logged, counted and retried. */
+  syncOnce(): SyncReport {
+    const start = process.hrtime.bigint();
+    const { keys, triggerTimes, node } = this.collect(false);
+    const upserts: FrontendSpec[] = [];
+    const removals: string[] = [];
+    return this.finish('partial', start, keys, triggerTimes, () => {
+      for (const key of keys) this.translateInto(key, node, upserts, removals);
+      return { upserts, removals, prune: false };
+    });
+  }
+
+  /** Every Service, translated in slices with yields between them, then one batched write that prunes. */
+  private async syncFull(): Promise<SyncReport> {
+    const start = process.hrtime.bigint();
+    this.fullPending = false;
+    const { keys, triggerTimes, node } = this.collect(true);
+    const upserts: FrontendSpec[] = [];
+    const removals: string[] = [];
+    const t0 = performance.now();
+    let sliceStart = t0;
+    let yieldedMs = 0;
     try {
-      if (full) this.programmer = LbProgrammer.adopt(this.maps); // re-read: repairs drift
-      const serviceKeys = full || all ? new Set([...this.state.services.keys(), ...this.desired.keys(), ...keys]) : keys;
-      const upserts: FrontendSpec[] = [];
-      const removals: string[] = [];
-      for (const key of serviceKeys) {
-        report.services++;
-        const before = this.desired.get(key) ?? [];
-        const after = this.translate(key, node);
-        const afterIds = new Set(after.map(frontendId));
-        for (const id of before) if (!afterIds.has(id)) removals.push(id);
-        upserts.push(...after);
-        if (after.length > 0) this.desired.set(key, [...afterIds]);
-        else this.desired.delete(key);
+      for (const key of keys) {
+        this.translateInto(key, node, upserts, removals);
+        if (performance.now() - sliceStart > FULL_SYNC_SLICE_MS) {
+          const y = performance.now();
+          await new Promise((r) => setImmediate(r));
+          sliceStart = performance.now();
+          yieldedMs += sliceStart - y;
+        }
+        if (this.stopped) break;
       }
-      const failures = this.apply(upserts, removals, full);
+    } catch (err) {
+      return this.finish('full', start, keys, triggerTimes, () => { throw err; });
+    }
+    const translateMs = performance.now() - t0 - yieldedMs;
+    const t1 = performance.now();
+    const report = this.finish('full', start, keys, triggerTimes, () => ({ upserts, removals, prune: true }));
+    const first = this.firstSync;
+    if (first) {
+      this.firstSync = undefined;
+      const timing: FirstSyncTiming = { listMs: Math.round(first.list.listMs), decodeMs: Math.round(first.list.decodeMs), translateMs: Math.round(translateMs), writeMs: Math.round(performance.now() - t1) };
+      this.log.info({ ...timing, services: keys.size, frontends: report.written, failures: report.failures }, 'first sync: every Service programmed');
+      releaseStartupGarbage();
+    }
+    return report;
+  }
+
+  /** Apply a pass's translation, record metrics and the report. Never throws. */
+  private finish(kind: 'partial' | 'full', start: bigint, keys: Set<string>, triggerTimes: Map<string, number>,
+    work: () => { upserts: FrontendSpec[]; removals: string[]; prune: boolean }): SyncReport {
+    const report: SyncReport = { kind, services: keys.size, written: 0, deleted: 0, failures: 0, durationMs: 0 };
+    try {
+      const { upserts, removals, prune } = work();
+      const failures = this.apply(upserts, removals, prune);
       report.written = failures.written;
       report.deleted = failures.deleted;
       report.failures = failures.count;
@@ -209,8 +334,8 @@ export class Syncer {
     this.updateGauges();
     this.opts.onSyncDone?.(report, {
       services: this.desired.size,
-      frontends: this.programmer.programmedFrontends().length,
-      backends: this.programmer.programmedBackends().length,
+      frontends: this.programmer.frontendCount(),
+      backends: this.programmer.backendCount(),
     });
     this.reports.push(report);
     if (this.reports.length > 100) this.reports.shift();
@@ -222,6 +347,7 @@ export class Syncer {
     const svc = this.state.services.get(key);
     if (!svc) {
       this.setHealthCheck(key, undefined);
+      this.setExternalLocal(key, []);
       this.releaseOwnership(key);
       this.reported.delete(key);
       return [];
@@ -242,11 +368,45 @@ export class Syncer {
       specs.push(spec);
     }
     this.releaseOwnership(key);
+    this.setExternalLocal(key, specs);
     const ids = new Set(specs.map(frontendId));
     for (const id of ids) this.owners.set(id, key);
     if (ids.size > 0) this.owned.set(key, ids);
     this.reportProblems(key, problems);
     return specs;
+  }
+
+  /**
+   * Local backends of this Service's frontends reachable from outside
+   * (NodePort, ExternalIP, LoadBalancer): the ones whose SNATed replies enter
+   * on their own device and need the TC program there. Kept per Service, so a
+   * sync updates the index by what it translated instead of walking every
+   * programmed frontend.
+   */
+  private setExternalLocal(key: string, specs: FrontendSpec[]): void {
+    const next = new Set<string>();
+    for (const f of specs) {
+      if ((f.flags & EXTERNAL_FLAGS) === 0 || f.scope !== 'external') continue;
+      for (const b of f.backends) if (b.local) next.add(b.address);
+    }
+    const before = this.externalLocal.get(key) ?? [];
+    if (before.length === next.size && before.every((a) => next.has(a))) return;
+    for (const a of before) {
+      const n = (this.externalLocalRefs.get(a) ?? 1) - 1;
+      if (n > 0) this.externalLocalRefs.set(a, n);
+      else this.externalLocalRefs.delete(a);
+    }
+    for (const a of next) this.externalLocalRefs.set(a, (this.externalLocalRefs.get(a) ?? 0) + 1);
+    if (next.size > 0) this.externalLocal.set(key, [...next]);
+    else this.externalLocal.delete(key);
+    this.externalLocalChanged = true;
+  }
+
+  /** The externally reachable local backends, when they changed since the last call; else undefined. */
+  takeExternalLocalBackends(): string[] | undefined {
+    if (!this.externalLocalChanged) return undefined;
+    this.externalLocalChanged = false;
+    return [...this.externalLocalRefs.keys()];
   }
 
   private setHealthCheck(key: string, check: HealthCheckService | undefined): void {
@@ -307,8 +467,8 @@ export class Syncer {
 
   private updateGauges(): void {
     this.metrics.servicesProgrammed.set(this.desired.size);
-    this.metrics.frontendsProgrammed.set(this.programmer.programmedFrontends().length);
-    this.metrics.backendsProgrammed.set(this.programmer.programmedBackends().length);
+    this.metrics.frontendsProgrammed.set(this.programmer.frontendCount());
+    this.metrics.backendsProgrammed.set(this.programmer.backendCount());
   }
 
   programmed(): LbProgrammer {

@@ -82,7 +82,8 @@ function backendFlags(b: BackendSpec): number {
   return (b.local ? abi.LB_BACKEND_FLAG_LOCAL : 0) | (b.terminating ? abi.LB_BACKEND_FLAG_TERMINATING : 0);
 }
 
-function serviceKey(f: { address: string; port: number; proto: string; scope: ScopeName }, slot: number): abi.Lb4ServiceKey {
+/** The services-map key of a frontend's master (slot 0) or one of its slots. */
+export function serviceKeyOf(f: { address: string; port: number; proto: string; scope: ScopeName }, slot: number): abi.Lb4ServiceKey {
   return {
     address: ip4ToNumber(f.address),
     port: f.port,
@@ -90,6 +91,11 @@ function serviceKey(f: { address: string; port: number; proto: string; scope: Sc
     scope: scopeNumber(f.scope),
     backend_slot: slot,
   };
+}
+
+/** The master entry's value: what makes a frontend and its slots visible. */
+export function masterEntry(f: Pick<ProgrammedFrontend, 'backendIds' | 'flags' | 'revNatId' | 'affinityTimeout'>): abi.Lb4Service {
+  return { backend_id: 0, count: f.backendIds.length, flags: f.flags, rev_nat_id: f.revNatId, affinity_timeout: f.affinityTimeout, algorithm: abi.LB_ALG_RANDOM };
 }
 
 export class LbProgrammer {
@@ -161,6 +167,18 @@ export class LbProgrammer {
 
   programmedBackends(): ProgrammedBackend[] {
     return [...this.backends.values()];
+  }
+
+  frontend(id: string): ProgrammedFrontend | undefined {
+    return this.frontends.get(id);
+  }
+
+  frontendCount(): number {
+    return this.frontends.size;
+  }
+
+  backendCount(): number {
+    return this.backends.size;
   }
 
   backendById(id: number): ProgrammedBackend | undefined {
@@ -306,7 +324,7 @@ export class LbProgrammer {
       }
       const cur = this.frontends.get(id);
       const revNatId = this.revNats.get(revNatKeyOf(f))!;
-      const key = serviceKey(f, 0);
+      const key = serviceKeyOf(f, 0);
       for (let i = 0; i < ids.length; i++) {
         if (cur?.backendIds[i] === ids[i]) continue;
         key.backend_slot = i + 1;
@@ -314,9 +332,7 @@ export class LbProgrammer {
         slotWrites.add(key, slot);
       }
       key.backend_slot = 0;
-      masterWrites.add(key, {
-        backend_id: 0, count: ids.length, flags: f.flags, rev_nat_id: revNatId, affinity_timeout: f.affinityTimeout, algorithm: abi.LB_ALG_RANDOM,
-      });
+      masterWrites.add(key, masterEntry({ backendIds: ids, flags: f.flags, revNatId, affinityTimeout: f.affinityTimeout }));
       for (let s = ids.length + 1; s <= (cur?.backendIds.length ?? 0); s++) slotDeletes.push({ ...key, backend_slot: s });
       updates.push({ id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : [] });
     }
@@ -371,9 +387,9 @@ export class LbProgrammer {
     const cur = this.frontends.get(id);
     if (!cur) return;
     // Master first: the frontend disappears at once, then its slots.
-    this.maps.services.delete(serviceKey(cur, 0));
+    this.maps.services.delete(serviceKeyOf(cur, 0));
     const slots: abi.Lb4ServiceKey[] = [];
-    for (let slot = 1; slot <= cur.backendIds.length; slot++) slots.push(serviceKey(cur, slot));
+    for (let slot = 1; slot <= cur.backendIds.length; slot++) slots.push(serviceKeyOf(cur, slot));
     this.maps.services.deleteMany(slots);
     for (const b of cur.backendIds) this.ref(b, -1);
     this.forgetAffinity(cur, cur.backendIds);
