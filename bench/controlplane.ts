@@ -23,7 +23,7 @@ import { startApiServer, type ApiServerHandle } from '../src/k8s/apiserver';
 import { openSockLbMaps, type SockLbMaps } from '../src/datapath/maps';
 import { ip4ToNumber } from '../src/datapath/addr';
 import { LB_PROTO_TCP, LB_PROTO_UDP, LB_SCOPE_EXTERNAL, SLUICE_MAP_COUNTERS } from '../src/abi/generated';
-import { AgentProcess } from './agentproc';
+import { AgentProcess } from '../src/lab/agentProcess';
 import { run } from './exec';
 import { BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, preload, sliceObject, type ClusterShape } from './k8sobjects';
 import { BACKEND_COUNT, vipFor } from './services';
@@ -61,6 +61,12 @@ export interface ControlPlaneResult {
     phases: Record<string, number>;
     /** Sync passes the agent reported until programmed (kind, services, written, durationMs). */
     syncs: Array<Record<string, unknown>>;
+    /** The agent's own time split of its first sync (its 'first sync' log line), ms. */
+    split?: { listMs: number; decodeMs: number; translateMs: number; writeMs: number };
+    /** CPU time the agent used from its start until programmed (user + system), ms: steadier than wall time here. */
+    agentCpuMs?: number;
+    /** /healthz answered while the agent listed and programmed: latency of probes every 50 ms. */
+    healthz?: Percentiles & { failures: number };
   };
   memory?: {
     vmRss: number;
@@ -183,6 +189,36 @@ async function heapMetrics(address: string | undefined): Promise<Record<string, 
   return out;
 }
 
+/** Probes the agent's /healthz every 50 ms until stopped; latencies in ms. */
+function probeHealthz(agent: AgentProcess): { stop(): Promise<Percentiles & { failures: number }> } {
+  const samples: number[] = [];
+  let failures = 0;
+  let stopped = false;
+  const loop = (async () => {
+    while (!stopped && !agent.exited) {
+      const address = agent.find(/^serving \/healthz/)?.['healthz'] as string | undefined;
+      if (address) {
+        const t0 = performance.now();
+        try {
+          const r = await fetch(`http://${address}/healthz`, { signal: AbortSignal.timeout(5000) });
+          await r.text();
+          samples.push(performance.now() - t0);
+        } catch {
+          failures++;
+        }
+      }
+      await tick(50);
+    }
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      await loop;
+      return { ...percentiles(samples), failures };
+    },
+  };
+}
+
 export async function measureControlPlane(o: ControlPlaneOptions): Promise<ControlPlaneResult> {
   const started = Date.now();
   const deadline = started + o.budgetMs;
@@ -202,13 +238,16 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
     const cgroup = o.makeCgroup('cp');
     const bpffs = o.makeBpffs('cp');
 
-    agent = new AgentProcess(o.root, [
+    agent = new AgentProcess([
       '--kubeconfig', kubeconfig, '--node-name', NODE.name, '--cgroup-path', cgroup, '--bpffs', bpffs,
       '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--log-level', 'debug',
     ]);
     maps = await openWhenPinned(bpffs, agent, deadline);
+    const prober = probeHealthz(agent);
     const programmedAt = await waitMastersProgrammed(maps, clusterIpMasterKeys(o.services), BACKEND_COUNT, agent, deadline);
-    const synced = await agent.waitFor(/^informers synced/, 5000);
+    const agentCpuMs = agent.cpuMs();
+    const healthz = await prober.stop();
+    const synced = await agent.waitForLog(/^informers synced/, 5000);
     const phases: Record<string, number> = {};
     for (const [key, re] of [
       ['log: starting', /^starting$/], ['socket LB attached', /^socket load balancer attached/],
@@ -219,8 +258,11 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
       if (line) phases[key] = line.time - agent.startedAt;
     }
     phases['programmed (maps polled)'] = programmedAt - agent.startedAt;
-    res.coldStart = { startToProgrammedMs: programmedAt - agent.startedAt, syncedToProgrammedMs: programmedAt - synced.time, phases, syncs: [] };
-    o.log(`control plane: cold start ${res.coldStart.startToProgrammedMs} ms (synced -> programmed ${res.coldStart.syncedToProgrammedMs} ms)`);
+    res.coldStart = { startToProgrammedMs: programmedAt - agent.startedAt, syncedToProgrammedMs: programmedAt - synced.time, phases, syncs: [], agentCpuMs, healthz };
+    const first = await agent.waitForLog(/^first sync/, 5000).catch(() => undefined);
+    if (first) res.coldStart.split = { listMs: Number(first['listMs']), decodeMs: Number(first['decodeMs']), translateMs: Number(first['translateMs']), writeMs: Number(first['writeMs']) };
+    o.log(`control plane: cold start ${res.coldStart.startToProgrammedMs} ms (synced -> programmed ${res.coldStart.syncedToProgrammedMs} ms; agent CPU ${agentCpuMs} ms; ` +
+      `split ${JSON.stringify(res.coldStart.split ?? {})}; /healthz p99 ${healthz.p99.toFixed(1)} ms, max ${healthz.max.toFixed(1)} ms, ${healthz.failures} failed)`);
 
     await tick(o.settleMs);
     // The sync passes until programmed (their 'sync done' line comes after the maps are written).

@@ -8,7 +8,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { startApiServer, type ApiServerHandle } from '../../src/k8s/apiserver';
 import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
-import { AgentProcess } from '../helpers/agentProcess';
+import { AgentProcess } from '../../src/lab/agentProcess';
 
 const NODE = 'node-a';
 const BACKENDS = ['198.18.10.2', '198.18.10.3', '198.18.10.4', '198.18.10.5'];

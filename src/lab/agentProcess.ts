@@ -1,30 +1,37 @@
-// The real agent (`bin/sluice agent`) as a child process of the bench: its own
-// process, so its RSS is its own; its pino JSON lines collected with their
-// timestamps, so the bench can time phases (listed, synced, first sync).
+// The real agent (`bin/sluice agent`) as a child process, for the e2e tests
+// and the bench alike: its own process (so its RSS and CPU time are its own),
+// its pino JSON lines collected with their timestamps so callers can wait for
+// what it says and time its phases (listed, synced, first sync).
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as path from 'node:path';
+import { sluiceBin } from './sandbox';
 
 export interface AgentLine {
   level: number;
+  /** pino's epoch milliseconds (the reader's clock for lines that are not JSON). */
   time: number;
   msg: string;
   [key: string]: unknown;
 }
 
+/** clock ticks per second of /proc/PID/stat (USER_HZ: 100 on Linux). */
+const USER_HZ = 100;
+
 export class AgentProcess {
   readonly lines: AgentLine[] = [];
   readonly startedAt: number;
+  /** Its stderr (the first 64 KiB). */
+  stderr = '';
   private readonly child: ChildProcess;
-  private stderr = '';
+  private readonly exit: Promise<number | null>;
   private exitCode: number | null | undefined;
 
   /**
    * `prefix` runs before node (e.g. ['nsenter', '--net=/run/netns/X']); it
    * must exec, so the pid stays the agent's own.
    */
-  constructor(root: string, args: string[], prefix: string[] = []) {
-    const argv = [...prefix, process.execPath, path.join(root, 'bin', 'sluice'), 'agent', ...args];
+  constructor(args: string[], opts: { prefix?: string[] } = {}) {
+    const argv = [...(opts.prefix ?? []), process.execPath, sluiceBin, 'agent', ...args];
     this.startedAt = Date.now();
     this.child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
     let buf = '';
@@ -44,7 +51,10 @@ export class AgentProcess {
     this.child.stderr!.setEncoding('utf8').on('data', (d: string) => {
       if (this.stderr.length < 65536) this.stderr += d;
     });
-    this.child.on('exit', (code) => { this.exitCode = code; });
+    this.exit = new Promise((resolve) => this.child.on('exit', (code) => {
+      this.exitCode = code;
+      resolve(code);
+    }));
   }
 
   get pid(): number {
@@ -65,8 +75,8 @@ export class AgentProcess {
     return this.lines.find((l) => pattern.test(l.msg));
   }
 
-  /** Resolves with the first line matching, rejects when the agent exits or after timeoutMs. */
-  async waitFor(pattern: RegExp, timeoutMs: number): Promise<AgentLine> {
+  /** Resolves with the first line matching; rejects when the agent exits first or after timeoutMs. */
+  async waitForLog(pattern: RegExp, timeoutMs = 15000): Promise<AgentLine> {
     const end = Date.now() + timeoutMs;
     for (;;) {
       const line = this.find(pattern);
@@ -84,13 +94,20 @@ export class AgentProcess {
     return { vmRss: kib('VmRSS'), vmHwm: kib('VmHWM'), rssAnon: kib('RssAnon'), rssFile: kib('RssFile') };
   }
 
-  /** SIGTERM, then SIGKILL after graceMs; resolves once it has exited. */
-  async stop(graceMs = 3000): Promise<void> {
-    if (this.exited) return;
-    const gone = new Promise<void>((r) => this.child.once('exit', () => r()));
-    this.child.kill('SIGTERM');
+  /** CPU time it has used so far (user + system), ms: steadier than wall time on a busy machine. */
+  cpuMs(): number {
+    const stat = fs.readFileSync(`/proc/${this.pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / USER_HZ;
+  }
+
+  /** `signal` (SIGTERM), then SIGKILL after graceMs; resolves with its exit code. */
+  async stop(signal: NodeJS.Signals = 'SIGTERM', graceMs = 10000): Promise<number | null> {
+    if (this.exited) return this.exitCode ?? null;
+    this.child.kill(signal);
     const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
-    await gone;
+    const code = await this.exit;
     clearTimeout(timer);
+    return code;
   }
 }
