@@ -1,7 +1,9 @@
 // The control-plane half of `make bench` for Sluice (issue 6 items 4 and 5b):
 //
 // * cold start: the built-in API preloaded with S Services x 10 endpoints
-//   (one EndpointSlice each), then the real agent (`bin/sluice agent`, a child
+//   (one EndpointSlice each), realistic objects (managedFields, ownerReferences,
+//   targetRef, nodeName, zone, distinct endpoint addresses: k8sobjects.ts),
+//   then the real agent (`bin/sluice agent`, a child
 //   process) is started; timed from its start to "every frontend's master
 //   entry is in the pinned services map with all its backends", and from its
 //   "informers synced" log line to that;
@@ -22,7 +24,7 @@ import * as path from 'node:path';
 import { startApiServer, type ApiServerHandle } from '../src/k8s/apiserver';
 import { openSockLbMaps, type SockLbMaps } from '../src/datapath/maps';
 import { ip4ToNumber } from '../src/datapath/addr';
-import { LB_PROTO_TCP, LB_PROTO_UDP, LB_SCOPE_EXTERNAL, SLUICE_MAP_COUNTERS } from '../src/abi/generated';
+import { LB_PROTO_TCP, LB_PROTO_UDP, LB_SCOPE_EXTERNAL, SLUICE_MAP_BACKENDS4, SLUICE_MAP_COUNTERS, SLUICE_MAP_REVNAT4, SLUICE_MAP_SERVICES4 } from '../src/abi/generated';
 import { AgentProcess } from '../src/lab/agentProcess';
 import { run } from './exec';
 import { BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, preload, sliceObject, type ClusterShape } from './k8sobjects';
@@ -98,7 +100,7 @@ export function percentiles(samples: number[]): Percentiles {
 }
 
 const NODE = { name: 'bench-node', address: '198.18.0.250' };
-const SHAPE: ClusterShape = { protos: ['TCP', 'UDP'], type: 'ClusterIP' };
+const SHAPE: ClusterShape = { protos: ['TCP', 'UDP'], type: 'ClusterIP', realistic: true };
 
 /** Sleeps without yielding to the event loop (sub-millisecond polling). */
 const sleepSync = (() => {
@@ -238,7 +240,15 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
     const cgroup = o.makeCgroup('cp');
     const bpffs = o.makeBpffs('cp');
 
-    agent = new AgentProcess([
+    // Maps sized for the scale (defaults hold 10k x 10; 100k needs more).
+    const config = path.join(tmp, 'agent.yaml');
+    const atLeast = (n: number, min: number) => Math.max(min, 2 ** Math.ceil(Math.log2(n * 1.1)));
+    const ports = o.services * SHAPE.protos.length;
+    fs.writeFileSync(config, ['maxEntries:',
+      `  ${SLUICE_MAP_SERVICES4}: ${atLeast(ports * (BACKEND_COUNT + 1), 524288)}`,
+      `  ${SLUICE_MAP_BACKENDS4}: ${atLeast(Math.min(o.services * BACKEND_COUNT, 131072) * SHAPE.protos.length, 262144)}`,
+      `  ${SLUICE_MAP_REVNAT4}: ${atLeast(ports, 65536)}`, ''].join('\n'));
+    agent = new AgentProcess(['--config', config,
       '--kubeconfig', kubeconfig, '--node-name', NODE.name, '--cgroup-path', cgroup, '--bpffs', bpffs,
       '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--log-level', 'debug',
     ]);

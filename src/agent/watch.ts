@@ -39,7 +39,7 @@ export class ClusterWatch {
     private readonly log: Logger,
     options: { pageSize?: number; minWatchTimeoutSeconds?: number } = {},
   ) {
-    const add = <T extends ApiObject>(name: string, path: string, query: { labelSelector?: string; fieldSelector?: string }, sink: Omit<ReflectorSink<T>, 'listed'> & { retain(seen: Set<string>): void }) => {
+    const reflect = <T extends ApiObject>(name: string, path: string, query: { labelSelector?: string; fieldSelector?: string }, sink: Omit<ReflectorSink<T>, 'listed'> & { retain(seen: Set<string>): void }) => {
       const r: Reflector<T> = new Reflector<T>(api, { name, path, query, ...options }, {
         upsert: (o) => sink.upsert(o),
         delete: (o) => sink.delete(o),
@@ -57,13 +57,13 @@ export class ClusterWatch {
       });
       this.reflectors.push(r as unknown as Reflector<ApiObject>);
     };
-    add<V1Service>('services', '/api/v1/services', { labelSelector: PROXY_LABEL_SELECTOR }, {
+    reflect<V1Service>('services', '/api/v1/services', { labelSelector: PROXY_LABEL_SELECTOR }, {
       upsert: (s) => state.upsertService(s), delete: (s) => state.deleteService(s), retain: (seen) => state.retainServices(seen),
     });
-    add<V1EndpointSlice>('endpointslices', '/apis/discovery.k8s.io/v1/endpointslices', { labelSelector: SLICE_LABEL_SELECTOR }, {
+    reflect<V1EndpointSlice>('endpointslices', '/apis/discovery.k8s.io/v1/endpointslices', { labelSelector: SLICE_LABEL_SELECTOR }, {
       upsert: (s) => state.upsertSlice(s), delete: (s) => state.deleteSlice(s), retain: (seen) => state.retainSlices(seen),
     });
-    add<V1Node>('node', '/api/v1/nodes', { fieldSelector: `metadata.name=${nodeName}` }, {
+    reflect<V1Node>('node', '/api/v1/nodes', { fieldSelector: `metadata.name=${nodeName}` }, {
       upsert: (n) => state.setNode(n), delete: () => state.setNode(undefined),
       retain: (seen) => (seen.size === 0 ? state.setNode(undefined) : undefined),
     });

@@ -71,10 +71,18 @@ export interface ApplyResult {
 }
 
 export function frontendId(f: { address: string; port: number; proto: string; scope: ScopeName }): string {
-  return `${f.address}:${f.port}/${f.proto}${f.scope === 'internal' ? '#internal' : ''}`;
+  // join() makes one flat string; a template literal leaves a rope of 3-4
+  // heap objects, and ids are kept by the thousand (programmer, syncer).
+  return [f.address, ':', f.port, '/', f.proto, f.scope === 'internal' ? '#internal' : ''].join('');
 }
 
-const backendKeyOf = (b: { address: string; port: number; proto: string }) => `${b.address}:${b.port}/${b.proto}`;
+/**
+ * A backend's identity as one number (address 32 bits, port 16, protocol 1:
+ * 49 bits, exact in a double). At 100k endpoints a string key cost ~130
+ * bytes in rope strings per backend; a number costs nothing extra.
+ */
+const backendKeyOf = (b: { address: string; port: number; proto: string }) => ip4ToNumber(b.address) * 131072 + b.port * 2 + (b.proto === 'udp' ? 1 : 0);
+const backendText = (b: { address: string; port: number; proto: string }) => `${b.address}:${b.port}/${b.proto}`;
 const revNatKeyOf = (f: { address: string; port: number; proto: string }) => `${f.address}:${f.port}/${f.proto}`;
 const scopeNumber = (s: ScopeName) => (s === 'internal' ? abi.LB_SCOPE_INTERNAL : abi.LB_SCOPE_EXTERNAL);
 
@@ -100,9 +108,10 @@ export function masterEntry(f: Pick<ProgrammedFrontend, 'backendIds' | 'flags' |
 
 export class LbProgrammer {
   private readonly frontends = new Map<string, ProgrammedFrontend>();
-  private readonly backends = new Map<string, ProgrammedBackend>();
+  private readonly backends = new Map<number, ProgrammedBackend>();
   private readonly backendsById = new Map<number, ProgrammedBackend>();
-  private readonly backendRefs = new Map<number, number>();
+  /** Frontends pointing at each backend, by backend id (ids are small and dense). */
+  private backendRefs = new Int32Array(1024);
   /** Backends whose last reference went away: checked (not all backends) after an apply. */
   private readonly orphans = new Set<number>();
   private readonly revNats = new Map<string, number>();
@@ -263,11 +272,11 @@ export class LbProgrammer {
     const idsFor = new Map<FrontendSpec, number[]>();
     // Backends written by this batch, by key: frontends of one batch often
     // share backends (ClusterIP and NodePort of one Service), and must share ids.
-    const pending = new Map<string, ProgrammedBackend>();
+    const pending = new Map<number, ProgrammedBackend>();
     for (const f of frontends) {
       const ids: number[] = [];
       for (const b of f.backends) {
-        if (b.proto !== f.proto) throw new Error(`${frontendId(f)}: backend ${backendKeyOf(b)} has another protocol`);
+        if (b.proto !== f.proto) throw new Error(`${frontendId(f)}: backend ${backendText(b)} has another protocol`);
         const key = backendKeyOf(b);
         let known = pending.get(key) ?? this.backends.get(key);
         const flags = backendFlags(b);
@@ -411,7 +420,7 @@ export class LbProgrammer {
   private collectGarbage(): number[] {
     const deleted: number[] = [];
     for (const id of this.orphans) {
-      if ((this.backendRefs.get(id) ?? 0) > 0) continue;
+      if ((this.backendRefs[id] ?? 0) > 0) continue;
       const b = this.backendById(id);
       if (b) {
         this.maps.backends.delete(id);
@@ -420,7 +429,7 @@ export class LbProgrammer {
         this.backendIds.release(id);
         deleted.push(id);
       }
-      this.backendRefs.delete(id);
+      if (id < this.backendRefs.length) this.backendRefs[id] = 0;
     }
     this.orphans.clear();
     return deleted;
@@ -436,8 +445,13 @@ export class LbProgrammer {
   }
 
   private ref(backendId: number, delta: number): void {
-    const refs = (this.backendRefs.get(backendId) ?? 0) + delta;
-    this.backendRefs.set(backendId, refs);
+    if (backendId >= this.backendRefs.length) {
+      const grown = new Int32Array(Math.max(backendId + 1, this.backendRefs.length * 2));
+      grown.set(this.backendRefs);
+      this.backendRefs = grown;
+    }
+    const refs = this.backendRefs[backendId]! + delta;
+    this.backendRefs[backendId] = refs;
     if (refs <= 0) this.orphans.add(backendId);
   }
 }
