@@ -64,8 +64,19 @@ export interface FirstSyncTiming {
   writeMs: number;
 }
 
-/** A full sync yields to the event loop after this much work. */
+/** A full sync yields to the event loop after this much translation work... */
 const FULL_SYNC_SLICE_MS = 10;
+/** ...and between write batches of this many frontends (one batched map update each). */
+const FULL_SYNC_WRITE_BATCH = 2048;
+
+interface ApplyOutcome {
+  written: number;
+  deleted: number;
+  count: number;
+  failedServices: Set<string>;
+}
+
+const emptyOutcome = (): ApplyOutcome => ({ written: 0, deleted: 0, count: 0, failedServices: new Set() });
 
 const EXTERNAL_FLAGS = abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_LOADBALANCER;
 
@@ -257,7 +268,7 @@ export class Syncer {
     const removals: string[] = [];
     return this.finish('partial', start, keys, triggerTimes, () => {
       for (const key of keys) this.translateInto(key, node, upserts, removals);
-      return { upserts, removals, prune: false };
+      return this.apply(upserts, removals);
     });
   }
 
@@ -287,7 +298,13 @@ export class Syncer {
     }
     const translateMs = performance.now() - t0 - yieldedMs;
     const t1 = performance.now();
-    const report = this.finish('full', start, keys, triggerTimes, () => ({ upserts, removals, prune: true }));
+    let outcome: ApplyOutcome;
+    try {
+      outcome = await this.applyAll(upserts, removals);
+    } catch (err) {
+      return this.finish('full', start, keys, triggerTimes, () => { throw err; });
+    }
+    const report = this.finish('full', start, keys, triggerTimes, () => outcome);
     const first = this.firstSync;
     if (first) {
       this.firstSync = undefined;
@@ -298,13 +315,11 @@ export class Syncer {
     return report;
   }
 
-  /** Apply a pass's translation, record metrics and the report. Never throws. */
-  private finish(kind: 'partial' | 'full', start: bigint, keys: Set<string>, triggerTimes: Map<string, number>,
-    work: () => { upserts: FrontendSpec[]; removals: string[]; prune: boolean }): SyncReport {
+  /** Record a pass's outcome (work() applies it), metrics and the report. Never throws. */
+  private finish(kind: 'partial' | 'full', start: bigint, keys: Set<string>, triggerTimes: Map<string, number>, work: () => ApplyOutcome): SyncReport {
     const report: SyncReport = { kind, services: keys.size, written: 0, deleted: 0, failures: 0, durationMs: 0 };
     try {
-      const { upserts, removals, prune } = work();
-      const failures = this.apply(upserts, removals, prune);
+      const failures = work();
       report.written = failures.written;
       report.deleted = failures.deleted;
       report.failures = failures.count;
@@ -435,26 +450,46 @@ export class Syncer {
   }
 
   /** In a full sync `upserts` holds every Service's frontends (all were translated). */
-  private apply(upserts: FrontendSpec[], removals: string[], full: boolean) {
-    const failedServices = new Set<string>();
-    let deleted = 0;
+  /** Removals, then upserts (one batched pass per call). */
+  private apply(upserts: FrontendSpec[], removals: string[], outcome: ApplyOutcome = emptyOutcome()): ApplyOutcome {
     const deletedBackends: number[] = [];
     for (const id of removals) {
       const r = this.programmer.removeFrontend(id);
-      deleted += r.frontends;
+      outcome.deleted += r.frontends;
       deletedBackends.push(...r.deletedBackendIds);
     }
-    const result = this.programmer.apply(upserts, { prune: full });
+    const result = this.programmer.apply(upserts, { prune: false });
     deletedBackends.push(...result.deletedBackendIds);
     if (deletedBackends.length > 0) this.opts.onBackendsDeleted?.(deletedBackends);
     for (const failure of result.failures) {
       const owner = this.owners.get(failure.frontend);
-      if (owner) failedServices.add(owner);
+      if (owner) outcome.failedServices.add(owner);
       const reason = /E2BIG|full/i.test(failure.error.message) ? 'map_full' : 'apply_failed';
       this.metrics.errors.inc({ reason });
       this.log.error({ frontend: failure.frontend, owner: failure.owner, reason }, `${failure.owner ?? failure.frontend}: not programmed: ${failure.error.message}`);
     }
-    return { written: result.frontendsWritten, deleted: deleted + result.frontendsDeleted, count: result.failures.length, failedServices };
+    outcome.written += result.frontendsWritten;
+    outcome.deleted += result.frontendsDeleted;
+    outcome.count += result.failures.length;
+    return outcome;
+  }
+
+  /**
+   * A full sync's write: every Service's frontends in batches of
+   * FULL_SYNC_WRITE_BATCH with a yield between batches (at 100k Services one
+   * pass would hold the event loop for seconds), then the frontends no
+   * Service asked for are removed (make-before-break: after the new ones).
+   */
+  private async applyAll(upserts: FrontendSpec[], removals: string[]): Promise<ApplyOutcome> {
+    const outcome = this.apply([], removals);
+    for (let i = 0; i < upserts.length; i += FULL_SYNC_WRITE_BATCH) {
+      if (i > 0) await new Promise((r) => setImmediate(r));
+      this.apply(upserts.slice(i, i + FULL_SYNC_WRITE_BATCH), [], outcome);
+    }
+    // Between the batches partial syncs could not run (this pass holds the
+    // syncer); what Services own now is exactly what may stay.
+    const stale = this.programmer.programmedFrontends().filter((f) => !this.owners.has(f.id)).map((f) => f.id);
+    return this.apply([], stale, outcome);
   }
 
   private retryLater(keys: Iterable<string>): void {

@@ -108,10 +108,6 @@ export async function repairDrift(maps: SockLbMaps, programmer: () => LbProgramm
     }
     await nextTurn();
   }
-  // Entries nobody asked for: counted first, looked for only when the counts differ.
-  const counts = { services: maps.services.map.lookupBatch().count, backends: maps.backends.map.lookupBatch().count };
-  await nextTurn();
-
   // Repair, in one synchronous step against the state as it is now.
   const p = programmer();
   const report: DriftReport = { frontends: 0, backends: 0, revNats: 0, extra: 0, checked: cmp.checked, durationMs: 0 };
@@ -147,17 +143,22 @@ export async function repairDrift(maps: SockLbMaps, programmer: () => LbProgramm
   maps.services.setMany(slots);
   maps.services.setMany(masters);
   report.frontends = frontends.length;
-  report.extra = deleteExtras(maps, p, counts);
+  report.extra = deleteExtras(maps, p);
   report.durationMs = performance.now() - start;
   return report;
 }
 
-/** Delete entries the programmer does not know, when the counts say there are some. */
-function deleteExtras(maps: SockLbMaps, p: LbProgrammer, counts: { services: number; backends: number }): number {
+/**
+ * Delete entries the programmer does not know. After the repair every wanted
+ * entry is there, so a map holding more entries than wanted has extras; only
+ * then are its keys compared one by one.
+ */
+function deleteExtras(maps: SockLbMaps, p: LbProgrammer): number {
   let extra = 0;
   const frontends = p.programmedFrontends();
   const wantServices = frontends.reduce((n, f) => n + 1 + f.backendIds.length, 0);
-  if (counts.services !== wantServices) {
+  const all = maps.services.map.lookupBatch();
+  if (all.count !== wantServices) {
     const wanted = new Set<string>();
     const key = Buffer.alloc(K);
     for (const f of frontends) {
@@ -168,7 +169,6 @@ function deleteExtras(maps: SockLbMaps, p: LbProgrammer, counts: { services: num
         wanted.add(key.toString('latin1'));
       }
     }
-    const all = maps.services.map.lookupBatch();
     // Masters (slot 0) first: a frontend disappears before its slots do.
     const stale: Buffer[] = [];
     for (let i = 0; i < all.count; i++) {
@@ -178,10 +178,10 @@ function deleteExtras(maps: SockLbMaps, p: LbProgrammer, counts: { services: num
     stale.sort((a, b) => abi.decodeLb4ServiceKey(a, 0).backend_slot - abi.decodeLb4ServiceKey(b, 0).backend_slot);
     for (const k of stale) if (maps.services.map.delete(k)) extra++;
   }
-  if (counts.backends !== p.programmedBackends().length) {
-    const all = maps.backends.map.lookupBatch();
-    for (let i = 0; i < all.count; i++) {
-      const id = all.keys.readUInt32LE(i * 4);
+  const backends = maps.backends.map.lookupBatch();
+  if (backends.count !== p.backendCount()) {
+    for (let i = 0; i < backends.count; i++) {
+      const id = backends.keys.readUInt32LE(i * 4);
       if (!p.backendById(id) && maps.backends.delete(id)) extra++;
     }
   }
