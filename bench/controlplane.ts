@@ -40,6 +40,8 @@ export interface ControlPlaneOptions {
   makeCgroup: (tag: string) => string;
   makeBpffs: (tag: string) => string;
   log: (msg: string) => void;
+  /** false: the data-path half's bench-shaped objects (ten shared backends, nothing else), for comparing with older runs. */
+  realistic?: boolean;
 }
 
 export interface Percentiles {
@@ -100,7 +102,7 @@ export function percentiles(samples: number[]): Percentiles {
 }
 
 const NODE = { name: 'bench-node', address: '198.18.0.250' };
-const SHAPE: ClusterShape = { protos: ['TCP', 'UDP'], type: 'ClusterIP', realistic: true };
+const REALISTIC: ClusterShape = { protos: ['TCP', 'UDP'], type: 'ClusterIP', realistic: true };
 
 /** Sleeps without yielding to the event loop (sub-millisecond polling). */
 const sleepSync = (() => {
@@ -222,6 +224,7 @@ function probeHealthz(agent: AgentProcess): { stop(): Promise<Percentiles & { fa
 }
 
 export async function measureControlPlane(o: ControlPlaneOptions): Promise<ControlPlaneResult> {
+  const SHAPE: ClusterShape = o.realistic === false ? { ...REALISTIC, realistic: false } : REALISTIC;
   const started = Date.now();
   const deadline = started + o.budgetMs;
   const res: ControlPlaneResult = { services: o.services, servicePorts: o.services * SHAPE.protos.length, endpointsPerService: BACKEND_COUNT, preloadMs: 0, notes: [] };

@@ -1,7 +1,7 @@
 // One part of `make bench` on its own, for working on it without the whole
 // run (the full bench calls the same functions from main.ts):
 //
-//   node dist/bench/part.js controlplane [--services N] [--changes N]
+//   node dist/bench/part.js controlplane [--services N] [--changes N] [--bench-shaped]
 //   node dist/bench/part.js nodeport [--services N] [--rounds N]
 //   node dist/bench/part.js ruleupdates [--services N] [--changes N]
 //   node dist/bench/part.js upstream [--services N] [--changes N]
@@ -44,7 +44,7 @@ async function main(): Promise<void> {
     } else if (part === 'controlplane') {
       result = await measureControlPlane({
         root: ROOT, services: flag('services', 1000), changes: flag('changes', 100), settleMs: flag('settle-ms', 2000), budgetMs: flag('budget-s', 120) * 1000,
-        makeCgroup: (t) => h.makeCgroup(t), makeBpffs: (t) => h.makeBpffsDir(t), log,
+        makeCgroup: (t) => h.makeCgroup(t), makeBpffs: (t) => h.makeBpffsDir(t), log, realistic: !process.argv.includes('--bench-shaped'),
       });
     } else if (part === 'upstream') {
       result = await measureUpstream({ root: ROOT, services: flag('services', 1000), changes: flag('changes', 20), log });

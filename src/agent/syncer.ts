@@ -12,6 +12,7 @@
 import type { Logger } from 'pino';
 import * as v8 from 'node:v8';
 import * as vm from 'node:vm';
+import koffi from 'koffi';
 import { translateService, nodeContextFromNode } from '../translate';
 import type { HealthCheckService, NodeContext, TranslateOptions, TranslateProblem } from '../model/frontend';
 import { LbProgrammer, frontendId, type FrontendSpec } from '../datapath/programmer';
@@ -39,7 +40,17 @@ function releaseStartupGarbage(): void {
   } catch {
     // Not fatal: the heap shrinks on its own, later.
   }
+  try {
+    // The list pages and batch buffers were malloc'd outside the V8 heap;
+    // glibc keeps freed arena memory mapped unless asked to give it back.
+    mallocTrim ??= koffi.load('libc.so.6').func('int malloc_trim(size_t pad)') as (pad: number) => number;
+    mallocTrim(0);
+  } catch {
+    // Not glibc: nothing to trim.
+  }
 }
+
+let mallocTrim: ((pad: number) => number) | undefined;
 
 export interface SyncerOptions {
   nodeName: string;
