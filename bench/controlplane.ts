@@ -27,8 +27,8 @@ import { ip4ToNumber } from '../src/datapath/addr';
 import { LB_PROTO_TCP, LB_PROTO_UDP, LB_SCOPE_EXTERNAL, SLUICE_MAP_BACKENDS4, SLUICE_MAP_COUNTERS, SLUICE_MAP_REVNAT4, SLUICE_MAP_SERVICES4 } from '../src/abi/generated';
 import { AgentProcess } from '../src/lab/agentProcess';
 import { run } from './exec';
-import { BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, preload, sliceObject, type ClusterShape } from './k8sobjects';
-import { BACKEND_COUNT, vipFor } from './services';
+import { BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, REALISTIC_SERVICE_CIDR, preload, sliceObject, vipOf, type ClusterShape } from './k8sobjects';
+import { BACKEND_COUNT } from './services';
 
 export interface ControlPlaneOptions {
   root: string;
@@ -133,10 +133,10 @@ export async function openWhenPinned(bpffs: string, agent: AgentProcess, deadlin
 }
 
 /** The master entries (slot 0) of Services 0..S-1, TCP and UDP, of this shape. */
-export function clusterIpMasterKeys(services: number): MasterKey[] {
+export function clusterIpMasterKeys(services: number, shape: ClusterShape): MasterKey[] {
   const keys: MasterKey[] = [];
   for (let i = 0; i < services; i++) {
-    const { vip, port } = vipFor(i);
+    const { vip, port } = vipOf(i, shape);
     keys.push(masterKey(vip, port, LB_PROTO_TCP), masterKey(vip, port, LB_PROTO_UDP));
   }
   return keys;
@@ -233,7 +233,7 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
   let maps: SockLbMaps | undefined;
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-bench-cp-'));
   try {
-    api = await startApiServer({ serviceCIDR: BENCH_SERVICE_CIDR, nodePortRange: BENCH_NODEPORT_RANGE, bookmarkIntervalMs: 0 });
+    api = await startApiServer({ serviceCIDR: SHAPE.realistic ? REALISTIC_SERVICE_CIDR : BENCH_SERVICE_CIDR, nodePortRange: BENCH_NODEPORT_RANGE, bookmarkIntervalMs: 0 });
     const t0 = Date.now();
     preload(api.store, o.services, SHAPE, NODE);
     res.preloadMs = Date.now() - t0;
@@ -257,7 +257,7 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
     ]);
     maps = await openWhenPinned(bpffs, agent, deadline);
     const prober = probeHealthz(agent);
-    const programmedAt = await waitMastersProgrammed(maps, clusterIpMasterKeys(o.services), BACKEND_COUNT, agent, deadline);
+    const programmedAt = await waitMastersProgrammed(maps, clusterIpMasterKeys(o.services, SHAPE), BACKEND_COUNT, agent, deadline);
     const agentCpuMs = agent.cpuMs();
     const healthz = await prober.stop();
     const synced = await agent.waitForLog(/^informers synced/, 5000);
@@ -298,7 +298,7 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
         break;
       }
       const i = Math.floor(((k + 0.5) * o.services) / o.changes);
-      const { vip, port } = vipFor(i);
+      const { vip, port } = vipOf(i, SHAPE);
       const keys = [masterKey(vip, port, LB_PROTO_TCP), masterKey(vip, port, LB_PROTO_UDP)];
       const want = BACKEND_COUNT - 1;
       const begin = process.hrtime.bigint();

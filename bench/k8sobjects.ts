@@ -8,6 +8,19 @@ import { BACKEND_COUNT, BACKEND_PORT, backendAddress, vipFor } from './services'
 export const BENCH_NAMESPACE = 'bench';
 /** The built-in API's --service-cluster-ip-range for the bench: the VIPs of services.ts. */
 export const BENCH_SERVICE_CIDR = '198.19.0.0/16';
+/**
+ * The realistic shape's --service-cluster-ip-range: one ClusterIP per Service
+ * up to 131 070 (the API refuses two Services one ClusterIP, and the /16
+ * above holds 65 534). Control-plane only: no packet is ever sent to them.
+ */
+export const REALISTIC_SERVICE_CIDR = '198.18.0.0/15';
+
+/** Service i's ClusterIP and port in this shape. */
+export function vipOf(i: number, shape: ClusterShape): { vip: string; port: number } {
+  if (!shape.realistic) return vipFor(i);
+  const n = i + 1;
+  return { vip: `198.${18 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}`, port: 80 };
+}
 /** Wide enough for 10 000 Services x 2 NodePorts (TCP, UDP) each. */
 export const BENCH_NODEPORT_RANGE = '10000-32767';
 export const BENCH_NODEPORT_BASE = 10000;
@@ -63,7 +76,7 @@ export function nodePortOf(i: number, proto: 'TCP' | 'UDP', services: number): n
 }
 
 export function serviceObject(i: number, shape: ClusterShape, services = 0): Record<string, unknown> {
-  const { vip, port } = vipFor(i);
+  const { vip, port } = vipOf(i, shape);
   const extra = shape.realistic
     ? {
       metadata: {
@@ -92,7 +105,7 @@ export function serviceObject(i: number, shape: ClusterShape, services = 0): Rec
 
 /** Service i's slice with the first `endpoints` of the ten backends. */
 export function sliceObject(i: number, shape: ClusterShape, endpoints = BACKEND_COUNT): Record<string, unknown> {
-  const { port } = vipFor(i);
+  const { port } = vipOf(i, shape);
   const name = `${serviceName(i)}-1`;
   const realistic = shape.realistic
     ? {
