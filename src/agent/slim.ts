@@ -5,9 +5,13 @@
 // agent holds each object once, slim.
 //
 // The records keep the API's field names (translate reads V1Service and
-// V1EndpointSlice), but repeated strings are interned (node names, zones,
-// namespaces, port names, label values: one copy each, not one per endpoint)
-// and endpoint conditions are shared frozen objects (8 combinations).
+// V1EndpointSlice), but repeated strings are interned (namespaces, port
+// names, label values: one copy each), and a slice's endpoints are packed:
+// two small integers per endpoint (the IPv4 address; conditions, node and
+// zone as indexes into shared tables) instead of ~170 bytes of objects and
+// strings. `endpoints` unpacks them when translate reads it (garbage right
+// after). Endpoints that do not pack exactly (IPv6, a non-canonical address,
+// hints) keep the plain slim objects.
 // A field the translate step starts to read must be added here: the
 // translate fixtures run through this projection in test/unit/slim.test.ts.
 import type { V1EndpointSlice, V1Service, V1ServicePort, V1Endpoint, DiscoveryV1EndpointPort as V1EndpointPort } from '@kubernetes/client-node';
@@ -89,16 +93,104 @@ function sharedConditions(c: V1Endpoint['conditions']): V1Endpoint['conditions']
   let shared = conditionsCache.get(key);
   if (!shared) {
     shared = {};
-    if (c.ready !== undefined) shared.ready = c.ready;
-    if (c.serving !== undefined) shared.serving = c.serving;
-    if (c.terminating !== undefined) shared.terminating = c.terminating;
+    if (c.ready !== undefined && c.ready !== null) shared.ready = c.ready;
+    if (c.serving !== undefined && c.serving !== null) shared.serving = c.serving;
+    if (c.terminating !== undefined && c.terminating !== null) shared.terminating = c.terminating;
     conditionsCache.set(key, Object.freeze(shared));
   }
   return shared;
 }
 
+/** Node and zone names by small index, for packed endpoints (one table per agent). */
+class NameTable {
+  readonly names: string[] = [''];
+  private readonly index = new Map<string, number>([['', 0]]);
+  id(name: string | undefined | null, limit: number): number {
+    if (!name) return 0;
+    let id = this.index.get(name);
+    if (id === undefined) {
+      if (this.names.length >= limit) return -1;
+      id = this.names.length;
+      this.names.push(name);
+      this.index.set(name, id);
+    }
+    return id;
+  }
+}
+const nodeNames = new NameTable();
+const zoneNames = new NameTable();
+
+const TRI = (v: boolean | undefined | null) => (v === true ? 1 : v === false ? 2 : 0);
+const UNTRI = [undefined, true, false] as const;
+const NODE_LIMIT = 1 << 16;
+const ZONE_LIMIT = 1 << 9;
+
+function ip4Exact(text: string): number | undefined {
+  const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(text);
+  if (!m) return undefined;
+  let n = 0;
+  for (let i = 1; i <= 4; i++) {
+    const part = m[i]!;
+    const v = Number(part);
+    if (v > 255 || String(v) !== part) return undefined; // "01" is not canonical: keep the text
+    n = n * 256 + v;
+  }
+  return n;
+}
+
+/**
+ * `[address0, meta0, address1, meta1, ...]` as int32 (small integers, no
+ * objects): meta = conditions (a presence bit and 3 tri-states, 7 bits) |
+ * node index << 7 | zone index << 23; undefined when some endpoint does not
+ * pack exactly.
+ */
+function packEndpoints(endpoints: readonly V1Endpoint[]): number[] | undefined {
+  const packed: number[] = [];
+  for (const ep of endpoints) {
+    if (ep.hints || ep.addresses?.length !== 1) return undefined;
+    const address = ip4Exact(ep.addresses[0]!);
+    const node = nodeNames.id(ep.nodeName, NODE_LIMIT);
+    const zone = zoneNames.id(ep.zone, ZONE_LIMIT);
+    if (address === undefined || node < 0 || zone < 0) return undefined;
+    const c = ep.conditions;
+    const conditions = c ? 1 | (TRI(c.ready) << 1) | (TRI(c.serving) << 3) | (TRI(c.terminating) << 5) : 0;
+    packed.push(address | 0, conditions | (node << 7) | (zone << 23));
+  }
+  return packed;
+}
+
+function unpackEndpoints(packed: readonly number[]): V1Endpoint[] {
+  const out: V1Endpoint[] = [];
+  for (let i = 0; i < packed.length; i += 2) {
+    const a = packed[i]! >>> 0;
+    const meta = packed[i + 1]!;
+    const e: V1Endpoint = { addresses: [`${a >>> 24}.${(a >>> 16) & 255}.${(a >>> 8) & 255}.${a & 255}`] };
+    if (meta & 1) {
+      e.conditions = sharedConditions({ ready: UNTRI[(meta >> 1) & 3], serving: UNTRI[(meta >> 3) & 3], terminating: UNTRI[(meta >> 5) & 3] } as V1Endpoint['conditions']);
+    }
+    const node = (meta >>> 7) & 0xffff;
+    const zone = (meta >>> 23) & 0x1ff;
+    if (node) e.nodeName = nodeNames.names[node];
+    if (zone) e.zone = zoneNames.names[zone];
+    out.push(e);
+  }
+  return out;
+}
+
+/** A slice whose endpoints are packed; `endpoints` unpacks them for the reader (the getter is on the prototype: no closure per slice). */
+class PackedSlice {
+  ports?: V1EndpointPort[];
+  constructor(readonly addressType: string, readonly metadata: V1EndpointSlice['metadata'], private readonly packed: number[]) {}
+  get endpoints(): V1Endpoint[] {
+    return unpackEndpoints(this.packed);
+  }
+}
+
 export function slimSlice(slice: V1EndpointSlice, pool: StringPool): V1EndpointSlice {
-  const out: V1EndpointSlice = { addressType: pool.intern(slice.addressType), endpoints: [], metadata: slimMetadata(slice.metadata, pool) };
+  const packed = packEndpoints(slice.endpoints ?? []);
+  const out: V1EndpointSlice = packed
+    ? new PackedSlice(pool.intern(slice.addressType), slimMetadata(slice.metadata, pool), packed)
+    : { addressType: pool.intern(slice.addressType), endpoints: [], metadata: slimMetadata(slice.metadata, pool) };
   if (slice.ports) {
     out.ports = slice.ports.map((p): V1EndpointPort => {
       const port: V1EndpointPort = {};
@@ -108,7 +200,7 @@ export function slimSlice(slice: V1EndpointSlice, pool: StringPool): V1EndpointS
       return port;
     });
   }
-  for (const ep of slice.endpoints ?? []) {
+  for (const ep of packed ? [] : slice.endpoints ?? []) {
     // Only the first address counts (kube-proxy ignores the rest).
     const first = ep.addresses?.[0];
     const e: V1Endpoint = { addresses: first === undefined ? [] : [first] };
