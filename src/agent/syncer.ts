@@ -283,35 +283,47 @@ export class Syncer {
     });
   }
 
-  /** Every Service, translated in slices with yields between them, then one batched write that prunes. */
+  /**
+   * Every Service: translated and written in batches of about
+   * FULL_SYNC_WRITE_BATCH frontends (one batched map update each) with a
+   * yield between batches, so /healthz answers and only one batch of
+   * desired state is in memory at a time (at 100k Services all of it at once
+   * was the agent's peak); then the frontends no Service owns are removed.
+   */
   private async syncFull(): Promise<SyncReport> {
     const start = process.hrtime.bigint();
     this.fullPending = false;
     const { keys, triggerTimes, node } = this.collect(true);
-    const upserts: FrontendSpec[] = [];
+    let upserts: FrontendSpec[] = [];
     const removals: string[] = [];
-    const t0 = performance.now();
-    let sliceStart = t0;
-    let yieldedMs = 0;
+    let translateMs = 0;
+    let writeMs = 0;
+    const outcome = emptyOutcome();
+    const write = () => {
+      const t = performance.now();
+      this.apply(upserts, [], outcome);
+      upserts = [];
+      writeMs += performance.now() - t;
+    };
     try {
+      let t = performance.now();
       for (const key of keys) {
         this.translateInto(key, node, upserts, removals);
-        if (performance.now() - sliceStart > FULL_SYNC_SLICE_MS) {
-          const y = performance.now();
+        if (upserts.length >= FULL_SYNC_WRITE_BATCH || performance.now() - t > FULL_SYNC_SLICE_MS) {
+          translateMs += performance.now() - t;
+          if (upserts.length >= FULL_SYNC_WRITE_BATCH) write();
           await new Promise((r) => setImmediate(r));
-          sliceStart = performance.now();
-          yieldedMs += sliceStart - y;
+          if (this.stopped) break;
+          t = performance.now();
         }
-        if (this.stopped) break;
       }
-    } catch (err) {
-      return this.finish('full', start, keys, triggerTimes, () => { throw err; });
-    }
-    const translateMs = performance.now() - t0 - yieldedMs;
-    const t1 = performance.now();
-    let outcome: ApplyOutcome;
-    try {
-      outcome = await this.applyAll(upserts, removals);
+      translateMs += performance.now() - t;
+      write();
+      const t2 = performance.now();
+      // What Services own now is exactly what may stay (partial syncs could not run in between).
+      const stale = this.programmer.programmedFrontends().filter((f) => !this.owners.has(f.id)).map((f) => f.id);
+      this.apply([], [...removals, ...stale], outcome);
+      writeMs += performance.now() - t2;
     } catch (err) {
       return this.finish('full', start, keys, triggerTimes, () => { throw err; });
     }
@@ -319,7 +331,7 @@ export class Syncer {
     const first = this.firstSync;
     if (first) {
       this.firstSync = undefined;
-      const timing: FirstSyncTiming = { listMs: Math.round(first.list.listMs), decodeMs: Math.round(first.list.decodeMs), translateMs: Math.round(translateMs), writeMs: Math.round(performance.now() - t1) };
+      const timing: FirstSyncTiming = { listMs: Math.round(first.list.listMs), decodeMs: Math.round(first.list.decodeMs), translateMs: Math.round(translateMs), writeMs: Math.round(writeMs) };
       this.log.info({ ...timing, services: keys.size, frontends: report.written, failures: report.failures }, 'first sync: every Service programmed');
       releaseStartupGarbage();
     }
@@ -483,24 +495,6 @@ export class Syncer {
     outcome.deleted += result.frontendsDeleted;
     outcome.count += result.failures.length;
     return outcome;
-  }
-
-  /**
-   * A full sync's write: every Service's frontends in batches of
-   * FULL_SYNC_WRITE_BATCH with a yield between batches (at 100k Services one
-   * pass would hold the event loop for seconds), then the frontends no
-   * Service asked for are removed (make-before-break: after the new ones).
-   */
-  private async applyAll(upserts: FrontendSpec[], removals: string[]): Promise<ApplyOutcome> {
-    const outcome = this.apply([], removals);
-    for (let i = 0; i < upserts.length; i += FULL_SYNC_WRITE_BATCH) {
-      if (i > 0) await new Promise((r) => setImmediate(r));
-      this.apply(upserts.slice(i, i + FULL_SYNC_WRITE_BATCH), [], outcome);
-    }
-    // Between the batches partial syncs could not run (this pass holds the
-    // syncer); what Services own now is exactly what may stay.
-    const stale = this.programmer.programmedFrontends().filter((f) => !this.owners.has(f.id)).map((f) => f.id);
-    return this.apply([], stale, outcome);
   }
 
   private retryLater(keys: Iterable<string>): void {
