@@ -106,6 +106,8 @@ export class Reflector<T extends ApiObject> {
   private readonly backoff: Backoff;
   private running: Promise<void> | undefined;
   stats = { lists: 0, watches: 0, relists: 0, pages: 0 };
+  /** Watch events (bookmarks included) received so far. */
+  private events_ = 0;
 
   constructor(
     private readonly api: KubeConnection,
@@ -222,7 +224,12 @@ export class Reflector<T extends ApiObject> {
         ...this.o.query, watch: 'true', resourceVersion: this.resourceVersion, allowWatchBookmarks: 'true', timeoutSeconds: String(timeoutSeconds),
       }, abort.signal);
       if (res.statusCode !== 200) throw statusError(`watch ${this.o.path}`, res.statusCode ?? 0, await readAll(res));
+      const started = Date.now();
+      const events = this.events_;
       await this.readEvents(res);
+      // client-go's "very short watch": a server that ends watches at once
+      // must not be asked again in a tight loop.
+      if (this.events_ === events && Date.now() - started < 1000) throw new Error(`watch ${this.o.path}: ended at once without an event`);
     } finally {
       clearTimeout(guard);
     }
@@ -261,6 +268,7 @@ export class Reflector<T extends ApiObject> {
   }
 
   private handle(event: WatchEvent): void {
+    this.events_++;
     const obj = event.object;
     if (event.type === 'ERROR') {
       throw new ApiStatusError(`watch ${this.o.path}: ${obj.message ?? 'error event'}`, obj.code ?? 0, obj.reason);

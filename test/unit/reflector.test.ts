@@ -3,7 +3,8 @@
 // from their resourceVersion instead of relisting, 410 Gone relists that drop
 // what went away, and a backoff that one good list does not reset.
 import { strict as assert } from 'node:assert';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import * as http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -163,6 +164,36 @@ describe('reflector', () => {
     assert.equal(again.stats.relists, 1);
     assert.match(errors[0] ?? '', /410|too old|Expired/i);
     assert.ok(m.objects.has('r3/keep'));
+  });
+});
+
+describe('reflector against a server that ends every watch at once', () => {
+  it('backs off instead of asking again in a tight loop', async () => {
+    let watches = 0;
+    const server = http.createServer((req, res) => {
+      if (req.url?.includes('watch=true')) {
+        watches++;
+        res.writeHead(200, { 'Content-Type': 'application/json' });
+        res.end();
+        return;
+      }
+      res.end(JSON.stringify({ kind: 'ServiceList', metadata: { resourceVersion: '5' }, items: [] }));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const dir = await mkdtemp(join(tmpdir(), 'sluice-reflector-'));
+    try {
+      const kc = join(dir, 'kubeconfig');
+      const { port } = server.address() as { port: number };
+      await writeFile(kc, `apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: k, cluster: {server: "http://127.0.0.1:${port}"}}]\nusers: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n`);
+      const r = new Reflector<ApiObject>(await connectToApi(kc, undefined), { name: 'services', path: '/api/v1/services', query: {}, backoff: { initialMs: 200, maxMs: 1000, resetAfterMs: 60_000, jitter: 0.5 } }, mirror().sink, { onError: () => undefined });
+      r.start();
+      await new Promise((res) => setTimeout(res, 600));
+      await r.stop();
+      assert.ok(watches >= 1 && watches <= 3, `${watches} watch requests in 0.6 s`);
+    } finally {
+      server.close();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
 
