@@ -1,7 +1,9 @@
 // The control-plane half of `make bench` for Sluice (issue 6 items 4 and 5b):
 //
 // * cold start: the built-in API preloaded with S Services x 10 endpoints
-//   (one EndpointSlice each), then the real agent (`bin/sluice agent`, a child
+//   (one EndpointSlice each), realistic objects (managedFields, ownerReferences,
+//   targetRef, nodeName, zone, distinct endpoint addresses: k8sobjects.ts),
+//   then the real agent (`bin/sluice agent`, a child
 //   process) is started; timed from its start to "every frontend's master
 //   entry is in the pinned services map with all its backends", and from its
 //   "informers synced" log line to that;
@@ -22,11 +24,11 @@ import * as path from 'node:path';
 import { startApiServer, type ApiServerHandle } from '../src/k8s/apiserver';
 import { openSockLbMaps, type SockLbMaps } from '../src/datapath/maps';
 import { ip4ToNumber } from '../src/datapath/addr';
-import { LB_PROTO_TCP, LB_PROTO_UDP, LB_SCOPE_EXTERNAL, SLUICE_MAP_COUNTERS } from '../src/abi/generated';
-import { AgentProcess } from './agentproc';
+import { LB_PROTO_TCP, LB_PROTO_UDP, LB_SCOPE_EXTERNAL, SLUICE_MAP_BACKENDS4, SLUICE_MAP_COUNTERS, SLUICE_MAP_REVNAT4, SLUICE_MAP_SERVICES4 } from '../src/abi/generated';
+import { AgentProcess } from '../src/lab/agentProcess';
 import { run } from './exec';
-import { BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, preload, sliceObject, type ClusterShape } from './k8sobjects';
-import { BACKEND_COUNT, vipFor } from './services';
+import { BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, REALISTIC_SERVICE_CIDR, preload, sliceObject, vipOf, type ClusterShape } from './k8sobjects';
+import { BACKEND_COUNT } from './services';
 
 export interface ControlPlaneOptions {
   root: string;
@@ -38,6 +40,8 @@ export interface ControlPlaneOptions {
   makeCgroup: (tag: string) => string;
   makeBpffs: (tag: string) => string;
   log: (msg: string) => void;
+  /** false: the data-path half's bench-shaped objects (ten shared backends, nothing else), for comparing with older runs. */
+  realistic?: boolean;
 }
 
 export interface Percentiles {
@@ -61,6 +65,12 @@ export interface ControlPlaneResult {
     phases: Record<string, number>;
     /** Sync passes the agent reported until programmed (kind, services, written, durationMs). */
     syncs: Array<Record<string, unknown>>;
+    /** The agent's own time split of its first sync (its 'first sync' log line), ms. */
+    split?: { listMs: number; decodeMs: number; translateMs: number; writeMs: number };
+    /** CPU time the agent used from its start until programmed (user + system), ms: steadier than wall time here. */
+    agentCpuMs?: number;
+    /** /healthz answered while the agent listed and programmed: latency of probes every 50 ms. */
+    healthz?: Percentiles & { failures: number };
   };
   memory?: {
     vmRss: number;
@@ -92,7 +102,7 @@ export function percentiles(samples: number[]): Percentiles {
 }
 
 const NODE = { name: 'bench-node', address: '198.18.0.250' };
-const SHAPE: ClusterShape = { protos: ['TCP', 'UDP'], type: 'ClusterIP' };
+const REALISTIC: ClusterShape = { protos: ['TCP', 'UDP'], type: 'ClusterIP', realistic: true };
 
 /** Sleeps without yielding to the event loop (sub-millisecond polling). */
 const sleepSync = (() => {
@@ -123,10 +133,10 @@ export async function openWhenPinned(bpffs: string, agent: AgentProcess, deadlin
 }
 
 /** The master entries (slot 0) of Services 0..S-1, TCP and UDP, of this shape. */
-export function clusterIpMasterKeys(services: number): MasterKey[] {
+export function clusterIpMasterKeys(services: number, shape: ClusterShape): MasterKey[] {
   const keys: MasterKey[] = [];
   for (let i = 0; i < services; i++) {
-    const { vip, port } = vipFor(i);
+    const { vip, port } = vipOf(i, shape);
     keys.push(masterKey(vip, port, LB_PROTO_TCP), masterKey(vip, port, LB_PROTO_UDP));
   }
   return keys;
@@ -183,7 +193,38 @@ async function heapMetrics(address: string | undefined): Promise<Record<string, 
   return out;
 }
 
+/** Probes the agent's /healthz every 50 ms until stopped; latencies in ms. */
+function probeHealthz(agent: AgentProcess): { stop(): Promise<Percentiles & { failures: number }> } {
+  const samples: number[] = [];
+  let failures = 0;
+  let stopped = false;
+  const loop = (async () => {
+    while (!stopped && !agent.exited) {
+      const address = agent.find(/^serving \/healthz/)?.['healthz'] as string | undefined;
+      if (address) {
+        const t0 = performance.now();
+        try {
+          const r = await fetch(`http://${address}/healthz`, { signal: AbortSignal.timeout(5000) });
+          await r.text();
+          samples.push(performance.now() - t0);
+        } catch {
+          failures++;
+        }
+      }
+      await tick(50);
+    }
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      await loop;
+      return { ...percentiles(samples), failures };
+    },
+  };
+}
+
 export async function measureControlPlane(o: ControlPlaneOptions): Promise<ControlPlaneResult> {
+  const SHAPE: ClusterShape = o.realistic === false ? { ...REALISTIC, realistic: false } : REALISTIC;
   const started = Date.now();
   const deadline = started + o.budgetMs;
   const res: ControlPlaneResult = { services: o.services, servicePorts: o.services * SHAPE.protos.length, endpointsPerService: BACKEND_COUNT, preloadMs: 0, notes: [] };
@@ -192,7 +233,7 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
   let maps: SockLbMaps | undefined;
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-bench-cp-'));
   try {
-    api = await startApiServer({ serviceCIDR: BENCH_SERVICE_CIDR, nodePortRange: BENCH_NODEPORT_RANGE, bookmarkIntervalMs: 0 });
+    api = await startApiServer({ serviceCIDR: SHAPE.realistic ? REALISTIC_SERVICE_CIDR : BENCH_SERVICE_CIDR, nodePortRange: BENCH_NODEPORT_RANGE, bookmarkIntervalMs: 0 });
     const t0 = Date.now();
     preload(api.store, o.services, SHAPE, NODE);
     res.preloadMs = Date.now() - t0;
@@ -202,13 +243,24 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
     const cgroup = o.makeCgroup('cp');
     const bpffs = o.makeBpffs('cp');
 
-    agent = new AgentProcess(o.root, [
+    // Maps sized for the scale (defaults hold 10k x 10; 100k needs more).
+    const config = path.join(tmp, 'agent.yaml');
+    const atLeast = (n: number, min: number) => Math.max(min, 2 ** Math.ceil(Math.log2(n * 1.1)));
+    const ports = o.services * SHAPE.protos.length;
+    fs.writeFileSync(config, ['maxEntries:',
+      `  ${SLUICE_MAP_SERVICES4}: ${atLeast(ports * (BACKEND_COUNT + 1), 524288)}`,
+      `  ${SLUICE_MAP_BACKENDS4}: ${atLeast(Math.min(o.services * BACKEND_COUNT, 131072) * SHAPE.protos.length, 262144)}`,
+      `  ${SLUICE_MAP_REVNAT4}: ${atLeast(ports, 65536)}`, ''].join('\n'));
+    agent = new AgentProcess(['--config', config,
       '--kubeconfig', kubeconfig, '--node-name', NODE.name, '--cgroup-path', cgroup, '--bpffs', bpffs,
       '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--log-level', 'debug',
     ]);
     maps = await openWhenPinned(bpffs, agent, deadline);
-    const programmedAt = await waitMastersProgrammed(maps, clusterIpMasterKeys(o.services), BACKEND_COUNT, agent, deadline);
-    const synced = await agent.waitFor(/^informers synced/, 5000);
+    const prober = probeHealthz(agent);
+    const programmedAt = await waitMastersProgrammed(maps, clusterIpMasterKeys(o.services, SHAPE), BACKEND_COUNT, agent, deadline);
+    const agentCpuMs = agent.cpuMs();
+    const healthz = await prober.stop();
+    const synced = await agent.waitForLog(/^informers synced/, 5000);
     const phases: Record<string, number> = {};
     for (const [key, re] of [
       ['log: starting', /^starting$/], ['socket LB attached', /^socket load balancer attached/],
@@ -219,8 +271,11 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
       if (line) phases[key] = line.time - agent.startedAt;
     }
     phases['programmed (maps polled)'] = programmedAt - agent.startedAt;
-    res.coldStart = { startToProgrammedMs: programmedAt - agent.startedAt, syncedToProgrammedMs: programmedAt - synced.time, phases, syncs: [] };
-    o.log(`control plane: cold start ${res.coldStart.startToProgrammedMs} ms (synced -> programmed ${res.coldStart.syncedToProgrammedMs} ms)`);
+    res.coldStart = { startToProgrammedMs: programmedAt - agent.startedAt, syncedToProgrammedMs: programmedAt - synced.time, phases, syncs: [], agentCpuMs, healthz };
+    const first = await agent.waitForLog(/^first sync/, 5000).catch(() => undefined);
+    if (first) res.coldStart.split = { listMs: Number(first['listMs']), decodeMs: Number(first['decodeMs']), translateMs: Number(first['translateMs']), writeMs: Number(first['writeMs']) };
+    o.log(`control plane: cold start ${res.coldStart.startToProgrammedMs} ms (synced -> programmed ${res.coldStart.syncedToProgrammedMs} ms; agent CPU ${agentCpuMs} ms; ` +
+      `split ${JSON.stringify(res.coldStart.split ?? {})}; /healthz p99 ${healthz.p99.toFixed(1)} ms, max ${healthz.max.toFixed(1)} ms, ${healthz.failures} failed)`);
 
     await tick(o.settleMs);
     // The sync passes until programmed (their 'sync done' line comes after the maps are written).
@@ -243,7 +298,7 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
         break;
       }
       const i = Math.floor(((k + 0.5) * o.services) / o.changes);
-      const { vip, port } = vipFor(i);
+      const { vip, port } = vipOf(i, SHAPE);
       const keys = [masterKey(vip, port, LB_PROTO_TCP), masterKey(vip, port, LB_PROTO_UDP)];
       const want = BACKEND_COUNT - 1;
       const begin = process.hrtime.bigint();

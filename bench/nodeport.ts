@@ -33,7 +33,7 @@ import * as abi from '../src/abi/generated';
 import { counterName, readCounters } from '../src/datapath/counters';
 
 const { LB_PROTO_TCP, LB_PROTO_UDP } = abi;
-import { AgentProcess } from './agentproc';
+import { AgentProcess } from '../src/lab/agentProcess';
 import { masterKey, openWhenPinned, tick, waitMastersProgrammed } from './controlplane';
 import { inNetns, run } from './exec';
 import { BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, nodePortOf, preload } from './k8sobjects';
@@ -251,11 +251,11 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       // SLUICE_MAX_SERVICE_ENTRIES (262 144). The map is BPF_F_NO_PREALLOC.
       const config = path.join(tmp, 'agent.yaml');
       fs.writeFileSync(config, `maxEntries:\n  ${abi.SLUICE_MAP_SERVICES4}: ${Math.max(262144, 2 ** Math.ceil(Math.log2(ports.length * 2 * (BACKEND_COUNT + 1) * 1.1)))}\n`);
-      agent = new AgentProcess(o.root, ['--config', config,
+      agent = new AgentProcess(['--config', config,
         '--kubeconfig', kubeconfig, '--k8s-api-server', '127.0.0.1:6443', '--node-name', NODE_NAME,
         '--cgroup-path', o.makeCgroup('np'), '--bpffs', bpffs, '--devices', 'npc,npb',
         '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--healthcheck-addresses', sl.nodeAddr,
-      ], ['nsenter', `--net=/run/netns/${sl.node}`]);
+      ], { prefix: ['nsenter', `--net=/run/netns/${sl.node}`] });
       maps = await openWhenPinned(bpffs, agent, deadline);
       const keys = ports.map((sp) => masterKey(sl.nodeAddr, nodePort(sp), sp.proto === 'tcp' ? LB_PROTO_TCP : LB_PROTO_UDP));
       await waitMastersProgrammed(maps, keys, BACKEND_COUNT, agent, Math.min(deadline, Date.now() + 120_000));

@@ -1,10 +1,11 @@
 // One part of `make bench` on its own, for working on it without the whole
 // run (the full bench calls the same functions from main.ts):
 //
-//   node dist/bench/part.js controlplane [--services N] [--changes N]
+//   node dist/bench/part.js controlplane [--services N] [--changes N] [--bench-shaped]
 //   node dist/bench/part.js nodeport [--services N] [--rounds N]
 //   node dist/bench/part.js ruleupdates [--services N] [--changes N]
 //   node dist/bench/part.js upstream [--services N] [--changes N]
+//   node dist/bench/part.js statememory [--services N]   (no root needed)
 //
 // Prints the part's result as JSON. Needs root; cleans up like main.ts.
 import * as path from 'node:path';
@@ -16,6 +17,7 @@ import { measureUpstream } from './upstream';
 import { measureRuleUpdates } from './ruleupdates';
 import { makeBaselineModes } from './modes';
 import { makeServicePorts } from './services';
+import { measureStateMemory } from './statememory';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -37,10 +39,12 @@ async function main(): Promise<void> {
   process.once('SIGTERM', onSignal);
   try {
     let result: unknown;
-    if (part === 'controlplane') {
+    if (part === 'statememory') {
+      result = measureStateMemory(flag('services', 10000));
+    } else if (part === 'controlplane') {
       result = await measureControlPlane({
         root: ROOT, services: flag('services', 1000), changes: flag('changes', 100), settleMs: flag('settle-ms', 2000), budgetMs: flag('budget-s', 120) * 1000,
-        makeCgroup: (t) => h.makeCgroup(t), makeBpffs: (t) => h.makeBpffsDir(t), log,
+        makeCgroup: (t) => h.makeCgroup(t), makeBpffs: (t) => h.makeBpffsDir(t), log, realistic: !process.argv.includes('--bench-shaped'),
       });
     } else if (part === 'upstream') {
       result = await measureUpstream({ root: ROOT, services: flag('services', 1000), changes: flag('changes', 20), log });

@@ -22,66 +22,63 @@ import { backends, ServicePort } from './services';
 /** SLUICE_MAX_SERVICE_ENTRIES in native/sluice_abi.h. */
 const DEFAULT_SERVICE_ENTRIES = 262144;
 
-export class SluiceSockMode implements Mode {
-  readonly id = 'sluice-sock';
-  readonly label = 'Sluice socket LB';
-  readonly usesVips = true;
-  unavailable?: string;
-  private bpffs?: string;
-
-  private currentCgroup?: string;
+/**
+ * The one setup path of both Sluice modes: sock_lb's maps attached by
+ * sluiceload with capacities for the scale, then filled with batch updates.
+ *
+ * Attach with the default capacities of sluice_abi.h (what the agent
+ * creates), or, when a scale needs more service entries than that, in a
+ * fresh cgroup + bpffs directory with maps sized for it: max_entries is fixed
+ * at map creation, and a hash map's bucket array follows max_entries, so
+ * sizing every scale for 100 000 Services would inflate the memory measured
+ * at 10 000. The old cgroup and directory go at cleanup.
+ */
+class SizedMaps {
+  bpffs?: string;
+  cgroup?: string;
   private capacity = 0;
 
   constructor(
-    readonly client: ClientNs,
+    private readonly tag: string,
     private readonly makeCgroup: (tag: string) => string,
     private readonly makeBpffs: (tag: string) => string,
     private readonly root: string,
-  ) {
-    const obj = this.object;
-    if (!fs.existsSync(obj)) this.unavailable = `${obj} not built (make build)`;
-    else if (!fs.existsSync(this.loader)) this.unavailable = `${this.loader} not built (make bench builds it)`;
+  ) {}
+
+  static missing(root: string): string | undefined {
+    for (const f of [path.join(root, 'build', 'sock_lb.bpf.o'), path.join(root, 'build', 'sluiceload')]) {
+      if (!fs.existsSync(f)) return `${f} not built (make build; make bench)`;
+    }
+    return undefined;
   }
 
-  get cgroup(): string | undefined {
-    return this.currentCgroup;
-  }
-
-  private get object(): string {
-    return path.join(this.root, 'build', 'sock_lb.bpf.o');
-  }
   private get loader(): string {
     return path.join(this.root, 'build', 'sluiceload');
   }
 
-  /**
-   * Attach with the default capacities of sluice_abi.h (what the agent
-   * creates), or, when a scale needs more service entries than that, in a
-   * fresh cgroup + bpffs directory with maps sized for it: max_entries is
-   * fixed at map creation, and a hash map's bucket array follows
-   * max_entries, so sizing every scale for 100 000 Services would inflate
-   * the memory measured at 10 000. The old cgroup and directory go at cleanup.
-   */
-  async ensureCapacity(servicePorts: number): Promise<void> {
+  /** Maps with room for `servicePorts`; returns the previous bpffs directory when it made new ones. */
+  async ensure(servicePorts: number): Promise<{ fresh: boolean; previous?: string }> {
     const needed = servicePorts * (1 + 10);
-    if (this.bpffs && needed <= this.capacity) return;
+    if (this.bpffs && needed <= this.capacity) return { fresh: false };
     const entries = Math.max(DEFAULT_SERVICE_ENTRIES, Math.ceil(needed * 1.05));
-    const tag = `sock${entries > DEFAULT_SERVICE_ENTRIES ? entries : ''}`;
+    const tag = `${this.tag}${entries > DEFAULT_SERVICE_ENTRIES ? entries : ''}`;
     const cgroup = this.makeCgroup(tag);
     const bpffs = this.makeBpffs(tag);
     await run([
-      this.loader, 'attach', '--obj', this.object, '--bpffs', bpffs, '--cgroup', cgroup,
+      this.loader, 'attach', '--obj', path.join(this.root, 'build', 'sock_lb.bpf.o'), '--bpffs', bpffs, '--cgroup', cgroup,
       '--service-entries', String(entries), '--backends', '131072', '--revnat', String(Math.max(65536, servicePorts)),
     ], { timeoutMs: 30000 });
-    this.currentCgroup = cgroup;
+    const previous = this.bpffs;
+    this.cgroup = cgroup;
     this.bpffs = bpffs;
     this.capacity = entries;
+    return { fresh: true, previous };
   }
 
-  async load(ports: ServicePort[], budgetMs: number): Promise<LoadOutcome> {
-    await this.ensureCapacity(ports.length);
-    if (!this.bpffs) throw new Error(`${this.id}: no bpffs directory after attach`);
-    const file = path.join(os.tmpdir(), `sluice-bench-svcs-${process.pid}.txt`);
+  /** The Services with the bench's ten backends each, in the agent's make-before-break order. */
+  async fill(ports: ServicePort[], budgetMs: number): Promise<LoadOutcome> {
+    if (!this.bpffs) throw new Error(`${this.tag}: no bpffs directory after attach`);
+    const file = path.join(os.tmpdir(), `sluice-bench-${this.tag}-${process.pid}.txt`);
     fs.writeFileSync(file, ports.map((p) => `${p.vip} ${p.port} ${p.proto}`).join('\n') + '\n');
     const t0 = Date.now();
     try {
@@ -94,6 +91,38 @@ export class SluiceSockMode implements Mode {
     }
     return { loaded: true, ms: Date.now() - t0 };
   }
+}
+
+export class SluiceSockMode implements Mode {
+  readonly id = 'sluice-sock';
+  readonly label = 'Sluice socket LB';
+  readonly usesVips = true;
+  unavailable?: string;
+  private readonly maps: SizedMaps;
+
+  constructor(
+    readonly client: ClientNs,
+    makeCgroup: (tag: string) => string,
+    makeBpffs: (tag: string) => string,
+    root: string,
+  ) {
+    this.unavailable = SizedMaps.missing(root);
+    this.maps = new SizedMaps('sock', makeCgroup, makeBpffs, root);
+  }
+
+  /** The client joins this cgroup: its connects go through the socket hooks. */
+  get cgroup(): string | undefined {
+    return this.maps.cgroup;
+  }
+
+  async ensureCapacity(servicePorts: number): Promise<void> {
+    await this.maps.ensure(servicePorts);
+  }
+
+  async load(ports: ServicePort[], budgetMs: number): Promise<LoadOutcome> {
+    await this.maps.ensure(ports.length);
+    return this.maps.fill(ports, budgetMs);
+  }
 
   /**
    * Nothing to do: scales run in increasing order and service port i is the
@@ -105,11 +134,12 @@ export class SluiceSockMode implements Mode {
 
   /** BPF map memory (bpftool's memlock) of the maps pinned for this mode. */
   async facts(): Promise<Record<string, number | string>> {
-    if (!this.bpffs) return {};
+    const bpffs = this.maps.bpffs;
+    if (!bpffs) return {};
     const out: Record<string, number | string> = {};
     let total = 0;
-    for (const name of fs.readdirSync(this.bpffs)) {
-      const r = await run(['bpftool', '-j', 'map', 'show', 'pinned', path.join(this.bpffs, name)], { timeoutMs: 5000, allowFailure: true });
+    for (const name of fs.readdirSync(bpffs)) {
+      const r = await run(['bpftool', '-j', 'map', 'show', 'pinned', path.join(bpffs, name)], { timeoutMs: 5000, allowFailure: true });
       if (r.code !== 0) continue;
       const info = JSON.parse(r.stdout) as { bytes_memlock?: number };
       if (typeof info.bytes_memlock === 'number') {
@@ -129,81 +159,54 @@ export class SluiceSockMode implements Mode {
  * packet is translated at TC ingress of client.hostVeth (in the backend
  * namespace) and every reply restored at its egress, with conntrack.
  *
- * The maps come from sluiceload attach, sized for the scale like
- * SluiceSockMode's (it also attaches sock_lb to a fresh, empty cgroup that no
- * process ever joins: harmless, and it keeps one loader for both modes);
- * pod_lb is then loaded against those pinned maps and attached with pinned
- * tcx links (src/datapath/pod/attachMain.ts, inside the backend namespace).
- * A larger scale gets a new bpffs directory: the old links are unpinned
- * first so exactly one pod_lb runs on the veth.
+ * The maps come from the same SizedMaps setup as SluiceSockMode's (sock_lb
+ * also goes on a fresh, empty cgroup that no process ever joins: harmless,
+ * and it keeps one loader for both modes); pod_lb is then loaded against
+ * those pinned maps and attached with pinned tcx links
+ * (src/datapath/pod/attachMain.ts, inside the backend namespace). A larger
+ * scale gets a new bpffs directory: the old links are unpinned first so
+ * exactly one pod_lb runs on the veth.
  */
 export class SluiceTcMode implements Mode {
   readonly id = 'sluice-tc';
   readonly label = 'Sluice per-packet (pod veth TC)';
   readonly usesVips = true;
   unavailable?: string;
-  private bpffs?: string;
-  private capacity = 0;
+  private readonly maps: SizedMaps;
 
   constructor(
     readonly client: ClientNs,
     private readonly backendNs: string,
-    private readonly makeCgroup: (tag: string) => string,
-    private readonly makeBpffs: (tag: string) => string,
+    makeCgroup: (tag: string) => string,
+    makeBpffs: (tag: string) => string,
     private readonly root: string,
   ) {
-    for (const f of [this.object, this.loader, this.attachMain]) {
+    this.unavailable = SizedMaps.missing(root);
+    for (const f of [this.object, this.attachMain]) {
       if (!fs.existsSync(f)) this.unavailable = `${f} not built (make build; make bench)`;
     }
+    this.maps = new SizedMaps('podtc', makeCgroup, makeBpffs, root);
   }
 
   private get object(): string {
     return path.join(this.root, 'build', 'pod_lb.bpf.o');
   }
-  private get loader(): string {
-    return path.join(this.root, 'build', 'sluiceload');
-  }
   private get attachMain(): string {
     return path.join(this.root, 'dist', 'src', 'datapath', 'pod', 'attachMain.js');
   }
 
-  private async ensureCapacity(servicePorts: number): Promise<void> {
-    const needed = servicePorts * (1 + 10);
-    if (this.bpffs && needed <= this.capacity) return;
-    const entries = Math.max(DEFAULT_SERVICE_ENTRIES, Math.ceil(needed * 1.05));
-    const tag = `podtc${entries > DEFAULT_SERVICE_ENTRIES ? entries : ''}`;
-    const cgroup = this.makeCgroup(tag);
-    const bpffs = this.makeBpffs(tag);
-    await run([
-      this.loader, 'attach', '--obj', path.join(this.root, 'build', 'sock_lb.bpf.o'), '--bpffs', bpffs, '--cgroup', cgroup,
-      '--service-entries', String(entries), '--backends', '131072', '--revnat', String(Math.max(65536, servicePorts)),
-    ], { timeoutMs: 30000 });
-    if (this.bpffs) {
-      for (const dir of ['ingress', 'egress']) fs.rmSync(path.join(this.bpffs, 'links', `pod-bench-eth0-${dir}`), { force: true });
-    }
-    await run([
-      'nsenter', `--net=/run/netns/${this.backendNs}`, process.execPath, this.attachMain,
-      '--object', this.object, '--bpffs', bpffs, '--device', this.client.hostVeth, '--container', 'bench', '--ifname', 'eth0',
-    ], { timeoutMs: 30000 });
-    this.bpffs = bpffs;
-    this.capacity = entries;
-  }
-
   async load(ports: ServicePort[], budgetMs: number): Promise<LoadOutcome> {
-    await this.ensureCapacity(ports.length);
-    if (!this.bpffs) throw new Error(`${this.id}: no bpffs directory after attach`);
-    const file = path.join(os.tmpdir(), `sluice-bench-podtc-${process.pid}.txt`);
-    fs.writeFileSync(file, ports.map((p) => `${p.vip} ${p.port} ${p.proto}`).join('\n') + '\n');
-    const t0 = Date.now();
-    try {
-      const be = backends().map((b) => `${b.address}:${b.port}`).join(',');
-      const r = await run([this.loader, 'fill', '--bpffs', this.bpffs, '--services', file, '--backends', be], { timeoutMs: budgetMs, allowFailure: true });
-      if (r.timedOut) return { loaded: false, ms: Date.now() - t0, reason: `not loadable within the budget (${Math.round(budgetMs / 1000)} s)` };
-      if (r.code !== 0) return { loaded: false, ms: Date.now() - t0, reason: `sluiceload fill failed: ${r.stderr.trim()}` };
-    } finally {
-      fs.rmSync(file, { force: true });
+    const { fresh, previous } = await this.maps.ensure(ports.length);
+    if (fresh) {
+      if (previous) {
+        for (const dir of ['ingress', 'egress']) fs.rmSync(path.join(previous, 'links', `pod-bench-eth0-${dir}`), { force: true });
+      }
+      await run([
+        'nsenter', `--net=/run/netns/${this.backendNs}`, process.execPath, this.attachMain,
+        '--object', this.object, '--bpffs', this.maps.bpffs!, '--device', this.client.hostVeth, '--container', 'bench', '--ifname', 'eth0',
+      ], { timeoutMs: 30000 });
     }
-    return { loaded: true, ms: Date.now() - t0 };
+    return this.maps.fill(ports, budgetMs);
   }
 
   /** As SluiceSockMode: the next scale overwrites; everything goes with the bpffs directory and the namespaces. */

@@ -13,11 +13,12 @@ import { pinPodPrograms } from '../datapath/pod/attach';
 import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
 import { readCounters } from '../datapath/counters';
 import * as abi from '../abi/generated';
+import { connectToApi } from './kubeClient';
 import { AgentMetrics, startMetricsServer } from './metrics';
 import { ProxyHealth, startHealthServer } from './health';
 import { ClusterState } from './store';
 import { Syncer, type SyncReport } from './syncer';
-import { ClusterWatch, loadKubeConfig } from './watch';
+import { ClusterWatch } from './watch';
 import { startNorthSouth } from './northSouth';
 import { startStaleSockets } from './staleSockets';
 
@@ -56,16 +57,18 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     onNodeAddresses: nodeAddressWriter(maps, metrics, log),
     onSyncDone: (report, programmed) => {
       recordStatus(maps, report, programmed);
-      if (northSouth && (report.written > 0 || report.kind === 'full')) {
-        northSouth.localBackends(externalBackends(syncer!, true));
-        northSouth.remoteBackends(externalBackends(syncer!, false));
+      if (northSouth) {
+        const { local, remote } = syncer!.takeExternalBackends();
+        if (local) northSouth.localBackends(local);
+        if (remote) northSouth.remoteBackends(remote);
       }
     },
     translate: { nodePortAddresses: config.nodePortAddresses, maxEndpointsPerService: config.maxEndpointsPerService, ipFamilies: ['IPv4'] },
     minSyncPeriodMs: config.minSyncPeriodMs,
     syncPeriodMs: config.syncPeriodSeconds * 1000,
+    driftRepairPeriodMs: config.driftRepairPeriodSeconds * 1000,
   }, metrics, health, log);
-  const adopted = syncer.programmed().programmedFrontends().length;
+  const adopted = syncer.programmed().frontendCount();
   log.info({ frontends: adopted }, adopted ? 'adopted the frontends already in the pinned maps' : 'maps are empty');
 
   const servers: http.Server[] = [];
@@ -86,12 +89,12 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   const metricsAddress = await listen('--metrics-bind-address', config.metricsBindAddress, (h, p) => startMetricsServer(metrics, h, p, scrape));
 
   log.info({ healthz: healthAddress, metrics: metricsAddress }, 'serving /healthz, /livez and /metrics');
-  const kc = loadKubeConfig(config.kubeconfig, config.k8sApiServer);
-  const watch = new ClusterWatch(kc, config.nodeName, state, metrics, log);
+  const api = await connectToApi(config.kubeconfig, config.k8sApiServer);
+  const watch = new ClusterWatch(api, config.nodeName, state, metrics, log);
   const synced = new Promise<void>((resolve) => {
-    watch.start(() => {
-      log.info('informers synced; programming the maps');
-      syncer!.start();
+    watch.start((timing) => {
+      log.info({ ...timing }, 'informers synced; programming the maps');
+      syncer!.start(timing);
       resolve();
     });
   });
@@ -141,26 +144,6 @@ function preparePodPrograms(bpffs: string, log: Logger): void {
   }
 }
 
-/**
- * Backends of frontends reachable from outside (NodePort, ExternalIP,
- * LoadBalancer), local or on other nodes: the devices their SNATed replies
- * enter by need the TC programs. Backends of ClusterIP-only Services need
- * no TC program.
- */
-function externalBackends(syncer: Syncer, local: boolean): string[] {
-  const external = abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_LOADBALANCER;
-  const p = syncer.programmed();
-  const addresses = new Set<string>();
-  for (const f of p.programmedFrontends()) {
-    if ((f.flags & external) === 0 || f.scope !== 'external') continue;
-    for (const id of f.backendIds) {
-      const b = p.backendById(id);
-      if (b && Boolean(b.flags & abi.LB_BACKEND_FLAG_LOCAL) === local) addresses.add(b.address);
-    }
-  }
-  return [...addresses];
-}
-
 let syncCount = 0n;
 let lastFullSync = 0n;
 
@@ -201,7 +184,7 @@ function exportFill(maps: SockLbMaps, syncer: Syncer, metrics: AgentMetrics): vo
   const frontends = p.programmedFrontends();
   const slots = frontends.reduce((n, f) => n + 1 + f.backendIds.length, 0);
   const revNats = new Set(frontends.map((f) => f.revNatId)).size;
-  for (const [map, entries] of [[maps.services, slots], [maps.backends, p.programmedBackends().length], [maps.revNat, revNats]] as const) {
+  for (const [map, entries] of [[maps.services, slots], [maps.backends, p.backendCount()], [maps.revNat, revNats]] as const) {
     metrics.mapEntries.set({ map: map.name }, entries);
     metrics.mapMaxEntries.set({ map: map.name }, map.map.maxEntries);
   }

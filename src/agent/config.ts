@@ -19,7 +19,7 @@ export interface AgentConfig {
   logLevel: string;
   nodePortAddresses: string[];
   maxEndpointsPerService: number;
-  /** Full resync period: re-read the maps and repair drift (kube-proxy's syncPeriod). */
+  /** Periodic sync: refreshes health and retries what is pending (kube-proxy's syncPeriod). */
   syncPeriodSeconds: number;
   /** Shortest interval between two syncs; bursts within it are coalesced (kube-proxy's minSyncPeriod). */
   minSyncPeriodMs: number;
@@ -60,6 +60,14 @@ export interface AgentConfig {
   /** Pod network namespaces walked besides the agent's own: files, or directories of them (needs CAP_SYS_ADMIN). */
   staleSocketNetns: string[];
   // ---- end of stale sockets ----
+  // --- h-watch: drift repair (issue 12) ---
+  /**
+   * How often the maps are compared with what the agent programmed and
+   * repaired (seconds; 0 = never). Separate from syncPeriod: kube-proxy's
+   * full sync is hourly. The comparison runs in chunks and yields.
+   */
+  driftRepairPeriodSeconds: number;
+  // --- end h-watch ---
 }
 
 export function defaultConfig(): AgentConfig {
@@ -86,6 +94,7 @@ export function defaultConfig(): AgentConfig {
     destroyStaleSockets: true,
     destroyStaleTcpSockets: false,
     staleSocketNetns: ['/run/netns'],
+    driftRepairPeriodSeconds: 3600, // h-watch
   };
 }
 
@@ -103,6 +112,7 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   'max-endpoints-per-service': { field: 'maxEndpointsPerService', parse: positiveInt('max-endpoints-per-service') },
   'sync-period': { field: 'syncPeriodSeconds', parse: positiveInt('sync-period') },
   'min-sync-period-ms': { field: 'minSyncPeriodMs', parse: nonNegativeInt('min-sync-period-ms') },
+  'drift-repair-period': { field: 'driftRepairPeriodSeconds', parse: nonNegativeInt('drift-repair-period') }, // h-watch
   devices: { field: 'devices', parse: (v) => v.split(',').filter(Boolean) },
   'snat-address': { field: 'snatAddress', parse: String },
   'conntrack-tcp-established': { field: 'conntrackTcpEstablishedSeconds', parse: positiveInt('conntrack-tcp-established') },

@@ -1,9 +1,11 @@
 // The watch side's memory: the current Services, EndpointSlices and Node as
-// the informers last saw them, and which Services changed since the last
+// the reflectors last saw them, and which Services changed since the last
 // sync. Event handlers only record and mark dirty (kube-proxy's change
-// trackers); the syncer does the work.
+// trackers); the syncer does the work. Objects are kept once, here, and slim
+// (see slim.ts): projected as they arrive from a list page or a watch event.
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
 import { serviceKey, objectKey } from '../translate';
+import { slimService, slimSlice, StringPool } from './slim';
 
 export const TRIGGER_TIME_ANNOTATION = 'endpoints.kubernetes.io/last-change-trigger-time';
 
@@ -17,12 +19,14 @@ export class ClusterState {
   /** serviceKey -> earliest endpoints change not yet programmed (ms). */
   private triggerTimes = new Map<string, number>();
 
+  private readonly pool = new StringPool();
+
   constructor(private readonly onChange: () => void) {}
 
   upsertService(svc: V1Service): void {
     const key = serviceKey(svc);
     if (!key) return;
-    this.services.set(key, svc);
+    this.services.set(this.pool.intern(key), slimService(svc, this.pool));
     this.mark(key);
   }
 
@@ -38,8 +42,8 @@ export class ClusterState {
     const name = objectKey(slice);
     if (!key || !name) return;
     let m = this.slices.get(key);
-    if (!m) this.slices.set(key, (m = new Map()));
-    m.set(name, slice);
+    if (!m) this.slices.set(this.pool.intern(key), (m = new Map()));
+    m.set(name, slimSlice(slice, this.pool));
     const trigger = Date.parse(slice.metadata?.annotations?.[TRIGGER_TIME_ANNOTATION] ?? '');
     if (!Number.isNaN(trigger) && !this.triggerTimes.has(key)) this.triggerTimes.set(key, trigger);
     this.mark(key);
@@ -55,6 +59,18 @@ export class ClusterState {
     this.mark(key);
   }
 
+  /** After a relist: Services the list no longer held are gone. */
+  retainServices(seen: Set<string>): void {
+    for (const svc of this.services.values()) if (!seen.has(objectKey(svc))) this.deleteService(svc);
+  }
+
+  /** After a relist: EndpointSlices the list no longer held are gone. */
+  retainSlices(seen: Set<string>): void {
+    for (const m of [...this.slices.values()]) {
+      for (const [name, slice] of [...m]) if (!seen.has(name)) this.deleteSlice(slice);
+    }
+  }
+
   setNode(node: V1Node | undefined): void {
     this.node = node;
     this.nodeChanged = true;
@@ -65,15 +81,18 @@ export class ClusterState {
     return [...(this.slices.get(key)?.values() ?? [])];
   }
 
-  /** Take the set of changed Services (all of them when the Node changed). */
-  takeDirty(): { keys: Set<string>; all: boolean; triggerTimes: Map<string, number> } {
-    const all = this.nodeChanged;
-    const keys = all ? new Set([...this.services.keys(), ...this.dirty]) : this.dirty;
+  /**
+   * Take the set of changed Services; `nodeChanged` says the Node object
+   * changed (the syncer decides whether what it derives from it did).
+   */
+  takeDirty(): { keys: Set<string>; nodeChanged: boolean; triggerTimes: Map<string, number> } {
+    const nodeChanged = this.nodeChanged;
+    const keys = this.dirty;
     const triggerTimes = this.triggerTimes;
     this.dirty = new Set();
     this.triggerTimes = new Map();
     this.nodeChanged = false;
-    return { keys, all, triggerTimes };
+    return { keys, nodeChanged, triggerTimes };
   }
 
   hasPending(): boolean {

@@ -2,13 +2,22 @@
 // them against what was programmed, apply. One sync at a time; changes that
 // arrive during a sync are coalesced into the next one, which starts as soon
 // as the current one ends (no fixed delay: latency does not grow with bursts).
-// A periodic full sync re-reads the maps and repairs drift.
+//
+// The programmer's state is authoritative once adopted at start: no sync
+// re-reads the maps. A full sync (the first one, and after a failed sync)
+// translates every Service, yielding every few milliseconds so /healthz and
+// the health-check servers keep answering, then writes in one batched pass.
+// Drift repair (src/datapath/drift.ts) compares the maps with that state
+// every driftRepairPeriod, in chunks.
 import type { Logger } from 'pino';
 import * as v8 from 'node:v8';
 import * as vm from 'node:vm';
+import koffi from 'koffi';
 import { translateService, nodeContextFromNode } from '../translate';
 import type { HealthCheckService, NodeContext, TranslateOptions, TranslateProblem } from '../model/frontend';
 import { LbProgrammer, frontendId, type FrontendSpec, type ProgrammedBackend } from '../datapath/programmer';
+import { repairDrift } from '../datapath/drift';
+import * as abi from '../abi/generated';
 import type { SockLbMaps } from '../datapath/maps';
 import type { ClusterState } from './store';
 import type { AgentMetrics } from './metrics';
@@ -31,7 +40,17 @@ function releaseStartupGarbage(): void {
   } catch {
     // Not fatal: the heap shrinks on its own, later.
   }
+  try {
+    // The list pages and batch buffers were malloc'd outside the V8 heap;
+    // glibc keeps freed arena memory mapped unless asked to give it back.
+    mallocTrim ??= koffi.load('libc.so.6').func('int malloc_trim(size_t pad)') as (pad: number) => number;
+    mallocTrim(0);
+  } catch {
+    // Not glibc: nothing to trim.
+  }
 }
+
+let mallocTrim: ((pad: number) => number) | undefined;
 
 export interface SyncerOptions {
   nodeName: string;
@@ -52,7 +71,33 @@ export interface SyncerOptions {
   translate: TranslateOptions;
   minSyncPeriodMs: number;
   syncPeriodMs: number;
+  /** How often the maps are compared with what was programmed (0 = never). */
+  driftRepairPeriodMs?: number;
 }
+
+/** Where the first sync's time went (logged once, read by the bench). */
+export interface FirstSyncTiming {
+  listMs: number;
+  decodeMs: number;
+  translateMs: number;
+  writeMs: number;
+}
+
+/** A full sync yields to the event loop after this much translation work... */
+const FULL_SYNC_SLICE_MS = 10;
+/** ...and between write batches of this many frontends (one batched map update each). */
+const FULL_SYNC_WRITE_BATCH = 2048;
+
+interface ApplyOutcome {
+  written: number;
+  deleted: number;
+  count: number;
+  failedServices: Set<string>;
+}
+
+const emptyOutcome = (): ApplyOutcome => ({ written: 0, deleted: 0, count: 0, failedServices: new Set() });
+
+const EXTERNAL_FLAGS = abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_LOADBALANCER;
 
 export interface SyncReport {
   kind: 'partial' | 'full';
@@ -81,6 +126,14 @@ export class Syncer {
   private again = false;
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
   private fullTimer: NodeJS.Timeout | undefined;
+  private driftTimer: NodeJS.Timeout | undefined;
+  private driftRunning = false;
+  /** The derived node context last translated with; a Node update that leaves it equal re-translates nothing. */
+  private nodeFingerprint = '';
+  /** Backends behind frontends reachable from outside, on this node and on others (see setExternalBackends). */
+  private readonly externalLocal = new AddressIndex();
+  private readonly externalRemote = new AddressIndex();
+  private firstSync: { list: { listMs: number; decodeMs: number } } | undefined;
   private lastSyncEnd = 0;
   private ready = false;
   private stopped = false;
@@ -100,13 +153,40 @@ export class Syncer {
     if (Object.values(repaired).some((n) => n > 0)) log.info({ ...repaired }, 'removed entries a previous agent left half-written');
   }
 
-  /** Informers have listed everything: syncs may run (and prune) from now on. */
-  start(): void {
+  /** Reflectors have listed everything: syncs may run (and prune) from now on. */
+  start(list: { listMs: number; decodeMs: number } = { listMs: 0, decodeMs: 0 }): void {
     this.ready = true;
+    this.firstSync = { list };
     this.full();
-    releaseStartupGarbage();
-    this.fullTimer = setInterval(() => this.full(), this.opts.syncPeriodMs);
+    // Periodic syncs refresh health and retry what is pending; they do not re-read the maps.
+    this.fullTimer = setInterval(() => this.trigger(), this.opts.syncPeriodMs);
     this.fullTimer.unref();
+    const drift = this.opts.driftRepairPeriodMs ?? 0;
+    if (drift > 0) {
+      this.driftTimer = setInterval(() => void this.repairDrift(), drift);
+      this.driftTimer.unref();
+    }
+  }
+
+  /** Compare the maps with the programmer's state and rewrite what differs. */
+  async repairDrift(): Promise<void> {
+    if (this.driftRunning || this.stopped) return;
+    this.driftRunning = true;
+    try {
+      const r = await repairDrift(this.maps, () => this.programmer);
+      const repaired = r.frontends + r.backends + r.revNats + r.extra;
+      if (repaired > 0) {
+        this.metrics.errors.inc({ reason: 'map_drift' }, repaired);
+        this.log.warn({ ...r }, 'drift repair: map entries changed behind the agent were rewritten');
+      } else {
+        this.log.debug({ ...r }, 'drift repair: maps match');
+      }
+    } catch (err) {
+      this.metrics.errors.inc({ reason: 'drift_repair_failed' });
+      this.log.error({ error: (err as Error).message }, 'drift repair failed; next period tries again');
+    } finally {
+      this.driftRunning = false;
+    }
   }
 
   stop(): void {
@@ -115,6 +195,7 @@ export class Syncer {
     if (t && 'refresh' in t) clearTimeout(t);
     else if (t) clearImmediate(t);
     clearInterval(this.fullTimer);
+    clearInterval(this.driftTimer);
   }
 
   /** A change arrived: schedule a sync (coalesced). */
@@ -139,6 +220,7 @@ export class Syncer {
   }
 
   private fullPending = false;
+  /** Translate every Service at the next pass (start-up, and after a failed sync). */
   full(): void {
     this.fullPending = true;
     if (this.running) {
@@ -151,15 +233,22 @@ export class Syncer {
   private run(kind: 'partial' | 'full'): void {
     if (this.stopped) return;
     this.running = true;
-    try {
-      this.syncOnce(this.fullPending ? 'full' : kind);
-    } finally {
+    const done = () => {
       this.running = false;
       this.lastSyncEnd = Date.now();
+      if (this.again) {
+        this.again = false;
+        this.trigger();
+      }
+    };
+    if (this.fullPending || kind === 'full') {
+      void this.syncFull().finally(done);
+      return;
     }
-    if (this.again) {
-      this.again = false;
-      this.trigger();
+    try {
+      this.syncOnce();
+    } finally {
+      done();
     }
   }
 
@@ -167,35 +256,107 @@ export class Syncer {
     return nodeContextFromNode(this.state.node, this.opts.nodeName, this.opts.translate);
   }
 
-  /** One pass. Never throws: failures are logged, counted and retried. */
-  syncOnce(kind: 'partial' | 'full'): SyncReport {
-    const start = process.hrtime.bigint();
-    const startedAt = Date.now();
-    const { keys, all, triggerTimes } = this.state.takeDirty();
-    const full = kind === 'full';
-    this.fullPending = false;
+  /** Which Services a pass translates: the changed ones, or all when the derived node context changed. */
+  private collect(full: boolean): { keys: Set<string>; triggerTimes: Map<string, number>; node: NodeContext } {
+    const { keys, nodeChanged, triggerTimes } = this.state.takeDirty();
     const node = this.node();
     this.opts.onNodeAddresses?.(node.addresses);
-    const report: SyncReport = { kind, services: 0, written: 0, deleted: 0, failures: 0, durationMs: 0 };
+    let all = full;
+    if (nodeChanged || full) {
+      const fingerprint = JSON.stringify(node);
+      if (fingerprint !== this.nodeFingerprint) all = true;
+      this.nodeFingerprint = fingerprint;
+    }
+    return { keys: all ? new Set([...this.state.services.keys(), ...this.desired.keys(), ...keys]) : keys, triggerTimes, node };
+  }
+
+  /** Translate one Service into the pass's upserts and removals. */
+  private translateInto(key: string, node: NodeContext, upserts: FrontendSpec[], removals: string[]): void {
+    const before = this.desired.get(key) ?? [];
+    const after = this.translate(key, node);
+    const afterIds = new Set(after.map(frontendId));
+    for (const id of before) if (!afterIds.has(id)) removals.push(id);
+    for (const f of after) upserts.push(f);
+    if (after.length > 0) this.desired.set(key, [...afterIds]);
+    else this.desired.delete(key);
+  }
+
+  /** A partial pass: the changed Services. Never throws: failures are logged, counted and retried. */
+  syncOnce(): SyncReport {
+    const start = process.hrtime.bigint();
+    const { keys, triggerTimes, node } = this.collect(false);
+    const upserts: FrontendSpec[] = [];
+    const removals: string[] = [];
+    return this.finish('partial', start, keys, triggerTimes, () => {
+      for (const key of keys) this.translateInto(key, node, upserts, removals);
+      return this.apply(upserts, removals);
+    });
+  }
+
+  /**
+   * Every Service: translated and written in batches of about
+   * FULL_SYNC_WRITE_BATCH frontends (one batched map update each) with a
+   * yield between batches, so /healthz answers and only one batch of
+   * desired state is in memory at a time (at 100k Services all of it at once
+   * was the agent's peak); then the frontends no Service owns are removed.
+   */
+  private async syncFull(): Promise<SyncReport> {
+    const start = process.hrtime.bigint();
+    this.fullPending = false;
+    const { keys, triggerTimes, node } = this.collect(true);
+    let upserts: FrontendSpec[] = [];
+    const removals: string[] = [];
+    let translateMs = 0;
+    let writeMs = 0;
+    const outcome = emptyOutcome();
+    const write = () => {
+      const t = performance.now();
+      this.apply(upserts, [], outcome);
+      upserts = [];
+      writeMs += performance.now() - t;
+    };
     try {
-      if (full) this.programmer = LbProgrammer.adopt(this.maps); // re-read: repairs drift
-      const serviceKeys = full || all ? new Set([...this.state.services.keys(), ...this.desired.keys(), ...keys]) : keys;
-      const upserts: FrontendSpec[] = [];
-      const removals: string[] = [];
-      for (const key of serviceKeys) {
-        report.services++;
-        const before = this.desired.get(key) ?? [];
-        const after = this.translate(key, node);
-        const afterIds = new Set(after.map(frontendId));
-        for (const id of before) if (!afterIds.has(id)) removals.push(id);
-        upserts.push(...after);
-        if (after.length > 0) this.desired.set(key, [...afterIds]);
-        else this.desired.delete(key);
+      let t = performance.now();
+      for (const key of keys) {
+        this.translateInto(key, node, upserts, removals);
+        if (upserts.length >= FULL_SYNC_WRITE_BATCH || performance.now() - t > FULL_SYNC_SLICE_MS) {
+          translateMs += performance.now() - t;
+          if (upserts.length >= FULL_SYNC_WRITE_BATCH) write();
+          await new Promise((r) => setImmediate(r));
+          if (this.stopped) break;
+          t = performance.now();
+        }
       }
-      const failures = this.apply(upserts, removals, full);
+      translateMs += performance.now() - t;
+      write();
+      const t2 = performance.now();
+      // What Services own now is exactly what may stay (partial syncs could not run in between).
+      const stale = this.programmer.programmedFrontends().filter((f) => !this.owners.has(f.id)).map((f) => f.id);
+      this.apply([], [...removals, ...stale], outcome);
+      writeMs += performance.now() - t2;
+    } catch (err) {
+      return this.finish('full', start, keys, triggerTimes, () => { throw err; });
+    }
+    const report = this.finish('full', start, keys, triggerTimes, () => outcome);
+    const first = this.firstSync;
+    if (first) {
+      this.firstSync = undefined;
+      const timing: FirstSyncTiming = { listMs: Math.round(first.list.listMs), decodeMs: Math.round(first.list.decodeMs), translateMs: Math.round(translateMs), writeMs: Math.round(writeMs) };
+      this.log.info({ ...timing, services: keys.size, frontends: report.written, failures: report.failures }, 'first sync: every Service programmed');
+      releaseStartupGarbage();
+    }
+    return report;
+  }
+
+  /** Record a pass's outcome (work() applies it), metrics and the report. Never throws. */
+  private finish(kind: 'partial' | 'full', start: bigint, keys: Set<string>, triggerTimes: Map<string, number>, work: () => ApplyOutcome): SyncReport {
+    const report: SyncReport = { kind, services: keys.size, written: 0, deleted: 0, failures: 0, durationMs: 0 };
+    try {
+      const failures = work();
+      // Backends really gone (not re-added by the same pass): end the sockets still on them.
       const gone = this.programmer.takeDeletedBackends();
       if (gone.length > 0) {
-        let since = startedAt;
+        let since = Date.now() - Number(process.hrtime.bigint() - start) / 1e6;
         for (const t of triggerTimes.values()) since = Math.min(since, t);
         this.opts.onBackendsGone?.(gone, since);
       }
@@ -228,8 +389,8 @@ export class Syncer {
     this.updateGauges();
     this.opts.onSyncDone?.(report, {
       services: this.desired.size,
-      frontends: this.programmer.programmedFrontends().length,
-      backends: this.programmer.programmedBackends().length,
+      frontends: this.programmer.frontendCount(),
+      backends: this.programmer.backendCount(),
     });
     this.reports.push(report);
     if (this.reports.length > 100) this.reports.shift();
@@ -241,6 +402,7 @@ export class Syncer {
     const svc = this.state.services.get(key);
     if (!svc) {
       this.setHealthCheck(key, undefined);
+      this.setExternalBackends(key, []);
       this.releaseOwnership(key);
       this.reported.delete(key);
       return [];
@@ -261,11 +423,36 @@ export class Syncer {
       specs.push(spec);
     }
     this.releaseOwnership(key);
+    this.setExternalBackends(key, specs);
     const ids = new Set(specs.map(frontendId));
     for (const id of ids) this.owners.set(id, key);
     if (ids.size > 0) this.owned.set(key, ids);
     this.reportProblems(key, problems);
     return specs;
+  }
+
+  /**
+   * Backends of this Service's frontends reachable from outside (NodePort,
+   * ExternalIP, LoadBalancer): local ones, whose SNATed replies enter on
+   * their own device, and remote ones, whose replies may return on a
+   * node-to-node device (multi-homed nodes); both need the TC program there.
+   * Kept per Service, so a sync updates the index by what it translated
+   * instead of walking every programmed frontend.
+   */
+  private setExternalBackends(key: string, specs: FrontendSpec[]): void {
+    const local = new Set<string>();
+    const remote = new Set<string>();
+    for (const f of specs) {
+      if ((f.flags & EXTERNAL_FLAGS) === 0 || f.scope !== 'external') continue;
+      for (const b of f.backends) (b.local ? local : remote).add(b.address);
+    }
+    this.externalLocal.set(key, local);
+    this.externalRemote.set(key, remote);
+  }
+
+  /** The externally reachable backends, each list only when it changed since the last call. */
+  takeExternalBackends(): { local?: string[]; remote?: string[] } {
+    return { local: this.externalLocal.take(), remote: this.externalRemote.take() };
   }
 
   private setHealthCheck(key: string, check: HealthCheckService | undefined): void {
@@ -294,28 +481,30 @@ export class Syncer {
   }
 
   /** In a full sync `upserts` holds every Service's frontends (all were translated). */
-  private apply(upserts: FrontendSpec[], removals: string[], full: boolean) {
-    const failedServices = new Set<string>();
-    let deleted = 0;
+  /** Removals, then upserts (one batched pass per call). */
+  private apply(upserts: FrontendSpec[], removals: string[], outcome: ApplyOutcome = emptyOutcome()): ApplyOutcome {
     const deletedBackends: number[] = [];
     for (const id of removals) {
       const r = this.programmer.removeFrontend(id);
-      deleted += r.frontends;
+      outcome.deleted += r.frontends;
       deletedBackends.push(...r.deletedBackendIds);
     }
-    const result = this.programmer.apply(upserts, { prune: full });
+    const result = this.programmer.apply(upserts, { prune: false });
     deletedBackends.push(...result.deletedBackendIds);
     if (deletedBackends.length > 0) this.opts.onBackendsDeleted?.(deletedBackends);
     // Conntrack and affinity entries of the freed ids are purged by now.
     this.programmer.recycleIds();
     for (const failure of result.failures) {
       const owner = this.owners.get(failure.frontend);
-      if (owner) failedServices.add(owner);
+      if (owner) outcome.failedServices.add(owner);
       const reason = /E2BIG|full/i.test(failure.error.message) ? 'map_full' : 'apply_failed';
       this.metrics.errors.inc({ reason });
       this.log.error({ frontend: failure.frontend, owner: failure.owner, reason }, `${failure.owner ?? failure.frontend}: not programmed: ${failure.error.message}`);
     }
-    return { written: result.frontendsWritten, deleted: deleted + result.frontendsDeleted, count: result.failures.length, failedServices };
+    outcome.written += result.frontendsWritten;
+    outcome.deleted += result.frontendsDeleted;
+    outcome.count += result.failures.length;
+    return outcome;
   }
 
   private retryLater(keys: Iterable<string>): void {
@@ -328,11 +517,39 @@ export class Syncer {
 
   private updateGauges(): void {
     this.metrics.servicesProgrammed.set(this.desired.size);
-    this.metrics.frontendsProgrammed.set(this.programmer.programmedFrontends().length);
-    this.metrics.backendsProgrammed.set(this.programmer.programmedBackends().length);
+    this.metrics.frontendsProgrammed.set(this.programmer.frontendCount());
+    this.metrics.backendsProgrammed.set(this.programmer.backendCount());
   }
 
   programmed(): LbProgrammer {
     return this.programmer;
+  }
+}
+
+/** Addresses listed per key, with reference counts: which addresses any key lists, and whether that changed. */
+class AddressIndex {
+  private readonly byKey = new Map<string, string[]>();
+  private readonly refs = new Map<string, number>();
+  private changed = false;
+
+  set(key: string, next: Set<string>): void {
+    const before = this.byKey.get(key) ?? [];
+    if (before.length === next.size && before.every((a) => next.has(a))) return;
+    for (const a of before) {
+      const n = (this.refs.get(a) ?? 1) - 1;
+      if (n > 0) this.refs.set(a, n);
+      else this.refs.delete(a);
+    }
+    for (const a of next) this.refs.set(a, (this.refs.get(a) ?? 0) + 1);
+    if (next.size > 0) this.byKey.set(key, [...next]);
+    else this.byKey.delete(key);
+    this.changed = true;
+  }
+
+  /** Every listed address, when the set changed since the last call; else undefined. */
+  take(): string[] | undefined {
+    if (!this.changed) return undefined;
+    this.changed = false;
+    return [...this.refs.keys()];
   }
 }

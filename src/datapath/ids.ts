@@ -10,7 +10,9 @@
 // pinned to the old backend can never land on the new one.
 export class IdAllocator {
   private next = 1;
-  private readonly used = new Set<number>();
+  /** One bit per id in use (a Set of 200k numbers cost ~6 MiB of hash table). */
+  private used = new Uint8Array(128);
+  private count = 0;
   /** Free ids, oldest freed first; may hold ids reserved since (skipped lazily). */
   private free: number[] = [];
   private head = 0;
@@ -22,7 +24,7 @@ export class IdAllocator {
   reserve(id: number): void {
     if (id === 0) throw new Error(`${this.what} id 0 is reserved as invalid`);
     if (id > this.max) throw new Error(`${this.what} id ${id} is above the maximum ${this.max}`);
-    this.used.add(id);
+    this.mark(id, true);
     if (id >= this.next) {
       // The gap below a reserved id is free, unless it is huge (a stray id):
       // then fresh ids simply continue above it.
@@ -35,24 +37,24 @@ export class IdAllocator {
     while (this.head < this.free.length) {
       const id = this.free[this.head++]!;
       this.compact();
-      if (this.used.has(id)) continue; // reserved after it was queued
-      this.used.add(id);
+      if (this.has(id)) continue; // reserved after it was queued
+      this.mark(id, true);
       return id;
     }
     if (this.next > this.max) throw new Error(`${this.what} ids exhausted (max ${this.max})`);
     const id = this.next++;
-    this.used.add(id);
+    this.mark(id, true);
     return id;
   }
 
   /** The id no longer names anything in the maps; reusable after the next recycle(). */
   release(id: number): void {
-    if (this.used.delete(id)) this.quarantined.push(id);
+    if (this.mark(id, false)) this.quarantined.push(id);
   }
 
   /** Give back a freshly allocated id that never reached a map: reusable at once. */
   unallocate(id: number): void {
-    if (this.used.delete(id)) this.free.push(id);
+    if (this.mark(id, false)) this.free.push(id);
   }
 
   /** What named the released ids has been purged: they may be handed out again. */
@@ -62,7 +64,26 @@ export class IdAllocator {
   }
 
   get size(): number {
-    return this.used.size;
+    return this.count;
+  }
+
+  private has(id: number): boolean {
+    return ((this.used[id >>> 3] ?? 0) & (1 << (id & 7))) !== 0;
+  }
+
+  /** Set or clear an id's bit; false when it already was so. */
+  private mark(id: number, on: boolean): boolean {
+    const byte = id >>> 3;
+    if (byte >= this.used.length) {
+      if (!on) return false;
+      const grown = new Uint8Array(Math.max(byte + 1, this.used.length * 2));
+      grown.set(this.used);
+      this.used = grown;
+    }
+    if (this.has(id) === on) return false;
+    this.used[byte]! ^= 1 << (id & 7);
+    this.count += on ? 1 : -1;
+    return true;
   }
 
   private compact(): void {

@@ -88,10 +88,18 @@ export interface RepairReport {
 }
 
 export function frontendId(f: { address: string; port: number; proto: string; scope: ScopeName }): string {
-  return `${f.address}:${f.port}/${f.proto}${f.scope === 'internal' ? '#internal' : ''}`;
+  // join() makes one flat string; a template literal leaves a rope of 3-4
+  // heap objects, and ids are kept by the thousand (programmer, syncer).
+  return [f.address, ':', f.port, '/', f.proto, f.scope === 'internal' ? '#internal' : ''].join('');
 }
 
-const backendKeyOf = (b: { address: string; port: number; proto: string }) => `${b.address}:${b.port}/${b.proto}`;
+/**
+ * A backend's identity as one number (address 32 bits, port 16, protocol 1:
+ * 49 bits, exact in a double). At 100k endpoints a string key cost ~130
+ * bytes in rope strings per backend; a number costs nothing extra.
+ */
+const backendKeyOf = (b: { address: string; port: number; proto: string }) => ip4ToNumber(b.address) * 131072 + b.port * 2 + (b.proto === 'udp' ? 1 : 0);
+const backendText = (b: { address: string; port: number; proto: string }) => `${b.address}:${b.port}/${b.proto}`;
 const revNatKeyOf = (f: { address: string; port: number; proto: string }) => `${f.address}:${f.port}/${f.proto}`;
 const scopeNumber = (s: ScopeName) => (s === 'internal' ? abi.LB_SCOPE_INTERNAL : abi.LB_SCOPE_EXTERNAL);
 
@@ -99,7 +107,8 @@ function backendFlags(b: BackendSpec): number {
   return (b.local ? abi.LB_BACKEND_FLAG_LOCAL : 0) | (b.terminating ? abi.LB_BACKEND_FLAG_TERMINATING : 0);
 }
 
-function serviceKey(f: { address: string; port: number; proto: string; scope: ScopeName }, slot: number): abi.Lb4ServiceKey {
+/** The services-map key of a frontend's master (slot 0) or one of its slots. */
+export function serviceKeyOf(f: { address: string; port: number; proto: string; scope: ScopeName }, slot: number): abi.Lb4ServiceKey {
   return {
     address: ip4ToNumber(f.address),
     port: f.port,
@@ -109,11 +118,17 @@ function serviceKey(f: { address: string; port: number; proto: string; scope: Sc
   };
 }
 
+/** The master entry's value: what makes a frontend and its slots visible. */
+export function masterEntry(f: Pick<ProgrammedFrontend, 'backendIds' | 'flags' | 'revNatId' | 'affinityTimeout'>): abi.Lb4Service {
+  return { backend_id: 0, count: f.backendIds.length, flags: f.flags, rev_nat_id: f.revNatId, affinity_timeout: f.affinityTimeout, algorithm: abi.LB_ALG_RANDOM };
+}
+
 export class LbProgrammer {
   private readonly frontends = new Map<string, ProgrammedFrontend>();
-  private readonly backends = new Map<string, ProgrammedBackend>();
+  private readonly backends = new Map<number, ProgrammedBackend>();
   private readonly backendsById = new Map<number, ProgrammedBackend>();
-  private readonly backendRefs = new Map<number, number>();
+  /** Frontends pointing at each backend, by backend id (ids are small and dense). */
+  private backendRefs = new Int32Array(1024);
   /** Backends whose last reference went away: checked (not all backends) after an apply. */
   private readonly orphans = new Set<number>();
   private readonly revNats = new Map<string, number>();
@@ -249,6 +264,18 @@ export class LbProgrammer {
     return [...this.backends.values()];
   }
 
+  frontend(id: string): ProgrammedFrontend | undefined {
+    return this.frontends.get(id);
+  }
+
+  frontendCount(): number {
+    return this.frontends.size;
+  }
+
+  backendCount(): number {
+    return this.backends.size;
+  }
+
   backendById(id: number): ProgrammedBackend | undefined {
     return this.backendsById.get(id);
   }
@@ -344,11 +371,11 @@ export class LbProgrammer {
     const idsFor = new Map<FrontendSpec, number[]>();
     // Backends written by this batch, by key: frontends of one batch often
     // share backends (ClusterIP and NodePort of one Service), and must share ids.
-    const pending = new Map<string, ProgrammedBackend>();
+    const pending = new Map<number, ProgrammedBackend>();
     for (const f of frontends) {
       const ids: number[] = [];
       for (const b of f.backends) {
-        if (b.proto !== f.proto) throw new Error(`${frontendId(f)}: backend ${backendKeyOf(b)} has another protocol`);
+        if (b.proto !== f.proto) throw new Error(`${frontendId(f)}: backend ${backendText(b)} has another protocol`);
         const key = backendKeyOf(b);
         let known = pending.get(key) ?? this.backends.get(key);
         const flags = backendFlags(b);
@@ -405,7 +432,7 @@ export class LbProgrammer {
       }
       const cur = this.frontends.get(id);
       const revNatId = this.revNats.get(revNatKeyOf(f))!;
-      const key = serviceKey(f, 0);
+      const key = serviceKeyOf(f, 0);
       for (let i = 0; i < ids.length; i++) {
         if (cur?.backendIds[i] === ids[i]) continue;
         key.backend_slot = i + 1;
@@ -413,9 +440,7 @@ export class LbProgrammer {
         slotWrites.add(key, slot);
       }
       key.backend_slot = 0;
-      masterWrites.add(key, {
-        backend_id: 0, count: ids.length, flags: f.flags, rev_nat_id: revNatId, affinity_timeout: f.affinityTimeout, algorithm: abi.LB_ALG_RANDOM,
-      });
+      masterWrites.add(key, masterEntry({ backendIds: ids, flags: f.flags, revNatId, affinityTimeout: f.affinityTimeout }));
       for (let s = ids.length + 1; s <= (cur?.backendIds.length ?? 0); s++) slotDeletes.push({ ...key, backend_slot: s });
       updates.push({ id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : [] });
     }
@@ -470,9 +495,9 @@ export class LbProgrammer {
     const cur = this.frontends.get(id);
     if (!cur) return;
     // Master first: the frontend disappears at once, then its slots.
-    this.maps.services.delete(serviceKey(cur, 0));
+    this.maps.services.delete(serviceKeyOf(cur, 0));
     const slots: abi.Lb4ServiceKey[] = [];
-    for (let slot = 1; slot <= cur.backendIds.length; slot++) slots.push(serviceKey(cur, slot));
+    for (let slot = 1; slot <= cur.backendIds.length; slot++) slots.push(serviceKeyOf(cur, slot));
     this.maps.services.deleteMany(slots);
     for (const b of cur.backendIds) this.ref(b, -1);
     this.forgetAffinity(cur, cur.backendIds);
@@ -516,7 +541,7 @@ export class LbProgrammer {
   private collectGarbage(): number[] {
     const deleted: number[] = [];
     for (const id of this.orphans) {
-      if ((this.backendRefs.get(id) ?? 0) > 0) continue;
+      if ((this.backendRefs[id] ?? 0) > 0) continue;
       const b = this.backendById(id);
       if (b) {
         this.maps.backends.delete(id);
@@ -526,7 +551,7 @@ export class LbProgrammer {
         deleted.push(id);
         this.deletedBackends.push(b);
       }
-      this.backendRefs.delete(id);
+      if (id < this.backendRefs.length) this.backendRefs[id] = 0;
     }
     this.orphans.clear();
     return deleted;
@@ -542,8 +567,13 @@ export class LbProgrammer {
   }
 
   private ref(backendId: number, delta: number): void {
-    const refs = (this.backendRefs.get(backendId) ?? 0) + delta;
-    this.backendRefs.set(backendId, refs);
+    if (backendId >= this.backendRefs.length) {
+      const grown = new Int32Array(Math.max(backendId + 1, this.backendRefs.length * 2));
+      grown.set(this.backendRefs);
+      this.backendRefs = grown;
+    }
+    const refs = this.backendRefs[backendId]! + delta;
+    this.backendRefs[backendId] = refs;
     if (refs <= 0) this.orphans.add(backendId);
   }
 }

@@ -6,10 +6,9 @@
 // binaries are not built; it never starts a build itself.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { join, relative } from 'node:path';
-import { KubeConfig } from '@kubernetes/client-node';
 import pino from 'pino';
 import YAML from 'yaml';
 import { ensureBinaries, pinnedVersions, repoRoot } from './binaries';
@@ -18,6 +17,7 @@ import { stopPid, waitFor, type ManagedProcess } from './proc';
 import { ClusterWatch } from '../../src/agent/watch';
 import { ClusterState } from '../../src/agent/store';
 import { AgentMetrics } from '../../src/agent/metrics';
+import { connectToApi } from '../../src/agent/kubeClient';
 
 type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -129,13 +129,17 @@ describe('deploy manifests against a real kube-apiserver', { timeout: 5 * 60_000
     assert.equal(tr.status, 201, tr.body);
     const token = (JSON.parse(tr.body) as { status: { token: string } }).status.token;
 
-    const kc = new KubeConfig();
-    kc.loadFromOptions({
-      clusters: [{ name: 'test', server: cp.server, caFile: cp.pki.caCert, skipTLSVerify: false }],
-      users: [{ name: 'sluice', token }],
-      contexts: [{ name: 'test', cluster: 'test', user: 'sluice' }],
-      currentContext: 'test',
-    });
+    // The agent's own kubeconfig reader and HTTP client, as in a pod: CA file + service-account token.
+    const kcDir = mkdtempSync(join(repoRoot, 'build', 'rbac-kubeconfig-'));
+    const kcFile = join(kcDir, 'kubeconfig');
+    writeFileSync(kcFile, YAML.stringify({
+      apiVersion: 'v1', kind: 'Config', 'current-context': 'test',
+      clusters: [{ name: 'test', cluster: { server: cp.server, 'certificate-authority': cp.pki.caCert } }],
+      users: [{ name: 'sluice', user: { token } }],
+      contexts: [{ name: 'test', context: { cluster: 'test', user: 'sluice' } }],
+    }), { mode: 0o600 });
+    const kc = await connectToApi(kcFile, undefined);
+    rmSync(kcDir, { recursive: true, force: true });
     const watch = new ClusterWatch(kc, 'node-1', new ClusterState(() => undefined), new AgentMetrics(), pino({ level: 'silent' }));
     let synced = false;
     try {

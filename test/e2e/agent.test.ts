@@ -23,7 +23,7 @@ function agentArgs(): string[] {
   return [
     '--kubeconfig', kubeconfig, '--node-name', NODE, '--cgroup-path', sb.cgroup, '--bpffs', sb.bpffs,
     '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0',
-    '--sync-period', '5', '--max-endpoints-per-service', '8', '--log-level', 'debug',
+    '--sync-period', '5', '--drift-repair-period', '5', '--max-endpoints-per-service', '8', '--log-level', 'debug',
   ];
 }
 
@@ -229,7 +229,59 @@ test('a full resync repairs drift: an entry deleted behind the agent comes back'
   // The CLI removes it behind the agent's back (--force: the agent owns these maps; reading the map right after
   // would race with the 5 s resync, which may already have repaired it).
   assert.match(sh(sluiceBin, ['service', 'delete', '--frontend', frontend, '--bpffs', sb.bpffs, '--force']), new RegExp(`^deleted ${frontend}`));
-  await waitProgrammed(frontend, [`${BACKENDS[1]}:8080`], 15000); // --sync-period 5
+  await waitProgrammed(frontend, [`${BACKENDS[1]}:8080`], 15000); // --drift-repair-period 5
+});
+
+test('a dropped watch resumes from its resourceVersion: the agent does not list again, and misses nothing', async () => {
+  // Count LIST requests at the server (paginated or not).
+  const store = api.store as unknown as Record<string, (...a: unknown[]) => unknown>;
+  let lists = 0;
+  const restore: Array<() => void> = [];
+  for (const m of ['listShared', 'listPage']) {
+    const orig = store[m]!;
+    store[m] = function (this: unknown, ...a: unknown[]) {
+      lists++;
+      return orig.apply(this, a);
+    };
+    restore.push(() => { store[m] = orig; });
+  }
+  try {
+    api.closeAllWatches('drop');
+    const svc = createService('resumed', { ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
+    api.store.create('endpointslices', slice('resumed', 'resumed-1', [BACKENDS[2]!]));
+    await waitProgrammed(`${svc.spec.clusterIP}:80/tcp`, [`${BACKENDS[2]}:8080`], 20000);
+    assert.equal(lists, 0, `the agent listed ${lists} time(s) after its watches dropped`);
+  } finally {
+    for (const r of restore) r();
+  }
+});
+
+test('a Node update re-translates Services only when what the agent derives from the Node changed', async () => {
+  const before = agent.lines.length;
+  createService('node-ctx', { ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
+  await waitFor('a sync of node-ctx', () => agent.lines.slice(before).some((l) => l.msg === 'sync done' && Number(l['services']) >= 1));
+  const syncAfter = async (change: () => void) => {
+    const from = agent.lines.length;
+    change();
+    await waitFor('a sync after the Node update', () => agent.lines.slice(from).some((l) => l.msg === 'sync done'));
+    return agent.lines.slice(from).find((l) => l.msg === 'sync done')!;
+  };
+  const node = () => api.store.get('nodes', NODE) as { metadata: { labels: Record<string, string> } };
+  const unrelated = await syncAfter(() => {
+    const n = node();
+    n.metadata.labels['example.com/unrelated'] = String(Date.now());
+    api.store.update('nodes', n);
+  });
+  assert.equal(unrelated['services'], 0, `an unrelated label re-translated ${String(unrelated['services'])} Services`);
+  const zone = await syncAfter(() => {
+    const n = node();
+    n.metadata.labels['topology.kubernetes.io/zone'] = 'zone-b';
+    api.store.update('nodes', n);
+  });
+  assert.ok(Number(zone['services']) >= 1, 'a zone change re-translates every Service');
+  const n = node();
+  n.metadata.labels['topology.kubernetes.io/zone'] = 'zone-a';
+  api.store.update('nodes', n);
 });
 
 test('restarting the agent while a client connects in a loop fails no connection', async () => {

@@ -59,7 +59,8 @@ export function permissionsUsedBy(files: string[]): Set<string> {
     const text = fs.readFileSync(file, 'utf8');
     const where = path.relative(repo, file);
     // Informers and ListWatch: list + watch on the path's resource.
-    for (const m of text.matchAll(/(?:makeInformer(?:<[^>]*>)?\(\s*\w+\s*,|new\s+ListWatch(?:<[^>]*>)?\(|\.watch\()\s*'([^']+)'/g)) {
+    // client-node informers, or the agent's own reflectors (src/agent/watch.ts: reflect('name', 'path', ...)): list + watch.
+    for (const m of text.matchAll(/(?:makeInformer(?:<[^>]*>)?\(\s*\w+\s*,|new\s+ListWatch(?:<[^>]*>)?\(|\.watch\(|\breflect(?:<[^>]*>)?\(\s*'[^']+'\s*,)\s*'([^']+)'/g)) {
       const [group, resource] = resourceOfPath(m[1]!);
       used.add(`${group}/${resource}:list`).add(`${group}/${resource}:watch`);
     }

@@ -8,6 +8,7 @@ import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import type { NodeContext, ServiceTranslation, TranslateOptions } from '../../src/model/frontend';
 import { translateService } from '../../src/translate';
 import { HTTP, NODE, ep, slice, summarize, svc } from './translate-fixtures';
+import { slimService, slimSlice, StringPool } from '../../src/agent/slim';
 
 const CIP = 'ClusterIP 10.96.0.10:80/TCP';
 const NP = 'NodePort 192.0.2.10:30080/TCP';
@@ -574,6 +575,9 @@ for (const row of rows) {
       t.problems.map((p) => p.message).join('\n'),
     );
     row.check?.(t);
+    // The agent keeps slim records (src/agent/slim.ts), not the API objects: same translation.
+    const pool = new StringPool();
+    assert.deepEqual(translateService(slimService(row.svc, pool), (row.slices ?? []).map((s) => slimSlice(s, pool)), row.node ?? NODE, opts), t, 'slim records translate the same');
   });
 }
 

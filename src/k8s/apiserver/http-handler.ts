@@ -102,13 +102,17 @@ async function handleResource(req: IncomingMessage, res: ServerResponse, url: UR
           });
           return;
         }
-        if (q.get('continue')) throw errors.badRequest('invalid continue token: this server never issues one (lists are never paginated)');
-        const list = store.listShared(type.name, {
+        const limit = q.has('limit') ? Number(q.get('limit')) : 0;
+        if (!Number.isInteger(limit) || limit < 0) throw errors.badRequest(`limit must be a non-negative integer, not "${q.get('limit')}"`);
+        const list = store.listPage(type.name, {
           ...listOptions,
           ...(q.has('resourceVersion') ? { resourceVersion: q.get('resourceVersion') as string } : {}),
           ...(q.has('resourceVersionMatch') ? { resourceVersionMatch: q.get('resourceVersionMatch') as string } : {}),
+          ...(limit > 0 ? { limit } : {}),
+          ...(q.get('continue') ? { continue: q.get('continue') as string } : {}),
         });
-        const text = `{"kind":"${type.listKind}","apiVersion":"${type.apiVersion}","metadata":{"resourceVersion":"${list.resourceVersion}"},"items":${itemsJson(list.items)}}`;
+        const more = list.continue ? `,"continue":"${list.continue}"` : '';
+        const text = `{"kind":"${type.listKind}","apiVersion":"${type.apiVersion}","metadata":{"resourceVersion":"${list.resourceVersion}"${more}},"items":${itemsJson(list.items)}}`;
         res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
         res.end(text);
         return;

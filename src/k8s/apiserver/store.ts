@@ -40,6 +40,14 @@ export interface DeleteOptions {
 export interface ListResult<T = StoredObject> {
   items: T[];
   resourceVersion: string;
+  /** Set when a limited list has more: pass it as `continue` for the next page. */
+  continue?: string;
+}
+
+/** A continue token: the list's revision and the last key served (kube-apiserver's is the same idea). */
+interface ContinueToken {
+  rv: number;
+  start: string;
 }
 
 /** A compiled filter: which objects of one resource a list or watch wants. */
@@ -78,6 +86,8 @@ export class ObjectStore {
   private historyStart = 0;
   private readonly objects = new Map<ResourceName, Map<string, StoredObject>>();
   private readonly listeners = new Set<ChangeListener>();
+  /** Keys of each resource in order, for paginated lists; rebuilt when the revision moved. */
+  private readonly sortedKeys = new Map<ResourceName, { revision: number; keys: string[] }>();
 
   constructor(private readonly options: StoreOptions) {
     for (const name of Object.keys(RESOURCES) as ResourceName[]) this.objects.set(name, new Map());
@@ -121,6 +131,71 @@ export class ObjectStore {
     const items: StoredObject[] = [];
     for (const obj of this.bucket(type).values()) if (this.matches(filter, obj)) items.push(obj);
     return { items, resourceVersion: String(this.revisionCounter) };
+  }
+
+  /**
+   * One page of a list (`limit`/`continue`). Objects come in key order; the
+   * token carries the first page's revision, and every page reports that
+   * revision, as kube-apiserver does. Later pages are read from the current
+   * state (this store keeps no old versions): a change between pages is
+   * still seen by a watch started at the list's revision, which replays the
+   * history since then. A token whose revision left the history (compaction,
+   * or a restarted server) is 410 Expired, as in kube-apiserver.
+   */
+  listPage(resource: ResourceName, options: ListOptions & { limit?: number; continue?: string }): ListResult<Readonly<StoredObject>> {
+    const type = resourceType(resource);
+    const limit = options.limit ?? 0;
+    let token: ContinueToken | undefined;
+    if (options.continue) {
+      token = this.parseContinue(options.continue);
+    } else {
+      this.checkListResourceVersion(options);
+      if (limit <= 0) return this.listShared(resource, options);
+    }
+    const filter = this.compileFilter(type, options);
+    const bucket = this.bucket(type);
+    const keys = this.keysInOrder(type);
+    let i = token ? upperBound(keys, token.start) : 0;
+    const items: StoredObject[] = [];
+    let last = '';
+    for (; i < keys.length && items.length < limit; i++) {
+      const obj = bucket.get(keys[i]!);
+      if (obj && this.matches(filter, obj)) {
+        items.push(obj);
+        last = keys[i]!;
+      }
+    }
+    const rv = token?.rv ?? this.revisionCounter;
+    let more = false;
+    for (; i < keys.length && !more; i++) {
+      const obj = bucket.get(keys[i]!);
+      more = obj !== undefined && this.matches(filter, obj);
+    }
+    const result: ListResult<Readonly<StoredObject>> = { items, resourceVersion: String(rv) };
+    if (more) result.continue = Buffer.from(JSON.stringify({ rv, start: last } satisfies ContinueToken)).toString('base64url');
+    return result;
+  }
+
+  private parseContinue(text: string): ContinueToken {
+    let token: ContinueToken;
+    try {
+      token = JSON.parse(Buffer.from(text, 'base64url').toString('utf8')) as ContinueToken;
+    } catch {
+      throw errors.badRequest(`invalid continue token "${text}"`);
+    }
+    if (typeof token?.rv !== 'number' || typeof token.start !== 'string') throw errors.badRequest(`invalid continue token "${text}"`);
+    if (token.rv < this.compacted || token.rv > this.revisionCounter) {
+      throw errors.expired(`The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.`);
+    }
+    return token;
+  }
+
+  private keysInOrder(type: ResourceType): string[] {
+    const cached = this.sortedKeys.get(type.name);
+    if (cached && cached.revision === this.revisionCounter) return cached.keys;
+    const keys = [...this.bucket(type).keys()].sort();
+    this.sortedKeys.set(type.name, { revision: this.revisionCounter, keys });
+    return keys;
   }
 
   compileFilter(type: ResourceType, options: { namespace?: string; labelSelector?: string; fieldSelector?: string }): ObjectFilter {
@@ -413,4 +488,16 @@ export class ObjectStore {
   private key(type: ResourceType, name: string, namespace: string | undefined): string {
     return type.namespaced ? `${namespace ?? 'default'}/${name}` : name;
   }
+}
+
+/** Index of the first key greater than `key` in sorted `keys`. */
+function upperBound(keys: string[], key: string): number {
+  let lo = 0;
+  let hi = keys.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (keys[mid]! <= key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }

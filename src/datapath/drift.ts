@@ -1,0 +1,189 @@
+// Drift repair: make the pinned maps hold again what the programmer believes
+// it wrote, when something behind the agent's back changed them (`sluice
+// service delete`, bpftool, a crashed older agent). The programmer's state is
+// authoritative; the maps are compared with it as encoded bytes, key by key,
+// a chunk of frontends at a time with a yield between chunks (so /healthz and
+// the health-check servers answer during it), rarely (kube-proxy's full sync
+// is hourly). Only the entries found different are rewritten, and only after
+// re-checking them against the programmer's state at that moment: syncs run
+// between the chunks.
+import * as abi from '../abi/generated';
+import type { SockLbMaps } from './maps';
+import { ip4ToNumber, protoNumber } from './addr';
+import { masterEntry, serviceKeyOf, type LbProgrammer, type ProgrammedFrontend, type ProgrammedBackend } from './programmer';
+
+export interface DriftReport {
+  /** Frontends with a missing or different master or slot entry. */
+  frontends: number;
+  /** Backends and rev-NAT entries missing or different. */
+  backends: number;
+  revNats: number;
+  /** Entries in the maps nobody asked for, deleted. */
+  extra: number;
+  /** Entries compared. */
+  checked: number;
+  durationMs: number;
+}
+
+const K = abi.LB4_SERVICE_KEY_SIZE;
+const V = abi.LB4_SERVICE_SIZE;
+const SLOT: abi.Lb4Service = { backend_id: 0, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 };
+
+function backendValue(b: ProgrammedBackend): abi.Lb4Backend {
+  return { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags: b.flags, zone: b.zone };
+}
+
+/** Scratch buffers for one comparison at a time (no allocation per entry). */
+class Comparer {
+  private readonly key = Buffer.alloc(K);
+  private readonly want = Buffer.alloc(V);
+  private readonly have = Buffer.alloc(V);
+  private readonly u32 = Buffer.alloc(4);
+  private readonly beWant = Buffer.alloc(abi.LB4_BACKEND_SIZE);
+  private readonly beHave = Buffer.alloc(abi.LB4_BACKEND_SIZE);
+  private readonly rnWant = Buffer.alloc(abi.LB4_REVERSE_NAT_SIZE);
+  private readonly rnHave = Buffer.alloc(abi.LB4_REVERSE_NAT_SIZE);
+  checked = 0;
+
+  constructor(private readonly maps: SockLbMaps) {}
+
+  /** Master and every slot of the frontend hold what was written. */
+  frontendIntact(f: ProgrammedFrontend): boolean {
+    const key = serviceKeyOf(f, 0);
+    for (let slot = 0; slot <= f.backendIds.length; slot++) {
+      key.backend_slot = slot;
+      abi.encodeLb4ServiceKey(key, this.key, 0);
+      if (slot === 0) abi.encodeLb4Service(masterEntry(f), this.want, 0);
+      else {
+        SLOT.backend_id = f.backendIds[slot - 1]!;
+        abi.encodeLb4Service(SLOT, this.want, 0);
+      }
+      this.checked++;
+      if (!this.maps.services.map.lookupInto(this.key, this.have) || !this.have.equals(this.want)) return false;
+    }
+    return true;
+  }
+
+  backendIntact(b: ProgrammedBackend): boolean {
+    this.u32.writeUInt32LE(b.id, 0);
+    abi.encodeLb4Backend(backendValue(b), this.beWant, 0);
+    this.checked++;
+    return this.maps.backends.map.lookupInto(this.u32, this.beHave) && this.beHave.equals(this.beWant);
+  }
+
+  revNatIntact(f: ProgrammedFrontend): boolean {
+    this.u32.writeUInt32LE(f.revNatId, 0);
+    abi.encodeLb4ReverseNat({ address: ip4ToNumber(f.address), port: f.port }, this.rnWant, 0);
+    this.checked++;
+    return this.maps.revNat.map.lookupInto(this.u32, this.rnHave) && this.rnHave.equals(this.rnWant);
+  }
+}
+
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/**
+ * Compare, then repair. `programmer()` is read again after every yield (a
+ * sync may have replaced it); `chunk` frontends are compared per turn.
+ */
+export async function repairDrift(maps: SockLbMaps, programmer: () => LbProgrammer, chunk = 2000): Promise<DriftReport> {
+  const start = performance.now();
+  const cmp = new Comparer(maps);
+  const suspectFrontends = new Set<string>();
+  const suspectBackends = new Set<number>();
+  const ids = programmer().programmedFrontends().map((f) => f.id);
+  for (let i = 0; i < ids.length; i += chunk) {
+    const p = programmer();
+    for (const id of ids.slice(i, i + chunk)) {
+      const f = p.frontend(id);
+      if (f && (!cmp.frontendIntact(f) || !cmp.revNatIntact(f))) suspectFrontends.add(id);
+    }
+    await nextTurn();
+  }
+  const backendIds = programmer().programmedBackends().map((b) => b.id);
+  for (let i = 0; i < backendIds.length; i += chunk * 4) {
+    const p = programmer();
+    for (const id of backendIds.slice(i, i + chunk * 4)) {
+      const b = p.backendById(id);
+      if (b && !cmp.backendIntact(b)) suspectBackends.add(id);
+    }
+    await nextTurn();
+  }
+  // Repair, in one synchronous step against the state as it is now.
+  const p = programmer();
+  const report: DriftReport = { frontends: 0, backends: 0, revNats: 0, extra: 0, checked: cmp.checked, durationMs: 0 };
+  const backendWrites: Array<[number, abi.Lb4Backend]> = [];
+  for (const id of suspectBackends) {
+    const b = p.backendById(id);
+    if (b && !cmp.backendIntact(b)) backendWrites.push([id, backendValue(b)]);
+  }
+  const frontends: ProgrammedFrontend[] = [];
+  for (const id of suspectFrontends) {
+    const f = p.frontend(id);
+    if (!f) continue;
+    // A frontend's backends must be there before its slots point at them.
+    for (const b of f.backendIds) {
+      const be = p.backendById(b);
+      if (be && !backendWrites.some(([wid]) => wid === b) && !cmp.backendIntact(be)) backendWrites.push([b, backendValue(be)]);
+    }
+    if (!cmp.frontendIntact(f) || !cmp.revNatIntact(f)) frontends.push(f);
+  }
+  maps.backends.setMany(backendWrites);
+  report.backends = backendWrites.length;
+  const revNats: Array<[number, abi.Lb4ReverseNat]> = [];
+  for (const f of frontends) if (!cmp.revNatIntact(f)) revNats.push([f.revNatId, { address: ip4ToNumber(f.address), port: f.port }]);
+  maps.revNat.setMany(revNats);
+  report.revNats = revNats.length;
+  // Make-before-break: slots, then the masters that make them visible.
+  const slots: Array<[abi.Lb4ServiceKey, abi.Lb4Service]> = [];
+  const masters: Array<[abi.Lb4ServiceKey, abi.Lb4Service]> = [];
+  for (const f of frontends) {
+    f.backendIds.forEach((b, i) => slots.push([serviceKeyOf(f, i + 1), { ...SLOT, backend_id: b }]));
+    masters.push([serviceKeyOf(f, 0), masterEntry(f)]);
+  }
+  maps.services.setMany(slots);
+  maps.services.setMany(masters);
+  report.frontends = frontends.length;
+  report.extra = deleteExtras(maps, p);
+  report.durationMs = performance.now() - start;
+  return report;
+}
+
+/**
+ * Delete entries the programmer does not know. After the repair every wanted
+ * entry is there, so a map holding more entries than wanted has extras; only
+ * then are its keys compared one by one.
+ */
+function deleteExtras(maps: SockLbMaps, p: LbProgrammer): number {
+  let extra = 0;
+  const frontends = p.programmedFrontends();
+  const wantServices = frontends.reduce((n, f) => n + 1 + f.backendIds.length, 0);
+  const all = maps.services.map.lookupBatch();
+  if (all.count !== wantServices) {
+    const wanted = new Set<string>();
+    const key = Buffer.alloc(K);
+    for (const f of frontends) {
+      const k = serviceKeyOf(f, 0);
+      for (let slot = 0; slot <= f.backendIds.length; slot++) {
+        k.backend_slot = slot;
+        abi.encodeLb4ServiceKey(k, key, 0);
+        wanted.add(key.toString('latin1'));
+      }
+    }
+    // Masters (slot 0) first: a frontend disappears before its slots do.
+    const stale: Buffer[] = [];
+    for (let i = 0; i < all.count; i++) {
+      const k = all.keys.subarray(i * K, (i + 1) * K);
+      if (!wanted.has(k.toString('latin1'))) stale.push(k);
+    }
+    stale.sort((a, b) => abi.decodeLb4ServiceKey(a, 0).backend_slot - abi.decodeLb4ServiceKey(b, 0).backend_slot);
+    for (const k of stale) if (maps.services.map.delete(k)) extra++;
+  }
+  const backends = maps.backends.map.lookupBatch();
+  if (backends.count !== p.backendCount()) {
+    for (let i = 0; i < backends.count; i++) {
+      const id = backends.keys.readUInt32LE(i * 4);
+      if (!p.backendById(id) && maps.backends.delete(id)) extra++;
+    }
+  }
+  return extra;
+}
