@@ -6,6 +6,7 @@
 // A report, not a test: it prints a markdown table, writes JSON and an SVG
 // chart to bench/results/, marks each target PASS/FAIL and always exits 0
 // unless the harness itself broke.
+import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -89,6 +90,17 @@ async function runRound(mode: Mode, proto: Proto, targetFile: string, p: Plan, s
   return res;
 }
 
+/** HEAD, marked +dirty when the work tree differs from it (the numbers then belong to no commit). */
+function measuredCommit(): string | undefined {
+  const git = (...args: string[]) => execFileSync('git', ['-C', ROOT, ...args], { encoding: 'utf8' }).trim();
+  try {
+    const head = git('rev-parse', 'HEAD');
+    return git('status', '--porcelain', '--untracked-files=no') ? `${head}+dirty` : head;
+  } catch {
+    return undefined;
+  }
+}
+
 function writeTargets(dir: string, name: string, targets: Target[]): string {
   const file = path.join(dir, `${name}.txt`);
   fs.writeFileSync(file, targetLines(targets));
@@ -119,7 +131,7 @@ async function main(): Promise<void> {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   const report: BenchReport = {
-    quick, machine, plan: { ...p }, scales: [], targets: [], notes: [], startedAt: new Date(started).toISOString(), durationS: 0,
+    quick, machine, plan: { ...p }, scales: [], targets: [], notes: [], startedAt: new Date(started).toISOString(), durationS: 0, commit: measuredCommit(),
   };
   try {
     await h.setup();
@@ -249,7 +261,7 @@ async function main(): Promise<void> {
     if (problems.length) log(`cleanup problems: ${problems.join('; ')}`);
   }
   report.durationS = (Date.now() - started) / 1000;
-  const files = writeReport(report, path.join(ROOT, 'bench', 'results'));
+  const files = writeReport(report, path.join(ROOT, 'bench', 'results'), path.join(ROOT, 'docs'));
   log(`done in ${report.durationS.toFixed(0)} s; wrote ${files.join(', ')}`);
 }
 

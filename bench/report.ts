@@ -43,6 +43,8 @@ export interface BenchReport {
   notes: string[];
   startedAt: string;
   durationS: number;
+  /** The commit measured (`git rev-parse HEAD`, "+dirty" when the tree had changes), so a result names its code. */
+  commit?: string;
   /** The control-plane half and NodePort throughput (bench/controlplane.ts, ruleupdates.ts, nodeport.ts). */
   controlPlane?: ControlPlaneResult;
   ruleUpdates?: RuleUpdateResult;
@@ -179,6 +181,7 @@ export function markdown(rep: BenchReport): string {
   const lines: string[] = [];
   lines.push(`# Sluice bench (${rep.quick ? 'QUICK' : 'full'}), ${rep.startedAt}`);
   lines.push('');
+  if (rep.commit) lines.push(`Commit: ${rep.commit}.`, '');
   lines.push(`Machine: ${m.cpuModel}, ${m.nproc} CPUs, ${m.memoryMiB} MiB, ${m.kernel}; ${m.tools.iptables}; ${m.tools.nft}; node ${m.tools.node}. Run took ${rep.durationS.toFixed(0)} s.`);
   lines.push('');
   lines.push('New-connection latency to a ClusterIP, a random Service per connection, 10 endpoints each; p50, p99 and rate are medians over interleaved rounds. TCP: connect() to established. UDP: request/reply on a fresh socket. Ratios are against direct connections to the backends with no rules, paired by round (median of per-round ratios). CPU: user+system ms of the client and server processes per 1000 connections.');
@@ -281,7 +284,7 @@ export function svgChart(rep: BenchReport): string {
 }
 
 /** Prints the table and writes results/bench[-quick]-<time>.{md,json,svg} plus latest copies. */
-export function writeReport(rep: BenchReport, dir: string): string[] {
+export function writeReport(rep: BenchReport, dir: string, docsDir?: string): string[] {
   rep.targets = evaluateTargets(rep);
   fs.mkdirSync(dir, { recursive: true });
   const md = markdown(rep);
@@ -300,6 +303,15 @@ export function writeReport(rep: BenchReport, dir: string): string[] {
   write(`${base}-latest.json`, JSON.stringify(rep, null, 1));
   write(`${base}-latest.md`, md);
   write(`${base}-latest.svg`, svgChart(rep));
+  // A full run is the one the documents quote: its report goes under docs/,
+  // to be committed with the code it measured (README and docs/bench.md cite
+  // it, never a number typed by hand).
+  if (!rep.quick && docsDir) {
+    const doc = path.join(docsDir, 'bench-results.md');
+    fs.writeFileSync(doc, md);
+    fs.writeFileSync(path.join(docsDir, 'bench-results.json'), JSON.stringify(rep, null, 1));
+    files.push(doc);
+  }
   return files;
 }
 

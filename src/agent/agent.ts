@@ -12,7 +12,6 @@ import { syncNodeAddresses } from '../datapath/sockConfig';
 import { pinPodPrograms } from '../datapath/pod/attach';
 import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
 import { readCounters } from '../datapath/counters';
-import * as abi from '../abi/generated';
 import { connectToApi } from './kubeClient';
 import { AgentMetrics, startMetricsServer } from './metrics';
 import { ProxyHealth, startHealthServer } from './health';
