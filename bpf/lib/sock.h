@@ -111,7 +111,9 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 		return 0;
 	if (svc->count == 0) {
 		lb_count(LB_CNT_SOCK_NO_BACKEND);
-		return -ECONNREFUSED;
+		/* kube-proxy drops here; a socket cannot: "unreachable from here"
+		 * (Cilium's answer) instead of "refused". */
+		return (svc->flags & LB_SVC_FLAG_DROP_NO_BACKEND) ? -EHOSTUNREACH : -ECONNREFUSED;
 	}
 	rev_nat_id = svc->rev_nat_id;
 	if (lb_svc_has_affinity(svc)) {

@@ -12,7 +12,8 @@ import { openSockLbMaps, readCounter, type SockLbMaps } from '../datapath/maps';
 import * as abi from '../abi/generated';
 import { AgentMetrics, startMetricsServer } from './metrics';
 import { ProxyHealth, startHealthServer } from './health';
-import { ClusterState } from './store';
+import { CountedClusterState } from './changeMetrics';
+import { localInterfaceAddresses } from './nodeAddresses';
 import { Syncer, type SyncReport } from './syncer';
 import { ClusterWatch, loadKubeConfig } from './watch';
 import { startNorthSouth } from './northSouth';
@@ -39,17 +40,27 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   const metrics = new AgentMetrics();
   const health = new ProxyHealth(2 * config.syncPeriodSeconds * 1000);
   let syncer: Syncer | undefined;
-  const state = new ClusterState(() => syncer?.trigger());
+  const state = new CountedClusterState(() => {
+    health.syncNode(state.node); // nodeEligible follows every Node event (kube-proxy's SyncNode)
+    syncer?.trigger();
+  }, metrics);
   const northSouth = await startNorthSouth(config, () => health.healthy(), metrics, log);
   syncer = new Syncer(state, maps, {
     nodeName: config.nodeName,
+    localAddresses: localInterfaceAddresses,
     onBackendsDeleted: (ids) => northSouth?.backendsDeleted(ids),
     onHealthChecks: (checks) => northSouth?.healthChecks(checks),
     onSyncDone: (report, programmed) => {
       recordStatus(maps, report, programmed);
       if (northSouth && (report.written > 0 || report.kind === 'full')) northSouth.localBackends(externalLocalBackends(syncer!));
     },
-    translate: { nodePortAddresses: config.nodePortAddresses, maxEndpointsPerService: config.maxEndpointsPerService, ipFamilies: ['IPv4'] },
+    translate: {
+      nodePortAddresses: config.nodePortAddresses,
+      localhostNodePorts: config.localhostNodePorts,
+      ...(config.nodeIP ? { nodeIP: config.nodeIP } : {}),
+      maxEndpointsPerService: config.maxEndpointsPerService,
+      ipFamilies: ['IPv4'],
+    },
     minSyncPeriodMs: config.minSyncPeriodMs,
     syncPeriodMs: config.syncPeriodSeconds * 1000,
   }, metrics, health, log);
@@ -70,7 +81,10 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     lastCounters = exportCounters(maps, metrics, lastCounters);
     exportFill(maps, syncer!, metrics);
   };
-  const healthAddress = await listen('--healthz-bind-address', config.healthzBindAddress, (h, p) => startHealthServer(health, h, p));
+  const healthAddress = await listen('--healthz-bind-address', config.healthzBindAddress, (h, p) => startHealthServer(health, h, p, {
+    healthz: (code) => metrics.healthzTotal.inc({ code: String(code) }),
+    livez: (code) => metrics.livezTotal.inc({ code: String(code) }),
+  }));
   const metricsAddress = await listen('--metrics-bind-address', config.metricsBindAddress, (h, p) => startMetricsServer(metrics, h, p, scrape));
 
   log.info({ healthz: healthAddress, metrics: metricsAddress }, 'serving /healthz, /livez and /metrics');
