@@ -291,8 +291,8 @@ export class Syncer {
       }
       specs.push(spec);
     }
-    this.releaseOwnership(key);
     const ids = new Set(specs.map(frontendId));
+    this.releaseOwnership(key, ids);
     for (const id of ids) this.owners.set(id, key);
     if (ids.size > 0) this.owned.set(key, ids);
     this.reportProblems(key, problems);
@@ -307,9 +307,10 @@ export class Syncer {
     this.healthChecksChanged = true;
   }
 
-  private releaseOwnership(key: string): void {
+  /** Give up the frontends `key` owned, but those in `keep` (it still asks for them). */
+  private releaseOwnership(key: string, keep: ReadonlySet<string> = new Set()): void {
     for (const id of this.owned.get(key) ?? []) {
-      if (this.owners.get(id) !== key) continue;
+      if (keep.has(id) || this.owners.get(id) !== key) continue;
       this.owners.delete(id);
       this.wakeContenders(id, key);
     }
