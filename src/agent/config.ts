@@ -108,6 +108,10 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   'iptables-localhost-nodeports': { field: 'localhostNodePorts', parse: (v) => v === 'true' },
   'conntrack-tcp-timeout-established': { field: 'conntrackTcpEstablishedSeconds', parse: (v) => durationSeconds('conntrack-tcp-timeout-established', v) },
   'conntrack-udp-timeout': { field: 'conntrackUdpSeconds', parse: (v) => durationSeconds('conntrack-udp-timeout', v) },
+  'conntrack-udp-timeout-stream': { field: 'conntrackUdpSeconds', parse: (v) => durationSeconds('conntrack-udp-timeout-stream', v) },
+  'iptables-sync-period': { field: 'syncPeriodSeconds', parse: (v) => durationFlag('iptables-sync-period', v, 1000) / 1000 },
+  'iptables-min-sync-period': { field: 'minSyncPeriodMs', parse: (v) => durationFlag('iptables-min-sync-period', v, 1000) },
+  master: { field: 'k8sApiServer', parse: String },
 };
 
 /** A duration flag: Go syntax (30s, 1m, 500ms) or, as before, a bare number of `bareUnitMs`. */

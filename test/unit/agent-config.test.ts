@@ -181,6 +181,12 @@ test('the real entry point refuses a bad sync period at once, with the reason an
     assert.equal(r.status, 1, `exit code; stderr: ${r.stderr}`);
     assert.match(r.stderr, /invalid config: syncPeriod \(--sync-period\) -5: must be greater than 0/);
   });
+  // Sluice's own file format: a 0 here made setInterval(full sync, 0), a loop that never rests.
+  withFile('syncPeriodSeconds: 0\n', (file) => {
+    const r = run(['--config', file]);
+    assert.equal(r.status, 1, `exit code; stderr: ${r.stderr}`);
+    assert.match(r.stderr, /invalid config: syncPeriod \(--sync-period\) 0: must be greater than 0/);
+  });
   const r = run(['--sync-period=0s']);
   assert.equal(r.status, 1, `exit code; stderr: ${r.stderr}`);
   assert.match(r.stderr, /invalid config: syncPeriod \(--sync-period\) 0: must be greater than 0/);
