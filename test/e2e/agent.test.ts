@@ -8,6 +8,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { startApiServer, type ApiServerHandle } from '../../src/k8s/apiserver';
 import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
+import { startBackends } from '../helpers/backends';
 import { AgentProcess } from '../helpers/agentProcess';
 
 const NODE = 'node-a';
@@ -82,11 +83,7 @@ async function connect(vip: string, port: number, count: number) {
 
 before(async () => {
   sb = Sandbox.create();
-  for (const b of BACKENDS) sb.ip(['addr', 'add', `${b}/32`, 'dev', 'lo']);
-  const server = sb.spawnInNetns(['node', labScript('backendServer'), ...BACKENDS.map((b) => `${b}:8080`)]);
-  let ready = false;
-  server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
-  await waitFor('backend servers', () => ready);
+  await startBackends(sb, BACKENDS);
   api = await startApiServer({ port: 0 });
   api.store.create('nodes', {
     apiVersion: 'v1', kind: 'Node',

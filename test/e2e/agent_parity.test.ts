@@ -12,6 +12,7 @@ import * as path from 'node:path';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { startApiServer, type ApiServerHandle } from '../../src/k8s/apiserver';
 import { Sandbox, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
+import { startBackends } from '../helpers/backends';
 import { AgentProcess } from '../helpers/agentProcess';
 
 const NODE = 'node-p';
@@ -78,11 +79,7 @@ function endpoints(): { healthz: string; metrics: string } {
 
 before(async () => {
   sb = Sandbox.create();
-  for (const b of BACKENDS) sb.ip(['addr', 'add', `${b}/32`, 'dev', 'lo']);
-  const server = sb.spawnInNetns(['node', labScript('backendServer'), ...BACKENDS.map((b) => `${b}:8080`)]);
-  let ready = false;
-  server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });
-  await waitFor('backend servers', () => ready);
+  await startBackends(sb, BACKENDS);
   api = await startApiServer({ port: 0 });
   api.store.create('nodes', nodeObject());
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-e2e-parity-'));
@@ -90,7 +87,7 @@ before(async () => {
   await api.writeKubeconfig(kubeconfig);
   agent = new AgentProcess([
     '--kubeconfig', kubeconfig, '--hostname-override', NODE, '--cgroup-path', sb.cgroup, '--bpffs', sb.bpffs,
-    '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--sync-period', '3s', '--log-level', 'debug',
+    '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--sync-period', '8s', '--log-level', 'debug',
   ]);
   await agent.waitForLog(/informers synced/);
 });
@@ -113,6 +110,10 @@ test('one Service with 10 000 endpoints on 3 ports: every frontend gets every ba
     await waitFrontend(`${fe} with 10 000 backends`, (f) => f?.backends.length === 10_000, fe, 60_000);
   }
   assert.equal(agent.find(/too_many_endpoints|maxEndpointsPerService/), undefined, 'no endpoint-limit problem reported');
+  // Gone again, so the other tests read small maps.
+  api.store.delete('services', 'big', 'default');
+  for (let s = 0; s < 10; s++) api.store.delete('endpointslices', `big-${s}`, 'default');
+  await waitFrontend('the big Service removed', (f) => f === undefined, `${svc.spec.clusterIP}:80/tcp`, 60_000);
 });
 
 test('frontend conflicts: the older Service keeps the address whichever claims it first, in partial and full syncs', async () => {
@@ -138,17 +139,19 @@ test('frontend conflicts: the older Service keeps the address whichever claims i
   await waitFrontend('the older one takes .3 over (partial sync)', (f) => backendsOf(f) === older, '198.18.30.3:80/tcp');
   await agent.waitForLog(/Service default\/conflict-second: frontend 198\.18\.30\.3:80\/tcp.*belongs to Service default\/conflict-first/);
 
-  // Full syncs (every 3 s) keep the same winners.
+  // Full syncs (every 8 s) keep the same winners.
   const fullSyncs = agent.lines.filter((l) => l.kind === 'full').length;
-  await waitFor('two more full syncs', () => agent.lines.filter((l) => l.kind === 'full').length >= fullSyncs + 2, 15_000);
+  await waitFor('two more full syncs', () => agent.lines.filter((l) => l.kind === 'full').length >= fullSyncs + 2, 30_000);
   for (const fe of ['198.18.30.1:80/tcp', '198.18.30.3:80/tcp']) {
     assert.equal(backendsOf(programmed().find((s) => s.frontend === fe)), older, `${fe} after full syncs`);
   }
   assert.equal(backendsOf(programmed().find((s) => s.frontend === '198.18.30.2:80/tcp')), `${BACKENDS[1]}:8080`);
 
-  // The winner lets go: the loser gets the address at once, not at the next full sync.
+  // The winner lets go: the loser gets the address at once, not at the next full sync (8 s).
   patchExternalIPs('conflict-first', ['198.18.30.1']);
-  await waitFrontend('the newer one gets .3 back', (f) => backendsOf(f) === `${BACKENDS[1]}:8080`, '198.18.30.3:80/tcp', 2500);
+  const letGo = agent.lines.filter((l) => l.kind === 'full').length;
+  await waitFrontend('the newer one gets .3 back', (f) => backendsOf(f) === `${BACKENDS[1]}:8080`, '198.18.30.3:80/tcp', 6000);
+  assert.ok(agent.lines.filter((l) => l.kind === 'full').length <= letGo + 1, 'it came with partial syncs, not by waiting for full ones');
   const text = await (await fetch(`http://${endpoints().metrics}/metrics`)).text();
   assert.match(text, /sluice_errors_total\{reason="frontend_conflict"\} [1-9]/);
 });
@@ -185,11 +188,11 @@ test('NodePorts: on 127.0.0.1 from the node (iptables mode default), and they su
   api.store.delete('nodes', NODE);
   await agent.waitForLog(/sync done/); // the Node's deletion is synced
   const fullSyncs = agent.lines.filter((l) => l.kind === 'full').length;
-  await waitFor('a full sync without the Node', () => agent.lines.filter((l) => l.kind === 'full').length > fullSyncs, 10_000);
+  await waitFor('a full sync without the Node', () => agent.lines.filter((l) => l.kind === 'full').length > fullSyncs, 20_000);
   assert.equal(backendsOf(programmed().find((s) => s.frontend === `${NODE_IP}:${nodePort}/tcp`)), want, 'kept while the Node is away');
   api.store.create('nodes', { ...nodeObject(), status: {} });
   const afterReregister = agent.lines.filter((l) => l.kind === 'full').length;
-  await waitFor('a full sync with an address-less Node', () => agent.lines.filter((l) => l.kind === 'full').length > afterReregister, 10_000);
+  await waitFor('a full sync with an address-less Node', () => agent.lines.filter((l) => l.kind === 'full').length > afterReregister, 20_000);
   assert.equal(backendsOf(programmed().find((s) => s.frontend === `${NODE_IP}:${nodePort}/tcp`)), want, 'kept while it re-registers without addresses');
   api.store.update('nodes', { ...(structuredClone(api.store.get('nodes', NODE)) as object), status: nodeObject().status } as never);
 });
