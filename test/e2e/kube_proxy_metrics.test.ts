@@ -11,6 +11,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Sandbox, sluiceBin, waitFor } from '../helpers/sandbox';
 import { AgentMetrics } from '../../src/agent/metrics';
+import { CONNTRACK_UNTOUCHED } from '../cluster/kubeProxy';
 
 const versions = fs.readFileSync(path.resolve(__dirname, '..', '..', '..', 'test', 'cluster', 'versions.env'), 'utf8');
 const K8S_VERSION = /^KUBERNETES_VERSION=(\S+)/m.exec(versions)?.[1] ?? '';
@@ -75,14 +76,7 @@ before(async () => {
     'clusterCIDR: 198.19.0.0/16',
     'healthzBindAddress: 127.0.0.1:10256',
     'metricsBindAddress: 127.0.0.1:10249',
-    // Zero: leave the host-wide conntrack sysctls alone.
-    'conntrack:',
-    '  maxPerCore: 0',
-    '  min: 0',
-    '  tcpEstablishedTimeout: 0s',
-    '  tcpCloseWaitTimeout: 0s',
-    '  udpTimeout: 0s',
-    '  udpStreamTimeout: 0s',
+    ...CONNTRACK_UNTOUCHED,
     '',
   ].join('\n'));
   const proxy = sb.spawnInNetns([KUBE_PROXY, `--config=${config}`, '--v=1']);
