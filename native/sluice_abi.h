@@ -73,6 +73,11 @@
 #define LB_SVC_FLAG_TWO_SCOPES   (1 << 6) /* internal-scope entries exist, see LB_SCOPE_* */
 #define LB_SVC_FLAG_AFFINITY     (1 << 7) /* sessionAffinity: ClientIP */
 #define LB_SVC_FLAG_SOURCE_RANGE (1 << 8) /* loadBalancerSourceRanges apply */
+/* count 0 means "drop", not "reject": endpoints exist but a Local traffic
+ * policy forbids all of them from here (kube-proxy drops; with no endpoint
+ * at all it rejects). TC drops silently; a socket cannot drop, so
+ * connect()/sendmsg() fail with EHOSTUNREACH instead of ECONNREFUSED. */
+#define LB_SVC_FLAG_DROP_NO_BACKEND (1 << 9)
 
 /* Backend selection algorithm (lb4_service.algorithm). */
 #define LB_ALG_RANDOM 0

@@ -31,6 +31,22 @@ else
   echo "deps: node_modules up to date"
 fi
 
+# promtool (the metrics tests run `promtool check metrics` on /metrics):
+# unpacked from Debian's prometheus package into the cache, not installed,
+# so no Prometheus server gets set up or started on the machine.
+promtool_dir=${SLUICE_CACHE:-/var/cache/sluice}/promtool
+if [ ! -x "$promtool_dir/promtool" ] && [ "$(id -u)" = 0 ]; then
+  echo "deps: unpacking promtool from Debian's prometheus package into $promtool_dir"
+  mkdir -p "$promtool_dir"
+  tmp=$(mktemp -d)
+  if (cd "$tmp" && apt-get download -qq prometheus 2>/dev/null && dpkg -x prometheus_*.deb x); then
+    cp "$tmp/x/usr/bin/promtool" "$promtool_dir/promtool"
+  else
+    echo "deps: prometheus package not available; the promtool checks will be skipped" >&2
+  fi
+  rm -rf "$tmp"
+fi
+
 # bpffs: maps and links are pinned there.
 if [ "$(id -u)" = 0 ] && ! grep -qs ' /sys/fs/bpf bpf ' /proc/mounts; then
   echo "deps: mounting bpffs on /sys/fs/bpf"

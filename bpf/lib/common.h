@@ -14,6 +14,9 @@
 #ifndef ECONNREFUSED
 #define ECONNREFUSED 111
 #endif
+#ifndef EHOSTUNREACH
+#define EHOSTUNREACH 113
+#endif
 #ifndef ENOENT
 #define ENOENT 2
 #endif

@@ -140,6 +140,10 @@ lb4_pod_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const stru
 	svc = lb4_lookup_service(&skey, true);
 	if (!svc)
 		return TC_ACT_OK;
+	if (!svc->count && (svc->flags & LB_SVC_FLAG_DROP_NO_BACKEND)) {
+		lb_count(LB_CNT_TC_NO_BACKEND); /* kube-proxy drops: no ICMP */
+		return TC_ACT_SHOT;
+	}
 	if (!svc->count)
 		return lb4_pod_reject(skb, pkt);
 	akey.client_id = t->saddr;

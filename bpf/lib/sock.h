@@ -239,7 +239,9 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 	if (svc.count == 0) {
 		lb_count(LB_CNT_SOCK_NO_BACKEND);
 		lb4_event_sock(ctx, LB_CNT_SOCK_NO_BACKEND, &key, svc.rev_nat_id);
-		return -ECONNREFUSED;
+		/* kube-proxy drops here; a socket cannot: "unreachable from here"
+		 * (Cilium's answer) instead of "refused". */
+		return (svc.flags & LB_SVC_FLAG_DROP_NO_BACKEND) ? -EHOSTUNREACH : -ECONNREFUSED;
 	}
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st)

@@ -64,6 +64,7 @@ export const LB_SOCK_LB_HOST_NS_ONLY = 1;
 export const LB_SOCK_LB_POD_NS_ONLY = 2;
 export const LB_SVC_FLAG_AFFINITY = 128;
 export const LB_SVC_FLAG_CLUSTER_IP = 1;
+export const LB_SVC_FLAG_DROP_NO_BACKEND = 512;
 export const LB_SVC_FLAG_EXTERNAL_IP = 4;
 export const LB_SVC_FLAG_EXT_LOCAL = 16;
 export const LB_SVC_FLAG_INT_LOCAL = 32;

@@ -15,7 +15,8 @@ import { readCounters } from '../datapath/counters';
 import { connectToApi } from './kubeClient';
 import { AgentMetrics, startMetricsServer } from './metrics';
 import { ProxyHealth, startHealthServer } from './health';
-import { ClusterState } from './store';
+import { CountedClusterState } from './changeMetrics';
+import { localInterfaceAddresses } from './nodeAddresses';
 import { Syncer, type SyncReport } from './syncer';
 import { ClusterWatch } from './watch';
 import { startNorthSouth } from './northSouth';
@@ -45,11 +46,15 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   const metrics = new AgentMetrics();
   const health = new ProxyHealth(2 * config.syncPeriodSeconds * 1000);
   let syncer: Syncer | undefined;
-  const state = new ClusterState(() => syncer?.trigger());
+  const state = new CountedClusterState(() => {
+    health.syncNode(state.node); // nodeEligible follows every Node event (kube-proxy's SyncNode)
+    syncer?.trigger();
+  }, metrics);
   const northSouth = await startNorthSouth(config, () => health.healthy(), metrics, log);
   const staleSockets = startStaleSockets(config, metrics, log);
   syncer = new Syncer(state, maps, {
     nodeName: config.nodeName,
+    localAddresses: localInterfaceAddresses,
     onBackendsDeleted: (ids) => northSouth?.backendsDeleted(ids),
     onBackendsGone: (backends, since) => staleSockets?.backendsGone(backends, since),
     onHealthChecks: (checks) => northSouth?.healthChecks(checks),
@@ -62,7 +67,13 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
         if (remote) northSouth.remoteBackends(remote);
       }
     },
-    translate: { nodePortAddresses: config.nodePortAddresses, maxEndpointsPerService: config.maxEndpointsPerService, ipFamilies: ['IPv4'] },
+    translate: {
+      nodePortAddresses: config.nodePortAddresses,
+      localhostNodePorts: config.localhostNodePorts,
+      ...(config.nodeIP ? { nodeIP: config.nodeIP } : {}),
+      maxEndpointsPerService: config.maxEndpointsPerService,
+      ipFamilies: ['IPv4'],
+    },
     minSyncPeriodMs: config.minSyncPeriodMs,
     syncPeriodMs: config.syncPeriodSeconds * 1000,
     driftRepairPeriodMs: config.driftRepairPeriodSeconds * 1000,
@@ -84,7 +95,10 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     lastCounters = exportCounters(maps, metrics, lastCounters);
     exportFill(maps, syncer!, metrics);
   };
-  const healthAddress = await listen('--healthz-bind-address', config.healthzBindAddress, (h, p) => startHealthServer(health, h, p));
+  const healthAddress = await listen('--healthz-bind-address', config.healthzBindAddress, (h, p) => startHealthServer(health, h, p, {
+    healthz: (code) => metrics.healthzTotal.inc({ code: String(code) }),
+    livez: (code) => metrics.livezTotal.inc({ code: String(code) }),
+  }));
   const metricsAddress = await listen('--metrics-bind-address', config.metricsBindAddress, (h, p) => startMetricsServer(metrics, h, p, scrape));
 
   log.info({ healthz: healthAddress, metrics: metricsAddress }, 'serving /healthz, /livez and /metrics');

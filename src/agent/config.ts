@@ -6,6 +6,8 @@ import YAML from 'yaml';
 import { DEFAULT_BPFFS } from '../datapath/maps';
 import { DEFAULT_MAX_ENDPOINTS_PER_SERVICE } from '../model/frontend';
 import { parseSocketLbMode, type SocketLbMode } from '../datapath/sockConfig';
+import { parseDurationFlagMs } from './duration';
+import { fromKubeProxyConfiguration, isKubeProxyConfiguration, type IgnoredField } from './kubeProxyConfig';
 
 export interface AgentConfig {
   kubeconfig?: string; // absent: in-cluster config
@@ -62,12 +64,22 @@ export interface AgentConfig {
   // ---- end of stale sockets ----
   // --- h-watch: drift repair (issue 12) ---
   /**
-   * How often the maps are compared with what the agent programmed and
-   * repaired (seconds; 0 = never). Separate from syncPeriod: kube-proxy's
-   * full sync is hourly. The comparison runs in chunks and yields.
+   * How often a full sync runs (seconds; 0 = never): every Service
+   * translated again, then the maps compared with what the agent programmed
+   * and repaired. Separate from syncPeriod (partial syncs): kube-proxy's full
+   * sync is hourly. The comparison runs in chunks and yields.
    */
   driftRepairPeriodSeconds: number;
   // --- end h-watch ---
+  // ---- kube-proxy parity (issue 11) ----
+  /** The node's primary IP when the Node object has none yet (kube-proxy's bindAddress). */
+  nodeIP?: string;
+  /**
+   * NodePorts on 127.0.0.1 as kube-proxy's iptables mode serves them (its
+   * default; iptables.localhostNodePorts false or nftables mode: never).
+   * Only when nodePortAddresses is unset or covers 127.0.0.0/8.
+   */
+  localhostNodePorts: boolean;
 }
 
 export function defaultConfig(): AgentConfig {
@@ -95,6 +107,7 @@ export function defaultConfig(): AgentConfig {
     destroyStaleTcpSockets: false,
     staleSocketNetns: ['/run/netns'],
     driftRepairPeriodSeconds: 3600, // h-watch
+    localhostNodePorts: true,
   };
 }
 
@@ -110,25 +123,68 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   'log-level': { field: 'logLevel', parse: String },
   'nodeport-addresses': { field: 'nodePortAddresses', parse: (v) => v.split(',').filter(Boolean) },
   'max-endpoints-per-service': { field: 'maxEndpointsPerService', parse: positiveInt('max-endpoints-per-service') },
-  'sync-period': { field: 'syncPeriodSeconds', parse: positiveInt('sync-period') },
+  'sync-period': { field: 'syncPeriodSeconds', parse: (v) => durationFlag('sync-period', v, 1000) / 1000 },
   'min-sync-period-ms': { field: 'minSyncPeriodMs', parse: nonNegativeInt('min-sync-period-ms') },
   'drift-repair-period': { field: 'driftRepairPeriodSeconds', parse: nonNegativeInt('drift-repair-period') }, // h-watch
   devices: { field: 'devices', parse: (v) => v.split(',').filter(Boolean) },
   'snat-address': { field: 'snatAddress', parse: String },
-  'conntrack-tcp-established': { field: 'conntrackTcpEstablishedSeconds', parse: positiveInt('conntrack-tcp-established') },
-  'conntrack-tcp-syn': { field: 'conntrackTcpSynSeconds', parse: positiveInt('conntrack-tcp-syn') },
-  'conntrack-tcp-close-wait': { field: 'conntrackTcpCloseWaitSeconds', parse: positiveInt('conntrack-tcp-close-wait') },
-  'conntrack-udp': { field: 'conntrackUdpSeconds', parse: positiveInt('conntrack-udp') },
+  'conntrack-tcp-established': { field: 'conntrackTcpEstablishedSeconds', parse: (v) => durationSeconds('conntrack-tcp-established', v) },
+  'conntrack-tcp-close-wait': { field: 'conntrackTcpCloseWaitSeconds', parse: (v) => durationSeconds('conntrack-tcp-close-wait', v) },
+  'conntrack-udp': { field: 'conntrackUdpSeconds', parse: (v) => durationSeconds('conntrack-udp', v) },
   'healthcheck-addresses': { field: 'healthCheckAddresses', parse: (v) => v.split(',').filter(Boolean) },
   'pod-veth-programs': { field: 'podVethPrograms', parse: (v) => v === 'true' },
+  'conntrack-tcp-syn': { field: 'conntrackTcpSynSeconds', parse: (v) => durationSeconds('conntrack-tcp-syn', v) },
   'socket-lb': { field: 'socketLB', parse: (v) => parseSocketLbMode(v, '--socket-lb') },
   'host-netns': { field: 'hostNetns', parse: String },
   'destroy-stale-sockets': { field: 'destroyStaleSockets', parse: (v) => v === 'true' },
   'destroy-stale-tcp-sockets': { field: 'destroyStaleTcpSockets', parse: (v) => v === 'true' },
   'stale-socket-netns': { field: 'staleSocketNetns', parse: (v) => v.split(',').filter(Boolean) },
+  // ---- kube-proxy's own flag names (issue 11); durations in Go syntax ----
+  'hostname-override': { field: 'nodeName', parse: (v) => v.trim().toLowerCase() },
+  'bind-address': { field: 'nodeIP', parse: (v) => (v === '0.0.0.0' || v === '::' ? undefined : v) },
+  'min-sync-period': { field: 'minSyncPeriodMs', parse: (v) => durationFlag('min-sync-period', v, 1000) },
+  'iptables-localhost-nodeports': { field: 'localhostNodePorts', parse: (v) => v === 'true' },
+  'conntrack-tcp-timeout-established': { field: 'conntrackTcpEstablishedSeconds', parse: (v) => durationSeconds('conntrack-tcp-timeout-established', v) },
+  'conntrack-udp-timeout': { field: 'conntrackUdpSeconds', parse: (v) => durationSeconds('conntrack-udp-timeout', v) },
+  'conntrack-udp-timeout-stream': { field: 'conntrackUdpSeconds', parse: (v) => durationSeconds('conntrack-udp-timeout-stream', v) },
+  'iptables-sync-period': { field: 'syncPeriodSeconds', parse: (v) => durationFlag('iptables-sync-period', v, 1000) / 1000 },
+  'iptables-min-sync-period': { field: 'minSyncPeriodMs', parse: (v) => durationFlag('iptables-min-sync-period', v, 1000) },
+  master: { field: 'k8sApiServer', parse: String },
 };
 
+/** A duration flag: Go syntax (30s, 1m, 500ms) or, as before, a bare number of `bareUnitMs`. */
+function durationFlag(name: string, v: string, bareUnitMs: number): number {
+  return parseDurationFlagMs(v, `--${name}`, bareUnitMs);
+}
+
+/** Whole seconds (rounded up) of a duration flag; bare numbers are seconds. */
+function durationSeconds(name: string, v: string): number {
+  return Math.ceil(durationFlag(name, v, 1000) / 1000);
+}
+
 export const AGENT_FLAGS = [...Object.keys(FLAGS), 'config'];
+
+/**
+ * Settings that would make the agent spin or never sync are startup errors
+ * naming the setting (kube-proxy's validation: syncPeriod > 0,
+ * minSyncPeriod >= 0), never a hot loop.
+ */
+export function validateConfig(c: AgentConfig): void {
+  const bad = (what: string, v: unknown, rule: string) => {
+    throw new Error(`invalid config: ${what} ${JSON.stringify(v)}: ${rule}`);
+  };
+  const finite = (v: unknown) => typeof v === 'number' && Number.isFinite(v);
+  if (!finite(c.syncPeriodSeconds) || c.syncPeriodSeconds <= 0) bad('syncPeriod (--sync-period)', c.syncPeriodSeconds, 'must be greater than 0 (e.g. 30s)');
+  if (!finite(c.minSyncPeriodMs) || c.minSyncPeriodMs < 0) bad('minSyncPeriod (--min-sync-period)', c.minSyncPeriodMs, 'must be 0 or more');
+  for (const f of ['conntrackTcpEstablishedSeconds', 'conntrackTcpCloseWaitSeconds', 'conntrackUdpSeconds', 'maxEndpointsPerService'] as const) {
+    if (!finite(c[f]) || c[f] <= 0) bad(f, c[f], 'must be greater than 0');
+  }
+  if (!c.nodeName) bad('nodeName (--hostname-override, --node-name, NODE_NAME)', c.nodeName, 'must not be empty');
+  if (!Array.isArray(c.nodePortAddresses)) bad('nodePortAddresses', c.nodePortAddresses, 'must be a list');
+  if (c.nodePortAddresses.includes('primary') && c.nodePortAddresses.length > 1) {
+    bad('nodePortAddresses', c.nodePortAddresses, "'primary' cannot be combined with CIDRs (as in kube-proxy)");
+  }
+}
 
 function positiveInt(name: string) {
   return (v: string) => {
@@ -148,33 +204,51 @@ function nonNegativeInt(name: string) {
 
 /** The YAML file uses the config field names (camelCase), like kube-proxy's. */
 export function loadConfigFile(path: string): Partial<AgentConfig> {
+  return readConfigFile(path).config;
+}
+
+/**
+ * Either Sluice's own settings, or kube-proxy's KubeProxyConfiguration
+ * (mapped; `ignored` names the fields that mean nothing here, and why).
+ */
+export function readConfigFile(path: string): { config: Partial<AgentConfig>; ignored: IgnoredField[] } {
   let doc: unknown;
   try {
     doc = YAML.parse(fs.readFileSync(path, 'utf8'));
   } catch (err) {
     throw new Error(`config file ${path}: ${(err as Error).message}`);
   }
-  if (doc === null || doc === undefined) return {};
+  if (doc === null || doc === undefined) return { config: {}, ignored: [] };
   if (typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`config file ${path}: expected a mapping of settings`);
-  const known = new Set<string>(Object.keys(defaultConfig()).concat(['kubeconfig', 'k8sApiServer', 'snatAddress', 'hostNetns']));
+  if (isKubeProxyConfiguration(doc as Record<string, unknown>)) return fromKubeProxyConfiguration(doc as Record<string, unknown>, `config file ${path}`);
+  const known = new Set<string>(Object.keys(defaultConfig()).concat(['kubeconfig', 'k8sApiServer', 'snatAddress', 'nodeIP', 'hostNetns']));
   for (const key of Object.keys(doc)) {
     if (!known.has(key)) throw new Error(`config file ${path}: unknown setting ${JSON.stringify(key)}`);
   }
-  return doc as Partial<AgentConfig>;
+  return { config: doc as Partial<AgentConfig>, ignored: [] };
 }
 
 export function resolveConfig(flags: Map<string, string>): AgentConfig {
+  return resolveConfigWithNotes(flags).config;
+}
+
+/** Defaults, then the file, then flags; validated. `ignored`: config-file fields without meaning here. */
+export function resolveConfigWithNotes(flags: Map<string, string>): { config: AgentConfig; ignored: IgnoredField[] } {
   const config: AgentConfig = defaultConfig();
   const file = flags.get('config');
+  let ignored: IgnoredField[] = [];
   if (file) {
-    Object.assign(config, loadConfigFile(file));
+    const read = readConfigFile(file);
+    Object.assign(config, read.config);
+    ignored = read.ignored;
     config.socketLB = parseSocketLbMode(config.socketLB, `config file ${file}: socketLB`);
   }
   for (const [flag, value] of flags) {
     const spec = FLAGS[flag];
     if (spec) (config as unknown as Record<string, unknown>)[spec.field] = spec.parse(value);
   }
-  return config;
+  validateConfig(config);
+  return { config, ignored };
 }
 
 export function parseHostPort(text: string, what: string): { host: string; port: number } {

@@ -1,11 +1,27 @@
-// /healthz and /livez like kube-proxy's proxier health server: healthy while
-// changes get programmed in time. Unhealthy when a change has waited longer
-// than the health timeout (2 x sync period, as kube-proxy) without a sync.
+// /healthz and /livez like kube-proxy's proxy health server
+// (pkg/proxy/healthcheck/proxy_health.go). Both are 503 when a change has
+// waited longer than the health timeout (2 x sync period) without a sync.
+// /healthz is also 503 when this Node is going away (being deleted, or
+// tainted ToBeDeletedByClusterAutoscaler): cloud load balancers probe it to
+// drain the node first. /livez ignores the Node: it says whether the agent
+// itself works (the kubelet's probes use it).
 import * as http from 'node:http';
+import type { V1Node } from '@kubernetes/client-node';
+
+/** The Cluster Autoscaler's taint on a node it is about to delete. */
+export const TO_BE_DELETED_TAINT = 'ToBeDeletedByClusterAutoscaler';
+
+/** Status counters, by HTTP code (kube-proxy's proxy_healthz_total / proxy_livez_total). */
+export interface HealthCounters {
+  healthz(code: number): void;
+  livez(code: number): void;
+}
 
 export class ProxyHealth {
   private lastUpdated = 0; // ms, last successful sync
   private oldestPending = 0; // ms, oldest change not yet synced; 0 = none
+  /** As kube-proxy: eligible while starting, until a Node event says otherwise. */
+  private nodeEligible = true;
 
   constructor(private readonly healthTimeoutMs: number, private readonly now = () => Date.now()) {}
 
@@ -18,6 +34,16 @@ export class ProxyHealth {
     this.oldestPending = 0;
   }
 
+  /** kube-proxy's SyncNode: not eligible when deleted or tainted for deletion. A missing Node changes nothing. */
+  syncNode(node: V1Node | undefined): void {
+    if (!node) return;
+    this.nodeEligible = !node.metadata?.deletionTimestamp && !(node.spec?.taints ?? []).some((t) => t.key === TO_BE_DELETED_TAINT);
+  }
+
+  get eligible(): boolean {
+    return this.nodeEligible;
+  }
+
   /**
    * As kube-proxy: healthy unless a change has been pending for longer than
    * the timeout. Before the first sync nothing is pending yet, so a fresh
@@ -28,26 +54,36 @@ export class ProxyHealth {
     return this.now() - this.oldestPending < this.healthTimeoutMs;
   }
 
-  /** kube-proxy's JSON body. */
-  body(): { lastUpdated: string; currentTime: string; nodeEligible: boolean } {
-    return {
-      lastUpdated: new Date(this.lastUpdated || 0).toISOString(),
-      currentTime: new Date(this.now()).toISOString(),
-      nodeEligible: true,
+  /** /healthz: the proxy is healthy and the Node is not going away. */
+  healthzOk(): boolean {
+    return this.healthy() && this.nodeEligible;
+  }
+
+  /** kube-proxy's JSON body; lastUpdated is "now" while healthy, as upstream keeps for compatibility. */
+  body(path: '/healthz' | '/livez', ok: boolean): Record<string, unknown> {
+    const now = this.now();
+    const body: Record<string, unknown> = {
+      lastUpdated: new Date(ok ? now : this.lastUpdated || 0).toISOString(),
+      currentTime: new Date(now).toISOString(),
     };
+    if (path === '/healthz') body.nodeEligible = this.nodeEligible;
+    return body;
   }
 }
 
-export function startHealthServer(health: ProxyHealth, host: string, port: number): Promise<http.Server> {
+export function startHealthServer(health: ProxyHealth, host: string, port: number, counters?: HealthCounters): Promise<http.Server> {
   const server = http.createServer((req, res) => {
     const path = (req.url ?? '').split('?')[0];
     if (path !== '/healthz' && path !== '/livez') {
       res.writeHead(404).end();
       return;
     }
-    const ok = health.healthy();
-    res.writeHead(ok ? 200 : 503, { 'Content-Type': 'application/json', 'X-Content-Type-Options': 'nosniff' });
-    res.end(JSON.stringify(health.body()));
+    const ok = path === '/healthz' ? health.healthzOk() : health.healthy();
+    const code = ok ? 200 : 503;
+    if (path === '/healthz') counters?.healthz(code);
+    else counters?.livez(code);
+    res.writeHead(code, { 'Content-Type': 'application/json', 'X-Content-Type-Options': 'nosniff' });
+    res.end(JSON.stringify(health.body(path, ok)));
   });
   return new Promise((resolve, reject) => {
     server.once('error', reject);

@@ -1,38 +1,141 @@
 // Prometheus metrics. Where a metric means what kube-proxy's does, it has
-// kube-proxy's full name (subsystem "kubeproxy"), so existing dashboards and
-// alerts keep working after the switch; Sluice's own carry "sluice_".
+// kube-proxy 1.34's full name, type, labels and buckets (subsystem
+// "kubeproxy", pkg/proxy/metrics), so existing dashboards and alerts keep
+// working after the switch; Sluice's own carry "sluice_".
 import * as http from 'node:http';
 import { Registry, Histogram, Gauge, Counter, collectDefaultMetrics } from 'prom-client';
+
+/** prometheus ExponentialBuckets(start, factor, count). */
+function exponentialBuckets(start: number, factor: number, count: number): number[] {
+  return Array.from({ length: count }, (_, i) => start * factor ** i);
+}
+
+function linearBuckets(start: number, width: number, count: number): number[] {
+  return Array.from({ length: count }, (_, i) => start + width * i);
+}
+
+/** kube-proxy's sync latency buckets: 1 ms .. 16 s. */
+export const SYNC_BUCKETS = exponentialBuckets(0.001, 2, 15);
+/** kube-proxy's network programming buckets (component-base MergeBuckets starts with a 0 bucket). */
+export const NETWORK_PROGRAMMING_BUCKETS = [
+  0,
+  ...linearBuckets(0.25, 0.25, 2),
+  ...linearBuckets(1, 1, 59),
+  ...linearBuckets(60, 5, 12),
+  ...linearBuckets(120, 30, 7),
+];
+
+/**
+ * prom-client's default Node.js metrics, minus the ones promtool rejects:
+ * nodejs_active_{handles,requests,resources}_total are gauges with a
+ * counter's _total suffix. process_* (CPU, memory, start time, fds) stay,
+ * as kube-proxy's Go client exports them.
+ */
+function registerDefaultMetrics(into: Registry): void {
+  const scratch = new Registry();
+  collectDefaultMetrics({ register: scratch });
+  for (const metric of scratch.getMetricsAsArray() as unknown as Array<Parameters<Registry['registerMetric']>[0] & { name: string }>) {
+    if (/^nodejs_active_.*_total$/.test(metric.name)) continue;
+    into.registerMetric(metric);
+  }
+}
 
 export class AgentMetrics {
   readonly registry = new Registry();
 
+  // ---- kube-proxy's metrics (pkg/proxy/metrics, v1.34) ----
   readonly syncDuration = new Histogram({
     name: 'kubeproxy_sync_proxy_rules_duration_seconds',
-    help: 'SyncProxyRules latency in seconds: one pass of translate, diff and apply',
-    buckets: Array.from({ length: 15 }, (_, i) => 0.0001 * 2 ** i),
+    help: 'SyncProxyRules latency in seconds',
+    labelNames: ['ip_family'],
+    buckets: SYNC_BUCKETS,
+    registers: [this.registry],
+  });
+
+  readonly syncFullDuration = new Histogram({
+    name: 'kubeproxy_sync_full_proxy_rules_duration_seconds',
+    help: 'SyncProxyRules latency in seconds for full resyncs',
+    labelNames: ['ip_family'],
+    buckets: SYNC_BUCKETS,
+    registers: [this.registry],
+  });
+
+  readonly syncPartialDuration = new Histogram({
+    name: 'kubeproxy_sync_partial_proxy_rules_duration_seconds',
+    help: 'SyncProxyRules latency in seconds for partial resyncs',
+    labelNames: ['ip_family'],
+    buckets: SYNC_BUCKETS,
     registers: [this.registry],
   });
 
   readonly syncLastTimestamp = new Gauge({
     name: 'kubeproxy_sync_proxy_rules_last_timestamp_seconds',
-    help: 'The last time the maps were successfully synced',
+    help: 'The last time proxy rules were successfully synced',
+    labelNames: ['ip_family'],
     registers: [this.registry],
   });
 
   readonly syncLastQueuedTimestamp = new Gauge({
     name: 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds',
-    help: 'The last time a sync was queued (a change arrived)',
+    help: 'The last time a sync of proxy rules was queued',
+    labelNames: ['ip_family'],
     registers: [this.registry],
   });
 
   readonly networkProgrammingDuration = new Histogram({
     name: 'kubeproxy_network_programming_duration_seconds',
-    help: 'In-cluster network programming latency: from the endpoints change (EndpointSlice last-change-trigger-time) to the maps',
-    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300],
+    help: 'In Cluster Network Programming Latency in seconds',
+    labelNames: ['ip_family'],
+    buckets: NETWORK_PROGRAMMING_BUCKETS,
     registers: [this.registry],
   });
 
+  readonly endpointChangesPending = new Gauge({
+    name: 'kubeproxy_sync_proxy_rules_endpoint_changes_pending',
+    help: 'Pending proxy rules Endpoint changes',
+    registers: [this.registry],
+  });
+
+  readonly endpointChangesTotal = new Counter({
+    name: 'kubeproxy_sync_proxy_rules_endpoint_changes_total',
+    help: 'Cumulative proxy rules Endpoint changes',
+    registers: [this.registry],
+  });
+
+  readonly serviceChangesPending = new Gauge({
+    name: 'kubeproxy_sync_proxy_rules_service_changes_pending',
+    help: 'Pending proxy rules Service changes',
+    registers: [this.registry],
+  });
+
+  readonly serviceChangesTotal = new Counter({
+    name: 'kubeproxy_sync_proxy_rules_service_changes_total',
+    help: 'Cumulative proxy rules Service changes',
+    registers: [this.registry],
+  });
+
+  readonly healthzTotal = new Counter({
+    name: 'kubeproxy_proxy_healthz_total',
+    help: 'Cumulative proxy healthz HTTP status',
+    labelNames: ['code'],
+    registers: [this.registry],
+  });
+
+  readonly livezTotal = new Counter({
+    name: 'kubeproxy_proxy_livez_total',
+    help: 'Cumulative proxy livez HTTP status',
+    labelNames: ['code'],
+    registers: [this.registry],
+  });
+
+  readonly noLocalEndpoints = new Gauge({
+    name: 'kubeproxy_sync_proxy_rules_no_local_endpoints_total',
+    help: 'Number of services with a Local traffic policy and no endpoints',
+    labelNames: ['traffic_policy', 'ip_family'],
+    registers: [this.registry],
+  });
+
+  // ---- Sluice's own ----
   readonly servicesProgrammed = new Gauge({ name: 'sluice_services_programmed', help: 'Services with at least one frontend in the maps', registers: [this.registry] });
   readonly frontendsProgrammed = new Gauge({ name: 'sluice_frontends_programmed', help: 'Frontends (address, port, protocol, scope) in the maps', registers: [this.registry] });
   readonly backendsProgrammed = new Gauge({ name: 'sluice_backends_programmed', help: 'Backends in the maps', registers: [this.registry] });
@@ -40,7 +143,7 @@ export class AgentMetrics {
   readonly mapMaxEntries = new Gauge({ name: 'sluice_map_max_entries', help: 'Capacity of each pinned map', labelNames: ['map'], registers: [this.registry] });
   readonly errors = new Counter({
     name: 'sluice_errors_total',
-    help: 'Objects or operations rejected, by reason (invalid_port, invalid_ip, unsupported_protocol, too_many_endpoints, map_full, apply_failed, watch_failed, ...)',
+    help: 'Objects or operations rejected, by reason (invalid_port, invalid_ip, unsupported_protocol, too_many_endpoints, frontend_conflict, map_full, apply_failed, watch_failed, unhandled_rejection, ...)',
     labelNames: ['reason'],
     registers: [this.registry],
   });
@@ -69,7 +172,7 @@ export class AgentMetrics {
   // ---- end of stale sockets ----
 
   constructor() {
-    collectDefaultMetrics({ register: this.registry });
+    registerDefaultMetrics(this.registry);
   }
 }
 

@@ -10,11 +10,12 @@
 // Drift repair (src/datapath/drift.ts) compares the maps with that state
 // every driftRepairPeriod, in chunks.
 import type { Logger } from 'pino';
+import type { V1Node } from '@kubernetes/client-node';
 import * as v8 from 'node:v8';
 import * as vm from 'node:vm';
 import koffi from 'koffi';
-import { translateService, nodeContextFromNode } from '../translate';
-import type { HealthCheckService, NodeContext, TranslateOptions, TranslateProblem } from '../model/frontend';
+import { translateService, nodeContextFromNode, compareServiceAge } from '../translate';
+import type { Frontend, HealthCheckService, NodeContext, TranslateOptions, TranslateProblem } from '../model/frontend';
 import { LbProgrammer, frontendId, type FrontendSpec, type ProgrammedBackend } from '../datapath/programmer';
 import { repairDrift } from '../datapath/drift';
 import * as abi from '../abi/generated';
@@ -25,6 +26,8 @@ import type { ProxyHealth } from './health';
 import { toFrontendSpec, ZoneIds } from './toSpecs';
 
 const RETRY_DELAY_MS = 1000;
+/** kube-proxy labels its sync metrics by IP family; the agent programs IPv4. */
+const FAMILY = { ip_family: 'IPv4' } as const;
 
 /**
  * The first full sync parses and translates every object at once; the
@@ -54,6 +57,8 @@ let mallocTrim: ((pad: number) => number) | undefined;
 
 export interface SyncerOptions {
   nodeName: string;
+  /** The node's own addresses now (interfaces of the agent's netns); NodePorts listen on these. */
+  localAddresses?: () => string[];
   /** Backends were deleted from the maps (the TC path forgets their flows). */
   onBackendsDeleted?: (ids: number[]) => void;
   /**
@@ -122,11 +127,20 @@ export class Syncer {
   /** serviceKey -> problems last reported, so a problem is logged once per change. */
   private readonly reported = new Map<string, string>();
   private readonly zones = new ZoneIds();
+  /** frontend id -> Services that lost it to its owner (re-translated when the owner lets go). */
+  private readonly contenders = new Map<string, Set<string>>();
+  /** serviceKey -> frontends with a Local policy and no usable endpoint (kube-proxy's no_local_endpoints). */
+  private readonly noLocal = new Map<string, { internal: number; external: number }>();
+  /** Trigger times before this are from before the agent ran (kube-proxy's trackerStartTime). */
+  private readonly startedAtMs = Date.now();
+  private lastNode: NodeContext | undefined;
   private running = false;
   private again = false;
   private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
   private fullTimer: NodeJS.Timeout | undefined;
   private driftTimer: NodeJS.Timeout | undefined;
+  /** The next full sync ends with a drift repair (the periodic full sync). */
+  private repairAfterFull = false;
   private driftRunning = false;
   /** The derived node context last translated with; a Node update that leaves it equal re-translates nothing. */
   private nodeFingerprint = '';
@@ -163,7 +177,13 @@ export class Syncer {
     this.fullTimer.unref();
     const drift = this.opts.driftRepairPeriodMs ?? 0;
     if (drift > 0) {
-      this.driftTimer = setInterval(() => void this.repairDrift(), drift);
+      // kube-proxy's hourly full sync: every Service translated again (the
+      // same conflict winners, whatever order events came in), then the maps
+      // compared with what the agent wrote, before any other pass runs.
+      this.driftTimer = setInterval(() => {
+        this.repairAfterFull = true;
+        this.full();
+      }, drift);
       this.driftTimer.unref();
     }
   }
@@ -201,7 +221,7 @@ export class Syncer {
   /** A change arrived: schedule a sync (coalesced). */
   trigger(): void {
     this.health.queued();
-    this.metrics.syncLastQueuedTimestamp.set(Date.now() / 1000);
+    this.metrics.syncLastQueuedTimestamp.set(FAMILY, Date.now() / 1000);
     if (!this.ready || this.stopped) return;
     if (this.running) {
       this.again = true;
@@ -253,15 +273,43 @@ export class Syncer {
   }
 
   private node(): NodeContext {
-    return nodeContextFromNode(this.state.node, this.opts.nodeName, this.opts.translate);
+    const ctx = nodeContextFromNode(this.nodeWithAddresses(), this.opts.nodeName, this.opts.translate, this.opts.localAddresses?.() ?? []);
+    this.lastNode = ctx;
+    return ctx;
+  }
+
+  private lastAddressedNode: V1Node | undefined;
+
+  /**
+   * The Node as the watch has it, but with the last addresses it had while
+   * it is gone or has none (re-registering after a delete): NodePorts stay
+   * where they were instead of vanishing for that while.
+   */
+  private nodeWithAddresses(): V1Node | undefined {
+    const current = this.state.node;
+    if (current?.status?.addresses?.length) {
+      this.lastAddressedNode = current;
+      return current;
+    }
+    const last = this.lastAddressedNode;
+    if (!last) return current;
+    if (!current) return last;
+    return { ...current, status: { ...current.status, addresses: last.status?.addresses ?? [] } };
+  }
+
+  /** The node's addresses moved (an interface came or went): every NodePort must be translated again. */
+  private nodeAddressesChanged(before: NodeContext | undefined, now: NodeContext): boolean {
+    return before !== undefined && before.addresses.join(',') !== now.addresses.join(',');
   }
 
   /** Which Services a pass translates: the changed ones, or all when the derived node context changed. */
   private collect(full: boolean): { keys: Set<string>; triggerTimes: Map<string, number>; node: NodeContext } {
     const { keys, nodeChanged, triggerTimes } = this.state.takeDirty();
+    const before = this.lastNode;
     const node = this.node();
     this.opts.onNodeAddresses?.(node.addresses);
-    let all = full;
+    // An interface's address came or went (no Node event says so): every NodePort again.
+    let all = full || this.nodeAddressesChanged(before, node);
     if (nodeChanged || full) {
       const fingerprint = JSON.stringify(node);
       if (fingerprint !== this.nodeFingerprint) all = true;
@@ -275,7 +323,8 @@ export class Syncer {
     const before = this.desired.get(key) ?? [];
     const after = this.translate(key, node);
     const afterIds = new Set(after.map(frontendId));
-    for (const id of before) if (!afterIds.has(id)) removals.push(id);
+    // A frontend this Service gave up stays when another Service owns it now.
+    for (const id of before) if (!afterIds.has(id) && !this.ownedByOther(id, key)) removals.push(id);
     for (const f of after) upserts.push(f);
     if (after.length > 0) this.desired.set(key, [...afterIds]);
     else this.desired.delete(key);
@@ -345,6 +394,10 @@ export class Syncer {
       this.log.info({ ...timing, services: keys.size, frontends: report.written, failures: report.failures }, 'first sync: every Service programmed');
       releaseStartupGarbage();
     }
+    if (this.repairAfterFull && !this.stopped) {
+      this.repairAfterFull = false;
+      await this.repairDrift();
+    }
     return report;
   }
 
@@ -364,17 +417,19 @@ export class Syncer {
       report.deleted = failures.deleted;
       report.failures = failures.count;
       const now = Date.now();
-      for (const [key, t] of triggerTimes) {
-        if (!failures.failedServices.has(key)) this.metrics.networkProgrammingDuration.observe(Math.max(0, now - t) / 1000);
-      }
+      this.observeProgramming(triggerTimes, failures.failedServices, now);
       // Failed Services are tried again later; what did succeed stays programmed.
       if (failures.count > 0) this.retryLater(failures.failedServices);
       if (this.healthChecksChanged) {
         this.healthChecksChanged = false;
         this.opts.onHealthChecks?.([...this.healthChecks.values()]);
       }
+      // Healthy after any completed pass: a Service that does not fit the maps
+      // is retried and reported, and must not make the kubelet restart an
+      // agent that serves every other Service. "Last synced" (kube-proxy's
+      // timestamp) only when everything was written.
       this.health.updated();
-      this.metrics.syncLastTimestamp.set(now / 1000);
+      if (failures.count === 0) this.metrics.syncLastTimestamp.set(FAMILY, now / 1000);
       this.metrics.syncs.inc({ kind, result: failures.count > 0 ? 'partial_failure' : 'ok' });
     } catch (err) {
       report.failures++;
@@ -385,7 +440,7 @@ export class Syncer {
       this.retryLater(keys);
     }
     report.durationMs = Number(process.hrtime.bigint() - start) / 1e6;
-    this.metrics.syncDuration.observe(report.durationMs / 1000);
+    this.observeSync(kind, report.durationMs / 1000);
     this.updateGauges();
     this.opts.onSyncDone?.(report, {
       services: this.desired.size,
@@ -405,26 +460,32 @@ export class Syncer {
       this.setExternalBackends(key, []);
       this.releaseOwnership(key);
       this.reported.delete(key);
+      this.noLocal.delete(key);
       return [];
     }
     const t = translateService(svc, this.state.slicesOf(key), node, this.opts.translate);
     this.setHealthCheck(key, t.healthCheck);
+    this.countNoLocalEndpoints(key, t.frontends);
     const problems = [...t.problems];
     const specs: FrontendSpec[] = [];
     for (const f of t.frontends) {
       const spec = toFrontendSpec(f, this.zones);
       if (!spec) continue;
       const id = frontendId(spec);
-      const owner = this.owners.get(id);
-      if (owner !== undefined && owner !== key && this.state.services.has(owner)) {
-        problems.push({ object: `Service ${key}`, reason: 'frontend_conflict', message: `frontend ${id} already belongs to Service ${owner}` });
+      const winner = this.conflictWinner(id, key);
+      if (winner !== key) {
+        problems.push({
+          object: `Service ${key}`,
+          reason: 'frontend_conflict',
+          message: `frontend ${id} belongs to Service ${winner} (the older Service keeps a shared address:port/protocol); not programmed for this one`,
+        });
         continue;
       }
       specs.push(spec);
     }
-    this.releaseOwnership(key);
     this.setExternalBackends(key, specs);
     const ids = new Set(specs.map(frontendId));
+    this.releaseOwnership(key, ids);
     for (const id of ids) this.owners.set(id, key);
     if (ids.size > 0) this.owned.set(key, ids);
     this.reportProblems(key, problems);
@@ -463,9 +524,54 @@ export class Syncer {
     this.healthChecksChanged = true;
   }
 
-  private releaseOwnership(key: string): void {
-    for (const id of this.owned.get(key) ?? []) if (this.owners.get(id) === key) this.owners.delete(id);
+  /** Give up the frontends `key` owned, but those in `keep` (it still asks for them). */
+  private releaseOwnership(key: string, keep: ReadonlySet<string> = new Set()): void {
+    for (const id of this.owned.get(key) ?? []) {
+      if (keep.has(id) || this.owners.get(id) !== key) continue;
+      this.owners.delete(id);
+      this.wakeContenders(id, key);
+    }
     this.owned.delete(key);
+  }
+
+  // ---- frontend conflicts: the same winner whatever the order of events ----
+
+  /**
+   * Who gets a frontend two Services claim: the older Service (creation
+   * time), then the smaller namespace/name, as translateAll decides. The
+   * same answer in a partial and a full sync, whichever came first. A
+   * Service that takes a frontend over sends the loser back to the queue,
+   * so the loser drops it from its own state and reports the conflict.
+   */
+  private conflictWinner(id: string, key: string): string {
+    const owner = this.owners.get(id);
+    if (owner === undefined || owner === key) return key;
+    const ownerSvc = this.state.services.get(owner);
+    const svc = this.state.services.get(key);
+    if (!ownerSvc || !svc) return key;
+    const [winner, loser] = compareServiceAge(svc, ownerSvc) < 0 ? [key, owner] : [owner, key];
+    let waiting = this.contenders.get(id);
+    if (!waiting) this.contenders.set(id, (waiting = new Set()));
+    waiting.add(loser);
+    waiting.delete(winner);
+    if (winner === key) {
+      this.owners.set(id, key);
+      this.state.markDirty(owner);
+    }
+    return winner;
+  }
+
+  private ownedByOther(id: string, key: string): boolean {
+    const owner = this.owners.get(id);
+    return owner !== undefined && owner !== key;
+  }
+
+  /** The owner let go of a frontend: the Services that lost it try again. */
+  private wakeContenders(id: string, formerOwner: string): void {
+    const waiting = this.contenders.get(id);
+    if (!waiting) return;
+    this.contenders.delete(id);
+    for (const key of waiting) if (key !== formerOwner && this.state.services.has(key)) this.state.markDirty(key);
   }
 
   /** Log and count each distinct set of problems of a Service once. */
@@ -489,7 +595,7 @@ export class Syncer {
       outcome.deleted += r.frontends;
       deletedBackends.push(...r.deletedBackendIds);
     }
-    const result = this.programmer.apply(upserts, { prune: false });
+    const result = this.programmer.apply(lastPerFrontend(upserts), { prune: false });
     deletedBackends.push(...result.deletedBackendIds);
     if (deletedBackends.length > 0) this.opts.onBackendsDeleted?.(deletedBackends);
     // Conntrack and affinity entries of the freed ids are purged by now.
@@ -516,6 +622,14 @@ export class Syncer {
   }
 
   private updateGauges(): void {
+    let internal = 0;
+    let external = 0;
+    for (const n of this.noLocal.values()) {
+      internal += n.internal;
+      external += n.external;
+    }
+    this.metrics.noLocalEndpoints.set({ traffic_policy: 'internal', ...FAMILY }, internal);
+    this.metrics.noLocalEndpoints.set({ traffic_policy: 'external', ...FAMILY }, external);
     this.metrics.servicesProgrammed.set(this.desired.size);
     this.metrics.frontendsProgrammed.set(this.programmer.frontendCount());
     this.metrics.backendsProgrammed.set(this.programmer.backendCount());
@@ -523,6 +637,37 @@ export class Syncer {
 
   programmed(): LbProgrammer {
     return this.programmer;
+  }
+
+  // ---- kube-proxy's sync metrics ----
+
+  private observeSync(kind: 'partial' | 'full', seconds: number): void {
+    this.metrics.syncDuration.observe(FAMILY, seconds);
+    (kind === 'full' ? this.metrics.syncFullDuration : this.metrics.syncPartialDuration).observe(FAMILY, seconds);
+  }
+
+  /** From each endpoints change to the maps; changes older than the agent are not its latency (kube-proxy ignores them too). */
+  private observeProgramming(triggerTimes: Map<string, number>, failed: Set<string>, now: number): void {
+    for (const [key, t] of triggerTimes) {
+      if (failed.has(key) || t < this.startedAtMs) continue;
+      this.metrics.networkProgrammingDuration.observe(FAMILY, Math.max(0, now - t) / 1000);
+    }
+  }
+
+  /**
+   * kube-proxy's sync_proxy_rules_no_local_endpoints_total: Service ports
+   * whose Local policy leaves no endpoint here while endpoints exist
+   * elsewhere (the frontends that drop).
+   */
+  private countNoLocalEndpoints(key: string, frontends: Frontend[]): void {
+    const internal = new Set<string>();
+    const external = new Set<string>();
+    for (const f of frontends) {
+      if (f.backends.length > 0 || f.noBackendVerdict !== 'drop') continue;
+      (f.kind === 'ClusterIP' ? internal : external).add(`${f.family}|${f.portName}|${f.proto}`);
+    }
+    if (internal.size + external.size > 0) this.noLocal.set(key, { internal: internal.size, external: external.size });
+    else this.noLocal.delete(key);
   }
 }
 
@@ -552,4 +697,14 @@ class AddressIndex {
     this.changed = false;
     return [...this.refs.keys()];
   }
+}
+
+/**
+ * One spec per frontend, the last one of the pass: a Service that wins a
+ * frontend (conflictWinner) later in a pass replaces the loser's spec.
+ */
+function lastPerFrontend(upserts: FrontendSpec[]): FrontendSpec[] {
+  const byId = new Map<string, FrontendSpec>();
+  for (const spec of upserts) byId.set(frontendId(spec), spec);
+  return byId.size === upserts.length ? upserts : [...byId.values()];
 }

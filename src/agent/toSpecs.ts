@@ -30,6 +30,7 @@ export function frontendFlags(f: Frontend): number {
   if (f.twoScopes) flags |= abi.LB_SVC_FLAG_TWO_SCOPES;
   if (f.affinityTimeoutSeconds > 0) flags |= abi.LB_SVC_FLAG_AFFINITY;
   if (f.sourceRanges.length > 0) flags |= abi.LB_SVC_FLAG_SOURCE_RANGE;
+  if (f.backends.length === 0 && f.noBackendVerdict === 'drop') flags |= abi.LB_SVC_FLAG_DROP_NO_BACKEND;
   return flags;
 }
 

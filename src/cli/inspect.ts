@@ -19,6 +19,7 @@ export function flagNames(flags: number): string[] {
     [abi.LB_SVC_FLAG_TWO_SCOPES, 'two-scopes'],
     [abi.LB_SVC_FLAG_AFFINITY, 'sessionAffinity=ClientIP'],
     [abi.LB_SVC_FLAG_SOURCE_RANGE, 'sourceRanges'],
+    [abi.LB_SVC_FLAG_DROP_NO_BACKEND, 'drop-no-backend'],
   ];
   return names.filter(([bit]) => flags & bit).map(([, name]) => name);
 }

@@ -210,7 +210,9 @@ export type { Command };
 
 if (require.main === module || process.argv[1]?.endsWith('bin/sluice')) {
   main(process.argv.slice(2)).then(
-    (code) => process.exit(code),
+    // Exit once stdout is flushed: a pipe takes large output (-o json of a
+    // big Service) asynchronously, and process.exit() would cut it short.
+    (code) => process.stdout.write('', () => process.exit(code)),
     (err) => {
       process.stderr.write(`sluice: ${(err as Error).stack ?? err}\n`);
       process.exit(1);

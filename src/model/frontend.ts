@@ -35,8 +35,17 @@ export interface Frontend {
   proto: L4Proto;
   /** 'external' unless this is the internal-scope twin of an externalTrafficPolicy: Local frontend. */
   scope: Scope;
-  /** Deduplicated by address:port, sorted by (address, port) numerically. Empty = refuse connections. */
+  /** Deduplicated by address:port, sorted by (address, port) numerically. Empty: see noBackendVerdict. */
   backends: Backend[];
+  /**
+   * What an empty backend set does (kube-proxy's filter verdicts):
+   * 'reject' when the Service has no usable endpoint anywhere, 'drop' when
+   * endpoints exist but a Local traffic policy forbids every one of them
+   * from here (internalTrafficPolicy Local with endpoints only on other
+   * nodes; the external scope of externalTrafficPolicy Local without a local
+   * endpoint). Meaningless while backends is not empty ('reject').
+   */
+  noBackendVerdict: 'reject' | 'drop';
   /** externalTrafficPolicy: Local applies to this frontend (external scope of NodePort/ExternalIP/LB). */
   externalLocal: boolean;
   /** internalTrafficPolicy: Local applies to this frontend (ClusterIP frontends only). */
@@ -87,12 +96,23 @@ export interface NodeContext {
 export interface TranslateOptions {
   /** CIDRs, kube-proxy's --nodeport-addresses; the keyword 'primary' selects the node's primary IPs. */
   nodePortAddresses?: string[];
-  /** Default 10000. A Service with more backends is not programmed at all. */
+  /** NodePorts on 127.0.0.1 (kube-proxy's iptables.localhostNodePorts); default off here. */
+  localhostNodePorts?: boolean;
+  /** The node's primary IP of its family, over the Node object's (kube-proxy's bindAddress). */
+  nodeIP?: string;
+  /**
+   * A map-capacity guard per frontend, not a Service limit (kube-proxy has
+   * none): a frontend with more backends keeps the first this many (in
+   * address order) and gets a 'too_many_endpoints' problem. At most
+   * MAX_BACKENDS_PER_FRONTEND, the master entry's u16 slot count.
+   */
   maxEndpointsPerService: number;
   /** Families this node programs; default ['IPv4']. */
   ipFamilies?: IPFamily[];
 }
 
-export const DEFAULT_MAX_ENDPOINTS_PER_SERVICE = 10000;
+/** lb4_service.count is a u16: slots 1..65535. */
+export const MAX_BACKENDS_PER_FRONTEND = 65535;
+export const DEFAULT_MAX_ENDPOINTS_PER_SERVICE = MAX_BACKENDS_PER_FRONTEND;
 /** kube-apiserver's default for sessionAffinityConfig.clientIP.timeoutSeconds. */
 export const DEFAULT_AFFINITY_TIMEOUT_SECONDS = 10800;

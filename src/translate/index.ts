@@ -1,5 +1,5 @@
 // Translate: Kubernetes objects → desired frontends and backends (pure, no I/O).
-export { translateService, translateAll, groupSlicesByService, sortFrontends, type TranslateAllResult } from './translate';
+export { translateService, translateAll, groupSlicesByService, sortFrontends, compareServiceAge, type TranslateAllResult } from './translate';
 export { nodeContextFromNode, LABEL_TOPOLOGY_ZONE } from './node';
 export {
   shouldSkipService,

@@ -15,6 +15,7 @@
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import {
   DEFAULT_MAX_ENDPOINTS_PER_SERVICE,
+  MAX_BACKENDS_PER_FRONTEND,
   type Backend,
   type Frontend,
   type FrontendKind,
@@ -28,7 +29,7 @@ import {
 import { categorizeEndpoints, type ServicePortPolicy } from './categorize';
 import { collectEndpoints, servicePortKey, type EndpointInfo, type EndpointsByServicePort } from './endpoints';
 import { ipSortKey, parseIP, type ParsedIP } from './ip';
-import { readServiceSpec, type ServicePortSpec, type ServiceSpecInfo } from './service';
+import { readServiceSpec, type ServiceSpecInfo } from './service';
 import { serviceKey, shouldSkipService } from './skip';
 
 const KIND_ORDER: Record<FrontendKind, number> = { ClusterIP: 0, NodePort: 1, ExternalIP: 2, LoadBalancer: 3 };
@@ -53,21 +54,11 @@ export function translateService(
   const ownSlices = slices.filter((s) => serviceKey(s) === service);
   const endpoints = collectEndpoints(ownSlices, node.name, families, problems);
 
-  const max = opts.maxEndpointsPerService > 0 ? opts.maxEndpointsPerService : DEFAULT_MAX_ENDPOINTS_PER_SERVICE;
-  const count = countBackends(endpoints, spec.ports, families);
-  if (count > max) {
-    problems.push({
-      object,
-      reason: 'too_many_endpoints',
-      message: `${object}: ${count} backends exceed maxEndpointsPerService ${max}; Service not programmed`,
-    });
-    return { service, frontends: [], problems };
-  }
-
   const frontends: Frontend[] = [];
   for (const family of families) {
     frontends.push(...familyFrontends(service, family, spec, endpoints, node));
   }
+  capBackends(frontends, opts, object, problems);
 
   const result: ServiceTranslation = { service, frontends: dedupAndSort(frontends), problems };
   if (spec.healthCheckNodePort !== 0 && families.size > 0) {
@@ -179,6 +170,7 @@ function familyFrontends(
       proto: port.proto,
       scope: 'external',
       backends: clusterSet,
+      noBackendVerdict: 'reject',
       externalLocal: false,
       internalLocal: false,
       twoScopes: false,
@@ -191,6 +183,7 @@ function familyFrontends(
       if (spec.internalPolicyLocal) {
         fe.backends = localSet;
         fe.internalLocal = true;
+        fe.noBackendVerdict = dropUnlessUsable(localSet, sets.hasAnyEndpoints);
       }
       out.push(fe);
     }
@@ -205,7 +198,8 @@ function familyFrontends(
       fe.backends = localSet;
       fe.externalLocal = true;
       fe.twoScopes = true;
-      const twin: Frontend = { ...fe, scope: 'internal', backends: clusterSet, externalLocal: false };
+      fe.noBackendVerdict = dropUnlessUsable(localSet, sets.hasAnyEndpoints);
+      const twin: Frontend = { ...fe, scope: 'internal', backends: clusterSet, externalLocal: false, noBackendVerdict: 'reject' };
       out.push(fe, twin);
     };
     if (port.nodePort !== 0) for (const a of nodeAddrs) external('NodePort', a.text, port.nodePort);
@@ -213,6 +207,15 @@ function familyFrontends(
     for (const ip of lbVIPs) external('LoadBalancer', ip.text, port.port);
   }
   return out;
+}
+
+/**
+ * kube-proxy (nftables/iptables syncProxyRules): a Local policy with no
+ * local endpoint while the Service has endpoints elsewhere is "drop"; no
+ * endpoint at all is "reject".
+ */
+function dropUnlessUsable(localSet: readonly Backend[], hasAnyEndpoints: boolean): 'reject' | 'drop' {
+  return localSet.length === 0 && hasAnyEndpoints ? 'drop' : 'reject';
 }
 
 function toBackends(eps: readonly EndpointInfo[], terminating: boolean): Backend[] {
@@ -225,17 +228,28 @@ function toBackends(eps: readonly EndpointInfo[], terminating: boolean): Backend
   });
 }
 
-/** Distinct (address, port, protocol) backends the Service would need across its programmed ports and families. */
-function countBackends(endpoints: EndpointsByServicePort, ports: ServicePortSpec[], families: Set<IPFamily>): number {
-  const seen = new Set<string>();
-  for (const family of families) {
-    for (const port of ports) {
-      const set = endpoints.get(servicePortKey(family, port.name, port.proto));
-      if (!set) continue;
-      for (const ep of set.values()) seen.add(`${ep.address}|${ep.port}|${ep.proto}`);
-    }
+/**
+ * The per-frontend map-capacity guard (see TranslateOptions): kube-proxy
+ * programs every endpoint, so a frontend over the guard still gets the
+ * first `max` backends (traffic keeps flowing) and one problem per
+ * Service names the largest set.
+ */
+function capBackends(frontends: Frontend[], opts: TranslateOptions, object: string, problems: TranslateProblem[]): void {
+  const asked = opts.maxEndpointsPerService > 0 ? opts.maxEndpointsPerService : DEFAULT_MAX_ENDPOINTS_PER_SERVICE;
+  const max = Math.min(asked, MAX_BACKENDS_PER_FRONTEND);
+  let largest = 0;
+  for (const fe of frontends) {
+    if (fe.backends.length <= max) continue;
+    largest = Math.max(largest, fe.backends.length);
+    fe.backends = fe.backends.slice(0, max);
   }
-  return seen.size;
+  if (largest > 0) {
+    problems.push({
+      object,
+      reason: 'too_many_endpoints',
+      message: `${object}: a frontend has ${largest} backends, over the per-frontend limit of ${max} (maxEndpointsPerService); the first ${max} are programmed`,
+    });
+  }
 }
 
 /**
@@ -300,7 +314,7 @@ function addressKey(text: string): string {
   return ip ? ipSortKey(ip) : text;
 }
 
-function compareServiceAge(a: V1Service, b: V1Service): number {
+export function compareServiceAge(a: V1Service, b: V1Service): number {
   const ta = timeOf(a.metadata?.creationTimestamp);
   const tb = timeOf(b.metadata?.creationTimestamp);
   if (ta !== tb) return ta - tb;

@@ -16,7 +16,7 @@ import { listConntrack } from '../../src/datapath/tc/conntrack';
 import { counterIndex } from '../../src/datapath/counters';
 import { TcHarness } from './tc_harness';
 import {
-  TC_ACT_OK, TC_ACT_REDIRECT, TCP_ACK, TCP_PSH, TCP_SYN,
+  TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN,
   diffHex, frame, icmpError, icmpReply, ipPacket, rewriteQuoted, type L4Spec,
 } from './tc_packet';
 
@@ -227,6 +227,21 @@ describe('frontends without backends are rejected with ICMP port unreachable', (
       assert.equal(verdict, TC_ACT_REDIRECT);
       expectPacket(out, portUnreachable(VIP, POD, ipPacket(input)), `${proto} reject`);
       assert.equal(h.counter(abi.LB_CNT_TC_NO_BACKEND + abi.LB_CNT_POD_OFFSET) - before, 1n);
+      assert.equal(listConntrack(h.tc.conntrack).length, 0, 'no conntrack entry');
+    });
+  }
+});
+
+describe('frontends flagged DROP_NO_BACKEND drop silently, as kube-proxy does for a Local policy with endpoints elsewhere', () => {
+  for (const proto of ['tcp', 'udp'] as const) {
+    test(`${proto}: dropped, no ICMP, counted, no conntrack entry`, () => {
+      const flags = CLUSTER_IP | abi.LB_SVC_FLAG_INT_LOCAL | abi.LB_SVC_FLAG_DROP_NO_BACKEND;
+      h.upsertFrontend({ address: VIP, port: VIP_PORT, proto, flags, revNatId: 29, backends: [] });
+      const before = h.counter(abi.LB_CNT_TC_NO_BACKEND);
+      const input: L4Spec = { proto, src: POD, dst: VIP, sport: 40300, dport: VIP_PORT, tcpFlags: TCP_SYN, payload: Buffer.from('x') };
+      const { verdict } = run('ingress', frame(input));
+      assert.equal(verdict, TC_ACT_SHOT);
+      assert.equal(h.counter(abi.LB_CNT_TC_NO_BACKEND) - before, 1n);
       assert.equal(listConntrack(h.tc.conntrack).length, 0, 'no conntrack entry');
     });
   }

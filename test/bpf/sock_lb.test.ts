@@ -4,6 +4,9 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import * as path from 'node:path';
 import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
+import { openSockLbMaps } from '../../src/datapath/maps';
+import { LbProgrammer } from '../../src/datapath/programmer';
+import * as abi from '../../src/abi/generated';
 
 const VIP = '10.96.0.10';
 const BACKENDS = ['198.18.10.2', '198.18.10.3', '198.18.10.4'];
@@ -71,6 +74,27 @@ test('a frontend with zero backends refuses connect() at once with ECONNREFUSED'
   for (const r of results) {
     assert.equal(r.error, 'ECONNREFUSED');
     assert.ok(r.ms < 200, `refusal took ${r.ms} ms`);
+  }
+});
+
+test('a frontend flagged DROP_NO_BACKEND (Local policy, endpoints elsewhere) fails at once with EHOSTUNREACH, not ECONNREFUSED', async () => {
+  const maps = openSockLbMaps(sb.bpffs);
+  try {
+    const flags = abi.LB_SVC_FLAG_CLUSTER_IP | abi.LB_SVC_FLAG_INT_LOCAL | abi.LB_SVC_FLAG_DROP_NO_BACKEND;
+    const result = LbProgrammer.adopt(maps).apply([
+      { address: VIP, port: 82, proto: 'tcp', scope: 'external', flags, affinityTimeout: 0, backends: [] },
+      { address: VIP, port: 82, proto: 'udp', scope: 'external', flags, affinityTimeout: 0, backends: [] },
+    ], { prune: false });
+    assert.deepEqual(result.failures, []);
+  } finally {
+    maps.close();
+  }
+  for (const proto of ['tcp', 'udp'] as const) {
+    const { results } = await client(proto, VIP, 82, 3);
+    for (const r of results) {
+      assert.equal(r.error, 'EHOSTUNREACH', `${proto}: ${JSON.stringify(r)}`);
+      assert.ok(r.ms < 200, `${proto}: failing took ${r.ms} ms`);
+    }
   }
 });
 

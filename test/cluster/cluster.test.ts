@@ -165,12 +165,12 @@ describe('cluster tier', { timeout: 30 * 60_000 }, () => {
       // What kube-proxy must program on node 1 (w1 is node 1's pod).
       const expected: BackendSets = {
         clusterIP: {
-          '10.96.0.1:443/tcp': [],
+          '10.96.0.1:443/tcp': ['<reject>'], // the REJECT/DROP column (emptySetMarker)
           [`${vip(webSvc)}:80/tcp`]: both,
           [`${vip(local)}:8081/tcp`]: both,
           [`${vip(internal)}:8082/tcp`]: [`${w1.ip}:8080`],
           [`${vip(lb)}:53/udp`]: bothDns,
-          [`${vip(empty)}:9999/tcp`]: [],
+          [`${vip(empty)}:9999/tcp`]: ['<reject>'],
           [`${vip(sticky)}:8083/tcp`]: both,
           [`${vip(drainSvc)}:8084/tcp`]: [`${drain.ip}:8080`],
         },

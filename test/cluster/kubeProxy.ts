@@ -11,6 +11,17 @@ import { FatalWaitError, isAlive, startProcess, tailLog, waitFor, type ManagedPr
 
 export type KubeProxyMode = 'iptables' | 'nftables';
 
+/** KubeProxyConfiguration lines: zero = do not touch; nf_conntrack_max and the timeouts are host-wide. */
+export const CONNTRACK_UNTOUCHED = [
+  'conntrack:',
+  '  maxPerCore: 0',
+  '  min: 0',
+  '  tcpEstablishedTimeout: 0s',
+  '  tcpCloseWaitTimeout: 0s',
+  '  udpTimeout: 0s',
+  '  udpStreamTimeout: 0s',
+];
+
 export interface KubeProxy {
   node: ClusterNode;
   mode: KubeProxyMode;
@@ -34,14 +45,7 @@ export function kubeProxyConfig(node: ClusterNode, mode: KubeProxyMode): string 
     'healthzBindAddress: 127.0.0.1:10256',
     'metricsBindAddress: 127.0.0.1:10249',
     'bindAddress: 0.0.0.0',
-    // Zero = do not touch: nf_conntrack_max and the timeouts are host-wide.
-    'conntrack:',
-    '  maxPerCore: 0',
-    '  min: 0',
-    '  tcpEstablishedTimeout: 0s',
-    '  tcpCloseWaitTimeout: 0s',
-    '  udpTimeout: 0s',
-    '  udpStreamTimeout: 0s',
+    ...CONNTRACK_UNTOUCHED,
     'iptables:',
     '  minSyncPeriod: 0s',
     '  syncPeriod: 30s',

@@ -10,12 +10,14 @@
 //     KUBE-EXT-* -> the unconditional jump is the external path (KUBE-SVL-* for
 //                   externalTrafficPolicy Local; the -s/--src-type jumps are
 //                   kube-proxy's short-circuits for pod and node traffic)
-//     filter "has no endpoints" REJECT / "has no local endpoints" DROP -> an empty set
+//     filter "has no endpoints" REJECT / "has no local endpoints" DROP -> an empty
+//     set, written ["<reject>"] or ["<drop>"] so the verdict is compared too
 //   nftables mode (nft -j list ruleset, table ip|ip6 kube-proxy):
 //     map service-ips  { addr . proto . port : goto service-*|local-*|external-* }
 //     map service-nodeports { proto . port : goto external-* } on set nodeport-ips
 //     endpoint-* chains: dnat to podIP:port
-//     maps no-endpoint-services / no-endpoint-nodeports -> an empty set
+//     maps no-endpoint-services / no-endpoint-nodeports -> an empty set, its
+//     verdict ("goto reject-chain" or "drop") kept as for iptables
 //
 // Keys are "<address>:<port>/<proto>" ("[v6]:port/proto"), backends
 // "podIP:port", sorted; one record per frontend kind.
@@ -32,8 +34,19 @@ export interface OracleFrontend {
   protocol: string;
   /** "namespace/name:portName" when the rules say it. */
   service?: string;
-  /** Sorted "ip:port". Empty: kube-proxy rejects or drops (no (local) endpoints). */
+  /** Sorted "ip:port". Empty: kube-proxy rejects or drops (no (local) endpoints), see noBackend. */
   backends: string[];
+  /** With no backends: kube-proxy's filter verdict (REJECT: no endpoints at all; DROP: none usable from here). */
+  noBackend?: 'reject' | 'drop';
+}
+
+/**
+ * The REJECT/DROP column: an empty backend set is compared as one marker
+ * entry, so a frontend that rejects where kube-proxy drops (or the other
+ * way round) is a mismatch, not two equal empty sets.
+ */
+export function emptySetMarker(verdict: 'reject' | 'drop' | undefined): string[] {
+  return verdict ? [`<${verdict}>`] : [];
 }
 
 export type BackendSets = Record<FrontendKind, Record<string, string[]>>;
@@ -62,7 +75,9 @@ export function frontendKey(address: string, port: number, protocol: string): st
 
 export function toBackendSets(frontends: OracleFrontend[]): BackendSets {
   const sets: BackendSets = { clusterIP: {}, externalIP: {}, loadBalancerIP: {}, nodePort: {} };
-  for (const f of frontends) sets[f.kind][frontendKey(f.address, f.port, f.protocol)] = f.backends;
+  for (const f of frontends) {
+    sets[f.kind][frontendKey(f.address, f.port, f.protocol)] = f.backends.length > 0 ? f.backends : emptySetMarker(f.noBackend);
+  }
   return sets;
 }
 
@@ -111,8 +126,10 @@ function mergeFrontends(list: OracleFrontend[]): OracleFrontend[] {
   for (const f of list) {
     const key = `${f.kind} ${frontendKey(f.address, f.port, f.protocol)}`;
     const prev = byKey.get(key);
-    if (prev) prev.backends = sortedUnique([...prev.backends, ...f.backends]);
-    else byKey.set(key, { ...f, backends: sortedUnique(f.backends) });
+    if (prev) {
+      prev.backends = sortedUnique([...prev.backends, ...f.backends]);
+      prev.noBackend ??= f.noBackend;
+    } else byKey.set(key, { ...f, backends: sortedUnique(f.backends) });
   }
   return [...byKey.values()];
 }
@@ -265,14 +282,15 @@ export function parseIptablesSave(text: string, opts: ParseOptions = {}): Oracle
       if (!proto || !Number.isInteger(port)) continue;
       const d = r.opts.get('-d');
       const service = commentService(comment);
+      const noBackend = r.target === 'DROP' ? 'drop' as const : 'reject' as const;
       if (d && !d.startsWith('!')) {
         const address = stripPrefixLen(d);
         const kind: FrontendKind = chain === 'KUBE-SERVICES' ? 'clusterIP'
           : (opts.loadBalancerIPs ?? []).includes(address) ? 'loadBalancerIP' : 'externalIP';
-        out.push({ kind, address, port, protocol: proto, service, backends: [] });
+        out.push({ kind, address, port, protocol: proto, service, backends: [], noBackend });
       } else if (r.opts.get('--dst-type') === 'LOCAL' || chain === 'KUBE-NODEPORTS') {
         for (const address of sortedUnique(nodePortAddresses.length ? nodePortAddresses : (opts.nodeAddresses ?? ['0.0.0.0']))) {
-          out.push({ kind: 'nodePort', address, port, protocol: proto, service, backends: [] });
+          out.push({ kind: 'nodePort', address, port, protocol: proto, service, backends: [], noBackend });
         }
       }
     }
@@ -424,16 +442,23 @@ export function parseNftJson(text: string, opts: ParseOptions = {}): OracleFront
   }
 
   for (const elem of rs.maps.get('no-endpoint-services') ?? []) {
-    const [addr, proto, port] = mapEntry(elem)?.key ?? [];
+    const entry = mapEntry(elem);
+    const [addr, proto, port] = entry?.key ?? [];
     if (typeof addr !== 'string' || typeof proto !== 'string' || typeof port !== 'number') continue;
-    out.push({ kind: kindOfAddress(addr, opts), address: addr, port, protocol: proto, backends: [] });
+    out.push({ kind: kindOfAddress(addr, opts), address: addr, port, protocol: proto, backends: [], noBackend: nftNoBackendVerdict(entry?.value) });
   }
   for (const elem of rs.maps.get('no-endpoint-nodeports') ?? []) {
-    const [proto, port] = mapEntry(elem)?.key ?? [];
+    const entry = mapEntry(elem);
+    const [proto, port] = entry?.key ?? [];
     if (typeof proto !== 'string' || typeof port !== 'number') continue;
-    for (const address of nodePortAddrs) out.push({ kind: 'nodePort', address, port, protocol: proto, backends: [] });
+    for (const address of nodePortAddrs) out.push({ kind: 'nodePort', address, port, protocol: proto, backends: [], noBackend: nftNoBackendVerdict(entry?.value) });
   }
   return mergeFrontends(out);
+}
+
+/** A no-endpoint map element's value: "goto reject-chain" rejects, a bare "drop" verdict drops. */
+function nftNoBackendVerdict(value: Json): 'reject' | 'drop' {
+  return verdictTargets(value).some((t) => t.includes('reject')) ? 'reject' : JSON.stringify(value ?? null).includes('drop') ? 'drop' : 'reject';
 }
 
 /** kube-proxy's nft chain names end in "<namespace>/<name>/<proto>/<portName>". */

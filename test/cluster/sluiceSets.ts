@@ -15,7 +15,7 @@
 // So the *external* view takes every external-scope frontend, and the
 // *internal* view takes the internal-scope twin where there is one and the
 // (only) external-scope frontend otherwise.
-import { frontendKey, type BackendSets, type FrontendKind } from './kubeProxyOracle';
+import { emptySetMarker, frontendKey, type BackendSets, type FrontendKind } from './kubeProxyOracle';
 
 /** One element of `sluice services -o json` (src/cli/inspect.ts ServiceView). */
 export interface SluiceServiceView {
@@ -53,7 +53,9 @@ export function sluiceBackendSets(view: readonly SluiceServiceView[], path: Traf
     const wanted = path === 'external' ? v.scope === 'external' : v.scope === 'internal' || (v.scope === 'external' && !twinned);
     if (!wanted) continue;
     const key = frontendKey(v.address, v.port, v.protocol);
-    sets[kindOfFlags(v.flags)][key] = [...new Set(v.backends.map(backendKey))].sort();
+    const backends = [...new Set(v.backends.map(backendKey))].sort();
+    // The REJECT/DROP column (see emptySetMarker): LB_SVC_FLAG_DROP_NO_BACKEND says which.
+    sets[kindOfFlags(v.flags)][key] = backends.length > 0 ? backends : emptySetMarker(v.flags.includes('drop-no-backend') ? 'drop' : 'reject');
   }
   return sets;
 }

@@ -22,7 +22,7 @@ test('errors are one clear line and a non-zero exit', () => {
     [['service', 'upsert', '--bpffs'], 2, /--bpffs needs a value/],
     [['services', '--bogus'], 2, /unknown flag --bogus/],
     [['nosuch'], 2, /unknown command "nosuch"/],
-    [['agent', '--sync-period', 'soon'], 1, /--sync-period: "soon" is not a positive integer/],
+    [['agent', '--sync-period', 'soon'], 1, /--sync-period: "soon" is not a duration/],
   ];
   for (const [args, code, pattern] of cases) {
     const r = run(...args);
@@ -102,5 +102,5 @@ test('health: healthy until a change waits longer than the timeout, as kube-prox
   assert.equal(h.healthy(), false, 'pending too long without a sync');
   h.updated();
   assert.equal(h.healthy(), true);
-  assert.deepEqual(Object.keys(h.body()).sort(), ['currentTime', 'lastUpdated', 'nodeEligible']);
+  assert.deepEqual(Object.keys(h.body('/healthz', true)).sort(), ['currentTime', 'lastUpdated', 'nodeEligible']);
 });

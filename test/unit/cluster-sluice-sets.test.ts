@@ -25,11 +25,19 @@ test('sluice sets: the external path takes external scopes, the internal path th
   assert.deepEqual(sluiceBackendSets(view, 'external'), {
     clusterIP: { '10.96.0.10:80/tcp': ['198.19.1.2:8080', '198.19.2.2:8080'] },
     externalIP: {},
-    loadBalancerIP: { '198.18.200.1:53/udp': [] },
+    loadBalancerIP: { '198.18.200.1:53/udp': ['<reject>'] },
     nodePort: { '198.18.0.11:30080/tcp': ['198.19.1.2:8080'] },
   });
   assert.deepEqual(sluiceBackendSets(view, 'internal').nodePort, { '198.18.0.11:30080/tcp': ['198.19.1.2:8080', '198.19.2.2:8080'] });
   assert.deepEqual(sluiceBackendSets(view, 'internal').clusterIP, sluiceBackendSets(view, 'external').clusterIP);
+});
+
+test('sluice sets: the REJECT/DROP column follows the drop-no-backend flag', () => {
+  const dropping: SluiceServiceView[] = [
+    { frontend: '10.96.0.11:80/tcp', address: '10.96.0.11', port: 80, protocol: 'tcp', scope: 'external', flags: ['ClusterIP', 'internalTrafficPolicy=Local', 'drop-no-backend'], backends: [] },
+    { frontend: '10.96.0.12:80/tcp', address: '10.96.0.12', port: 80, protocol: 'tcp', scope: 'external', flags: ['ClusterIP'], backends: [] },
+  ];
+  assert.deepEqual(sluiceBackendSets(dropping).clusterIP, { '10.96.0.11:80/tcp': ['<drop>'], '10.96.0.12:80/tcp': ['<reject>'] });
 });
 
 test('sluice sets: a frontend without a kind flag is an error that names its flags', () => {
@@ -73,6 +81,7 @@ COMMIT
 `;
   const ext = toBackendSets(parseIptablesSave(rules, { path: 'external' }));
   const int = toBackendSets(parseIptablesSave(rules, { path: 'internal' }));
-  assert.deepEqual(ext.externalIP, { '198.18.100.21:8081/tcp': [] });
+  // "has no local endpoints" DROPs: the REJECT/DROP column says so.
+  assert.deepEqual(ext.externalIP, { '198.18.100.21:8081/tcp': ['<drop>'] });
   assert.deepEqual(int.externalIP, { '198.18.100.21:8081/tcp': ['198.19.2.2:8080'] });
 });

@@ -115,7 +115,8 @@ describe('deploy/kubernetes manifests', () => {
     assert.deepEqual(agent.command.slice(-2), ['--config', '/etc/sluice/config.yaml']);
     assert.equal(agent.livenessProbe.httpGet.path, '/livez');
     assert.equal(agent.livenessProbe.httpGet.port, 10256);
-    assert.equal(agent.readinessProbe.httpGet.path, '/healthz');
+    // /healthz is 503 on a Node being deleted (for load balancers): readiness on it would stall rollouts.
+    assert.equal(agent.readinessProbe.httpGet.path, '/livez');
     assert.equal(agent.readinessProbe.httpGet.port, 10256);
     assert.equal(agent.startupProbe.httpGet.path, '/livez', 'the first sync may take a while');
   });

@@ -70,12 +70,13 @@ test('iptables: affinity, firewall → external → local chains, addrtype LOCAL
   assert.deepEqual(sets.clusterIP, { '10.96.0.20:80/tcp': ['198.19.1.5:80', '198.19.2.5:80'] });
   // The LB IP goes through the source-range firewall to the external path: Local endpoints only.
   assert.deepEqual(sets.loadBalancerIP, { '198.18.50.1:443/tcp': ['198.19.1.6:8443'] });
-  assert.deepEqual(sets.externalIP, { '198.18.60.1:53/udp': [] });
+  // The REJECT/DROP column: "has no endpoints" REJECTs.
+  assert.deepEqual(sets.externalIP, { '198.18.60.1:53/udp': ['<reject>'] });
   assert.deepEqual(sets.nodePort, {
     '198.18.0.11:30443/tcp': ['198.19.1.6:8443'],
     '198.18.0.21:30443/tcp': ['198.19.1.6:8443'],
-    '198.18.0.11:30053/udp': [],
-    '198.18.0.21:30053/udp': [],
+    '198.18.0.11:30053/udp': ['<reject>'],
+    '198.18.0.21:30053/udp': ['<reject>'],
   });
 });
 

@@ -28,7 +28,11 @@ function k8sNode(addresses: [string, string][], zone?: string): V1Node {
 
 // ---- nodeContextFromNode ---------------------------------------------------------
 
-const nodeRows: { name: string; node: V1Node | undefined; npa?: string[]; want: string[]; zone?: string }[] = [
+const nodeRows: {
+  name: string; node: V1Node | undefined; npa?: string[]; want: string[]; zone?: string;
+  /** Addresses of the agent's own interfaces. */
+  local?: string[]; localhost?: boolean; nodeIP?: string;
+}[] = [
   {
     name: 'InternalIP and ExternalIP, not Hostname; sorted, v4 first',
     node: k8sNode([['Hostname', 'node-a'], ['ExternalIP', '203.0.113.9'], ['InternalIP', '192.0.2.10'], ['InternalIP', 'fd00:2::10']], 'zone-a'),
@@ -55,6 +59,29 @@ const nodeRows: { name: string; node: V1Node | undefined; npa?: string[]; want: 
   },
   { name: 'no Node object: no addresses, no zone', node: undefined, want: [] },
   {
+    name: "the node's interfaces serve NodePorts too (kube-proxy reads them), with the Node's addresses",
+    node: k8sNode([['InternalIP', '192.0.2.10']]),
+    local: ['198.18.5.1', '10.0.0.4'],
+    want: ['10.0.0.4', '192.0.2.10', '198.18.5.1'],
+  },
+  { name: 'no Node object yet (re-registering): the interfaces still serve', node: undefined, local: ['198.18.5.1'], want: ['198.18.5.1'] },
+  {
+    name: 'localhost NodePorts: 127.0.0.1 when nodePortAddresses is unset (iptables mode)',
+    node: undefined, local: ['127.0.0.1', '198.18.5.1'], localhost: true, want: ['127.0.0.1', '198.18.5.1'],
+  },
+  { name: 'localhost NodePorts off (nftables mode): no 127.0.0.1', node: undefined, local: ['127.0.0.1', '198.18.5.1'], localhost: false, want: ['198.18.5.1'] },
+  {
+    name: 'localhost NodePorts need nodePortAddresses to cover 127.0.0.0/8',
+    node: undefined, local: ['127.0.0.1', '198.18.5.1'], localhost: true, npa: ['198.18.0.0/15'], want: ['198.18.5.1'],
+  },
+  { name: 'nodePortAddresses 127.0.0.0/8: localhost only', node: undefined, local: ['127.0.0.1', '198.18.5.1'], localhost: true, npa: ['127.0.0.0/8'], want: ['127.0.0.1'] },
+  { name: '::1 never serves NodePorts (kube-proxy: not on IPv6)', node: undefined, local: ['::1', 'fe80::1'], localhost: true, want: [] },
+  {
+    name: "'primary' from bindAddress when the Node has no addresses",
+    node: undefined, local: ['198.18.5.1', '198.18.6.1'], nodeIP: '198.18.5.1', npa: ['primary'], want: ['198.18.5.1'],
+  },
+  { name: "'primary' with no primary IP known: every local address (kube-proxy falls back)", node: undefined, local: ['198.18.5.1'], npa: ['primary'], want: ['198.18.5.1'] },
+  {
     name: 'invalid and duplicate addresses dropped',
     node: k8sNode([['InternalIP', 'bogus'], ['InternalIP', '192.0.2.10'], ['ExternalIP', '192.0.2.10']]),
     want: ['192.0.2.10'],
@@ -63,7 +90,8 @@ const nodeRows: { name: string; node: V1Node | undefined; npa?: string[]; want: 
 
 for (const row of nodeRows) {
   test(`nodeContextFromNode: ${row.name}`, () => {
-    const ctx = nodeContextFromNode(row.node, 'node-a', { nodePortAddresses: row.npa });
+    const opts = { nodePortAddresses: row.npa, localhostNodePorts: row.localhost ?? false, ...(row.nodeIP ? { nodeIP: row.nodeIP } : {}) };
+    const ctx = nodeContextFromNode(row.node, 'node-a', opts, row.local ?? []);
     assert.equal(ctx.name, 'node-a');
     assert.deepEqual(ctx.addresses, row.want);
     assert.equal(ctx.zone, row.zone);
