@@ -12,7 +12,6 @@ import { syncNodeAddresses } from '../datapath/sockConfig';
 import { pinPodPrograms } from '../datapath/pod/attach';
 import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
 import { readCounters } from '../datapath/counters';
-import * as abi from '../abi/generated';
 import { connectToApi } from './kubeClient';
 import { AgentMetrics, startMetricsServer } from './metrics';
 import { ProxyHealth, startHealthServer } from './health';
@@ -63,7 +62,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
         if (remote) northSouth.remoteBackends(remote);
       }
     },
-    translate: { nodePortAddresses: config.nodePortAddresses, maxEndpointsPerService: config.maxEndpointsPerService, ipFamilies: ['IPv4'] },
+    translate: { nodePortAddresses: config.nodePortAddresses, maxEndpointsPerService: config.maxEndpointsPerService, ipFamilies: ['IPv4'], defaultLbAlgorithm: config.lbAlgorithm },
     minSyncPeriodMs: config.minSyncPeriodMs,
     syncPeriodMs: config.syncPeriodSeconds * 1000,
     driftRepairPeriodMs: config.driftRepairPeriodSeconds * 1000,

@@ -6,6 +6,8 @@ import YAML from 'yaml';
 import { DEFAULT_BPFFS } from '../datapath/maps';
 import { DEFAULT_MAX_ENDPOINTS_PER_SERVICE } from '../model/frontend';
 import { parseSocketLbMode, type SocketLbMode } from '../datapath/sockConfig';
+import { parseDefaultLbAlgorithm } from '../translate/algorithm';
+import type { LbAlgorithm } from '../model/frontend';
 
 export interface AgentConfig {
   kubeconfig?: string; // absent: in-cluster config
@@ -68,6 +70,14 @@ export interface AgentConfig {
    */
   driftRepairPeriodSeconds: number;
   // --- end h-watch ---
+  // ---- h-alg: load-balancing algorithm (issue 15) ----
+  /**
+   * Algorithm of Services without a valid sluice.io/lb-algorithm annotation:
+   * random (kube-proxy's), round-robin or source-hash; IPVS names rr and sh
+   * are accepted (a KubeProxyConfiguration's ipvs.scheduler maps here).
+   */
+  lbAlgorithm: LbAlgorithm;
+  // ---- end h-alg ----
 }
 
 export function defaultConfig(): AgentConfig {
@@ -95,6 +105,7 @@ export function defaultConfig(): AgentConfig {
     destroyStaleTcpSockets: false,
     staleSocketNetns: ['/run/netns'],
     driftRepairPeriodSeconds: 3600, // h-watch
+    lbAlgorithm: 'random', // h-alg
   };
 }
 
@@ -126,6 +137,7 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   'destroy-stale-sockets': { field: 'destroyStaleSockets', parse: (v) => v === 'true' },
   'destroy-stale-tcp-sockets': { field: 'destroyStaleTcpSockets', parse: (v) => v === 'true' },
   'stale-socket-netns': { field: 'staleSocketNetns', parse: (v) => v.split(',').filter(Boolean) },
+  'lb-algorithm': { field: 'lbAlgorithm', parse: (v) => parseDefaultLbAlgorithm(v, '--lb-algorithm') }, // h-alg
 };
 
 export const AGENT_FLAGS = [...Object.keys(FLAGS), 'config'];
@@ -169,6 +181,7 @@ export function resolveConfig(flags: Map<string, string>): AgentConfig {
   if (file) {
     Object.assign(config, loadConfigFile(file));
     config.socketLB = parseSocketLbMode(config.socketLB, `config file ${file}: socketLB`);
+    config.lbAlgorithm = parseDefaultLbAlgorithm(String(config.lbAlgorithm), `config file ${file}: lbAlgorithm`); // h-alg
   }
   for (const [flag, value] of flags) {
     const spec = FLAGS[flag];
