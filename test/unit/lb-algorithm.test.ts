@@ -10,6 +10,7 @@ import { LB_ALGORITHM_ANNOTATION, parseLbAlgorithm, translateService } from '../
 import { resolveConfig } from '../../src/agent/config';
 import { toFrontendSpec, ZoneIds } from '../../src/agent/toSpecs';
 import { NODE, svc, slice, ep } from './translate-fixtures';
+import { slimService, StringPool } from '../../src/agent/slim';
 import type { V1Service } from '@kubernetes/client-node';
 
 test('algorithm names: ours and the IPVS schedulers we implement', () => {
@@ -92,4 +93,12 @@ test('agent default: --lb-algorithm and config lbAlgorithm accept IPVS names and
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('the agent\'s slim Service record keeps the algorithm annotation (and only it)', () => {
+  const s = annotated('rr');
+  s.metadata!.annotations!['example.com/other'] = 'dropped';
+  const slim = slimService(s, new StringPool());
+  assert.deepEqual(slim.metadata?.annotations, { [LB_ALGORITHM_ANNOTATION]: 'rr' });
+  assert.equal(slimService(annotated(undefined), new StringPool()).metadata?.annotations, undefined);
 });
