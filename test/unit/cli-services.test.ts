@@ -66,7 +66,7 @@ test('table and wide rendering', () => {
     '',
   ].join('\n'));
   const w = renderServices([all[3]!], 'wide');
-  assert.match(w, /^198\.18\.96\.30:80\/tcp\s+-\s+external\s+ClusterIP\s+7\s+-\s+#3 198\.18\.1\.1:80\(local\)$/m);
+  assert.match(w, /^198\.18\.96\.30:80\/tcp\s+-\s+external\s+ClusterIP\s+random\s+7\s+-\s+#3 198\.18\.1\.1:80\(local\)$/m);
 });
 
 test('names: fixed-size fields round-trip; over-long input is cut at a character boundary', () => {
