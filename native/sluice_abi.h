@@ -36,6 +36,7 @@
 #define SLUICE_MAP_AFFINITY4 sluice_affin4    /* lb4_affinity_key -> lb_affinity (LRU) */
 #define SLUICE_MAP_COUNTERS  sluice_cnt_v2    /* LB_CNT_* index -> __u64, per CPU (v2: 128 indices) */
 #define SLUICE_MAP_AGENT     sluice_agent     /* 0 -> sluice_agent_status (written by the agent only) */
+#define SLUICE_MAP_RR4       sluice_rr4       /* __u32 rev-NAT id -> __u32 round-robin counter (ARRAY; h-alg) */
 
 /* ---- Default capacities (the agent may raise them before load) -------------- */
 
@@ -79,8 +80,13 @@
  * connect()/sendmsg() fail with EHOSTUNREACH instead of ECONNREFUSED. */
 #define LB_SVC_FLAG_DROP_NO_BACKEND (1 << 9)
 
-/* Backend selection algorithm (lb4_service.algorithm). */
-#define LB_ALG_RANDOM 0
+/* Backend selection algorithm (lb4_service.algorithm). sessionAffinity
+ * ClientIP is checked first and wins over every algorithm. */
+#define LB_ALG_RANDOM      0 /* kube-proxy's: a random slot per new connection or flow */
+/* ---- h-alg: load-balancing algorithms (issue 15) ---- */
+#define LB_ALG_ROUND_ROBIN 1 /* slots in turn: a per-frontend counter (SLUICE_MAP_RR4) % count + 1 */
+#define LB_ALG_SOURCE_HASH 2 /* hash(client) % count + 1: netns cookie on the socket path, client IPv4 on TC */
+/* ---- end h-alg ---- */
 
 /* Backend flags (lb4_backend.flags). */
 #define LB_BACKEND_FLAG_LOCAL       (1 << 0) /* runs on this node */

@@ -70,30 +70,80 @@ static __always_inline bool lb4_reread_service(struct lb4_service_key *key, stru
 	return true;
 }
 
-/* The backend id in slot 1..limit chosen at random; 0 when the slot is
- * missing. Sets key->backend_slot to the slot tried. */
-static __always_inline __u32 lb4_random_slot(struct lb4_service_key *key, __u16 limit)
+/* 64-bit mix (MurmurHash3's finaliser): nearby inputs (consecutive netns
+ * cookies, addresses of one subnet) land on unrelated values. */
+static __always_inline __u64 lb_hash64(__u64 x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+/*
+ * The number a slot is derived from (slot = choice % count + 1), once per
+ * pick. Round-robin takes the frontend's next counter value (shared by every
+ * CPU and both paths); a rev-NAT id beyond the counter array falls back to
+ * random. Source-hash mixes the client identity with the frontend, so one
+ * client spreads differently over different Services. Random draws anew on
+ * every attempt (lb4_slot_choice is called again on a retry).
+ */
+static __always_inline __u32
+lb4_slot_choice(const struct lb4_service *svc, __u64 client_id)
+{
+	__u32 rev_nat_id = svc->rev_nat_id;
+	__u32 *next;
+
+	switch (svc->algorithm) {
+	case LB_ALG_ROUND_ROBIN:
+		next = bpf_map_lookup_elem(&SLUICE_MAP_RR4, &rev_nat_id);
+		if (next) {
+			/* Read, then an atomic add whose result is unused: the
+			 * fetching add needs -mcpu=v3, which the other programs
+			 * are not built for. The counter never loses a step; two
+			 * CPUs picking at the same instant may read the same
+			 * value (one extra connection on a backend, not a drift). */
+			__u32 position = *next;
+
+			__sync_fetch_and_add(next, 1);
+			return position;
+		}
+		break;
+	case LB_ALG_SOURCE_HASH:
+		return (__u32)lb_hash64(client_id ^ ((__u64)rev_nat_id << 32));
+	}
+	return bpf_get_prandom_u32();
+}
+
+/* The backend id in slot choice % limit + 1; 0 when the slot is missing.
+ * Sets key->backend_slot to the slot tried. */
+static __always_inline __u32 lb4_slot_backend_id(struct lb4_service_key *key, __u32 choice, __u16 limit)
 {
 	struct lb4_service *slot;
 
-	key->backend_slot = (bpf_get_prandom_u32() % limit) + 1;
+	key->backend_slot = (choice % limit) + 1;
 	slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES4, key);
 	return slot ? slot->backend_id : 0;
 }
 
 /*
- * Random choice over slots 1..count of the copy in *svc. A slot (or its
- * backend) can be missing only while the agent shrinks the frontend: it
+ * Choice over slots 1..count of the copy in *svc by its algorithm. A slot (or
+ * its backend) can be missing only while the agent shrinks the frontend: it
  * writes the smaller master first, then deletes the slots above it. So on a
  * miss, re-read the master (*svc is updated: the caller uses its rev-NAT
  * id) and choose again below the missing slot, then slot 1: at most
- * LB_SELECT_ATTEMPTS slot lookups. Returns the backend and sets *backend_id
- * (and key->backend_slot), or NULL when no attempt found one (the frontend
- * was deleted or emptied meanwhile).
+ * LB_SELECT_ATTEMPTS slot lookups. Round-robin and source-hash keep their
+ * choice across attempts (one counter step per connection; a client's hash
+ * stays its own). Returns the backend and sets *backend_id (and
+ * key->backend_slot), or NULL when no attempt found one (the frontend was
+ * deleted or emptied meanwhile).
  */
 static __always_inline struct lb4_backend *
-lb4_select_backend(struct lb4_service_key *key, struct lb4_service *svc, __u32 *backend_id)
+lb4_select_backend(struct lb4_service_key *key, struct lb4_service *svc, __u64 client_id, __u32 *backend_id)
 {
+	__u32 choice = lb4_slot_choice(svc, client_id);
 	__u16 limit = svc->count;
 	int attempt;
 
@@ -104,7 +154,7 @@ lb4_select_backend(struct lb4_service_key *key, struct lb4_service *svc, __u32 *
 
 		if (limit == 0)
 			return NULL;
-		id = lb4_random_slot(key, limit);
+		id = lb4_slot_backend_id(key, choice, limit);
 		backend = id ? bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS4, &id) : NULL;
 		if (backend) {
 			*backend_id = id;
@@ -121,6 +171,8 @@ lb4_select_backend(struct lb4_service_key *key, struct lb4_service *svc, __u32 *
 			limit = missing - 1;
 		if (attempt == LB_SELECT_ATTEMPTS - 2 && limit > 1)
 			limit = 1;
+		if (svc->algorithm == LB_ALG_RANDOM)
+			choice = bpf_get_prandom_u32();
 	}
 	return NULL;
 }
@@ -162,8 +214,9 @@ lb4_affinity_remember(const struct lb4_affinity_key *akey, __u32 backend_id)
 
 /*
  * Pick the backend for a new connection or datagram flow of this frontend:
- * the affinity backend when one applies, else a random slot (retried, see
- * lb4_select_backend). *svc is the caller's copy of the master entry and is
+ * the affinity backend when one applies, else a slot by the frontend's
+ * algorithm (retried, see lb4_select_backend). akey->client_id is the client
+ * identity source-hash uses (set by the caller for affinity or source-hash). *svc is the caller's copy of the master entry and is
  * refreshed when selection had to re-read it. NULL when no backend can be
  * found (the caller counts and refuses).
  */
@@ -184,7 +237,7 @@ lb4_pick_backend_copy(struct lb4_service_key *key, struct lb4_service *svc,
 			}
 		}
 	}
-	backend = lb4_select_backend(key, svc, &id);
+	backend = lb4_select_backend(key, svc, akey->client_id, &id);
 	if (!backend)
 		return NULL;
 	if (lb_svc_has_affinity(svc)) {

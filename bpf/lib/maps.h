@@ -72,6 +72,16 @@ struct {
 	__uint(max_entries, SLUICE_MAX_AFFINITY);
 } SLUICE_MAP_AFFINITY4 SEC(".maps");
 
+/* h-alg: round-robin position of each frontend, by rev-NAT id; shared by all
+ * CPUs and by the socket and TC paths (an atomic add per pick). An array:
+ * one lookup, no allocation, 256 KiB at the default capacity. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, SLUICE_MAX_REVNAT);
+} SLUICE_MAP_RR4 SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);

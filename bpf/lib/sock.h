@@ -251,7 +251,9 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 	else if (key.proto == LB_PROTO_UDP)
 		backend = lb4_sock_sticky_backend(st, &key, &svc, &backend_id);
 	if (!backend) {
-		if (lb_svc_has_affinity(&svc)) {
+		/* The client, as far as a socket hook knows it: its network
+		 * namespace (a pod). Source-hash uses it too. */
+		if (lb_svc_has_affinity(&svc) || svc.algorithm == LB_ALG_SOURCE_HASH) {
 			akey.client_id = bpf_get_netns_cookie(ctx);
 			akey.rev_nat_id = svc.rev_nat_id;
 			akey.netns_cookie = 1;

@@ -7,6 +7,8 @@ import type { Codec, StructLayout, MapSpec } from './types';
 
 // ---- constants (native/sluice_abi.h) ----
 export const LB_ALG_RANDOM = 0;
+export const LB_ALG_ROUND_ROBIN = 1;
+export const LB_ALG_SOURCE_HASH = 2;
 export const LB_BACKEND_FLAG_LOCAL = 1;
 export const LB_BACKEND_FLAG_TERMINATING = 2;
 export const LB_CNT_MAX = 128;
@@ -90,6 +92,7 @@ export const SLUICE_MAP_EVENTS_ON = "sluice_ev_on";
 export const SLUICE_MAP_FRAG4 = "sluice_frag4";
 export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
+export const SLUICE_MAP_RR4 = "sluice_rr4";
 export const SLUICE_MAP_SERVICES4 = "sluice_svc4";
 export const SLUICE_MAP_SNAT_DEV4 = "sluice_snatdev4";
 export const SLUICE_MAP_SOCK4 = "sluice_sock4";
@@ -886,6 +889,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_frag4: {"name":"sluice_frag4","type":9,"keyType":"lb4_frag_key","keySize":12,"valueType":"lb4_frag_ports","valueSize":4,"maxEntries":8192},
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
+  sluice_rr4: {"name":"sluice_rr4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":65536},
   sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
   sluice_snatdev4: {"name":"sluice_snatdev4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_snat_device","valueSize":4,"maxEntries":256,"flags":1},
   sluice_sock4: {"name":"sluice_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb4_sock_state","valueSize":104,"maxEntries":0},

@@ -73,6 +73,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
       ...(config.nodeIP ? { nodeIP: config.nodeIP } : {}),
       maxEndpointsPerService: config.maxEndpointsPerService,
       ipFamilies: ['IPv4'],
+      defaultLbAlgorithm: config.lbAlgorithm,
     },
     minSyncPeriodMs: config.minSyncPeriodMs,
     syncPeriodMs: config.syncPeriodSeconds * 1000,

@@ -8,6 +8,8 @@ import { DEFAULT_MAX_ENDPOINTS_PER_SERVICE } from '../model/frontend';
 import { parseSocketLbMode, type SocketLbMode } from '../datapath/sockConfig';
 import { parseDurationFlagMs } from './duration';
 import { fromKubeProxyConfiguration, isKubeProxyConfiguration, type IgnoredField } from './kubeProxyConfig';
+import { parseDefaultLbAlgorithm } from '../translate/algorithm';
+import type { LbAlgorithm } from '../model/frontend';
 
 export interface AgentConfig {
   kubeconfig?: string; // absent: in-cluster config
@@ -80,6 +82,14 @@ export interface AgentConfig {
    * Only when nodePortAddresses is unset or covers 127.0.0.0/8.
    */
   localhostNodePorts: boolean;
+  // ---- h-alg: load-balancing algorithm (issue 15) ----
+  /**
+   * Algorithm of Services without a valid sluice.io/lb-algorithm annotation:
+   * random (kube-proxy's), round-robin or source-hash; IPVS names rr and sh
+   * are accepted (a KubeProxyConfiguration's ipvs.scheduler maps here).
+   */
+  lbAlgorithm: LbAlgorithm;
+  // ---- end h-alg ----
 }
 
 export function defaultConfig(): AgentConfig {
@@ -108,6 +118,7 @@ export function defaultConfig(): AgentConfig {
     staleSocketNetns: ['/run/netns'],
     driftRepairPeriodSeconds: 3600, // h-watch
     localhostNodePorts: true,
+    lbAlgorithm: 'random', // h-alg
   };
 }
 
@@ -150,6 +161,7 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   'iptables-sync-period': { field: 'syncPeriodSeconds', parse: (v) => durationFlag('iptables-sync-period', v, 1000) / 1000 },
   'iptables-min-sync-period': { field: 'minSyncPeriodMs', parse: (v) => durationFlag('iptables-min-sync-period', v, 1000) },
   master: { field: 'k8sApiServer', parse: String },
+  'lb-algorithm': { field: 'lbAlgorithm', parse: (v) => parseDefaultLbAlgorithm(v, '--lb-algorithm') }, // h-alg
 };
 
 /** A duration flag: Go syntax (30s, 1m, 500ms) or, as before, a bare number of `bareUnitMs`. */
@@ -242,6 +254,7 @@ export function resolveConfigWithNotes(flags: Map<string, string>): { config: Ag
     Object.assign(config, read.config);
     ignored = read.ignored;
     config.socketLB = parseSocketLbMode(config.socketLB, `config file ${file}: socketLB`);
+    config.lbAlgorithm = parseDefaultLbAlgorithm(String(config.lbAlgorithm), `config file ${file}: lbAlgorithm`); // h-alg
   }
   for (const [flag, value] of flags) {
     const spec = FLAGS[flag];

@@ -4,6 +4,7 @@
 // other field is named with the reason it is ignored (logged at start and
 // listed in docs/kube-proxy-migration.md). Field names and defaults follow
 // k8s.io/kube-proxy/config/v1alpha1 v0.34.
+import { parseDefaultLbAlgorithm } from '../translate/algorithm';
 import type { AgentConfig } from './config';
 import { parseDurationMs } from './duration';
 
@@ -43,7 +44,6 @@ const IGNORED: Record<string, string> = {
   'nftables.masqueradeBit': NO_MASQUERADE,
   'nftables.masqueradeAll': NO_MASQUERADE,
   'ipvs.masqueradeBit': NO_MASQUERADE,
-  'ipvs.scheduler': 'Sluice picks backends at random (per-Service algorithms are not there yet)',
   'ipvs.excludeCIDRs': IPVS_ONLY,
   'ipvs.strictARP': IPVS_ONLY,
   'ipvs.tcpTimeout': IPVS_ONLY,
@@ -71,6 +71,7 @@ const IGNORED: Record<string, string> = {
 
 /** Fields mapped below (so a present field is neither ignored nor unknown). */
 const MAPPED = new Set([
+  'ipvs.scheduler',
   'apiVersion', 'kind', 'hostnameOverride', 'bindAddress', 'healthzBindAddress', 'metricsBindAddress', 'mode',
   'nodePortAddresses', 'clientConnection.kubeconfig', 'logging.verbosity',
   'iptables.syncPeriod', 'iptables.minSyncPeriod', 'iptables.localhostNodePorts',
@@ -177,6 +178,12 @@ export function fromKubeProxyConfiguration(doc: Doc, where: string): KubeProxyMa
   // Localhost NodePorts: iptables mode only, on unless iptables.localhostNodePorts is false.
   const localhost = get(doc, 'iptables.localhostNodePorts');
   config.localhostNodePorts = mode === 'iptables' && localhost !== false;
+
+  // IPVS mode's scheduler becomes the agent's default algorithm (docs/algorithms.md):
+  // rr and sh map, the others are refused by name. kube-proxy's IPVS default
+  // (empty) is rr. Other modes balance at random, as Sluice does by default.
+  const scheduler = str('ipvs.scheduler');
+  if (mode === 'ipvs' || scheduler) config.lbAlgorithm = parseDefaultLbAlgorithm(scheduler || 'rr', `${where}: ipvs.scheduler`);
 
   const established = duration(doc, 'conntrack.tcpEstablishedTimeout', where);
   if (established) config.conntrackTcpEstablishedSeconds = seconds(established);

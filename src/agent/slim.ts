@@ -15,7 +15,7 @@
 // A field the translate step starts to read must be added here: the
 // translate fixtures run through this projection in test/unit/slim.test.ts.
 import type { V1EndpointSlice, V1Service, V1ServicePort, V1Endpoint, DiscoveryV1EndpointPort as V1EndpointPort } from '@kubernetes/client-node';
-import { LABEL_HEADLESS, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME } from '../translate';
+import { LABEL_HEADLESS, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME, LB_ALGORITHM_ANNOTATION } from '../translate';
 
 /** One copy of each repeated string (node names, zones, namespaces, port names). */
 export class StringPool {
@@ -64,6 +64,9 @@ const SERVICE_SPEC_FIELDS = [
 export function slimService(svc: V1Service, pool: StringPool): V1Service {
   const spec = svc.spec;
   const out: V1Service = { metadata: slimMetadata(svc.metadata, pool) };
+  // h-alg: the one annotation translate reads (the rest is dropped).
+  const algorithm = svc.metadata?.annotations?.[LB_ALGORITHM_ANNOTATION];
+  if (algorithm !== undefined) out.metadata!.annotations = { [LB_ALGORITHM_ANNOTATION]: pool.intern(algorithm) };
   if (spec) {
     const s: Record<string, unknown> = {};
     for (const f of SERVICE_SPEC_FIELDS) if (spec[f] !== undefined) s[f] = typeof spec[f] === 'string' ? pool.intern(spec[f] as string) : spec[f];

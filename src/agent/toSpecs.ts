@@ -34,6 +34,13 @@ export function frontendFlags(f: Frontend): number {
   return flags;
 }
 
+/** The master entry's algorithm (LB_ALG_*) for the model's name. */
+export const ALGORITHM_CODE: Record<Frontend['algorithm'], number> = {
+  random: abi.LB_ALG_RANDOM,
+  'round-robin': abi.LB_ALG_ROUND_ROBIN,
+  'source-hash': abi.LB_ALG_SOURCE_HASH,
+};
+
 /** "namespace/name" and the port name, for the names map the CLI reads. */
 function serviceNameOf(f: Frontend): ServiceName {
   const slash = f.service.indexOf('/');
@@ -51,6 +58,7 @@ export function toFrontendSpec(f: Frontend, zones: ZoneIds): FrontendSpec | unde
     scope: f.scope,
     flags: frontendFlags(f),
     affinityTimeout: f.affinityTimeoutSeconds,
+    algorithm: ALGORITHM_CODE[f.algorithm],
     backends: f.backends.map((b) => ({
       address: b.address,
       port: b.port,

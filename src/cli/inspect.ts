@@ -31,6 +31,13 @@ export function backendFlagNames(flags: number): string[] {
   return out;
 }
 
+/** Master entry algorithm (LB_ALG_*) -> the name the annotation uses. */
+export const ALGORITHMS: Record<number, string> = {
+  [abi.LB_ALG_RANDOM]: 'random',
+  [abi.LB_ALG_ROUND_ROBIN]: 'round-robin',
+  [abi.LB_ALG_SOURCE_HASH]: 'source-hash',
+};
+
 export interface ServiceView {
   frontend: string;
   address: string;
@@ -40,6 +47,8 @@ export interface ServiceView {
   flags: string[];
   revNatId: number;
   affinityTimeoutSeconds: number;
+  /** Backend selection (LB_ALG_* by name). */
+  algorithm: string;
   /** The Service and port that own the frontend (absent: programmed by `sluice service upsert`, or by an older agent). */
   service?: ServiceName;
   backends: Array<{ id: number; address: string; port: number; flags: string[] }>;
@@ -61,6 +70,7 @@ export function servicesView(maps: SockLbMaps): ServiceView[] {
       flags: flagNames(f.flags),
       revNatId: f.revNatId,
       affinityTimeoutSeconds: f.affinityTimeout,
+      algorithm: ALGORITHMS[f.algorithm] ?? `algorithm ${f.algorithm}`,
       service: serviceNameOf(names, f.revNatId, f.proto),
       backends: f.backendIds.map((id) => {
         const b = byId.get(id);

@@ -11,6 +11,8 @@ import { installSockLb, detachSockLb, uninstall } from '../datapath/sockLb';
 import { LbProgrammer, type FrontendSpec } from '../datapath/programmer';
 import { parseEndpoint, formatEndpoint } from '../datapath/addr';
 import * as abi from '../abi/generated';
+import { parseLbAlgorithm } from '../translate/algorithm';
+import { ALGORITHM_CODE } from '../agent/toSpecs';
 
 type Command = { summary: string; values: string[]; booleans?: string[]; run(args: ParsedArgs): Promise<number> | number };
 
@@ -78,7 +80,7 @@ const commands: Record<string, Command> = {
   },
   service: {
     summary: 'service upsert --frontend A:P/proto --backends A:P,... | service delete --frontend A:P/proto (refused on a running agent\'s maps unless --force)',
-    values: ['bpffs', 'frontend', 'backends', 'affinity-timeout'],
+    values: ['bpffs', 'frontend', 'backends', 'affinity-timeout', 'algorithm'],
     booleans: ['force'],
     run(a) {
       const verb = a.positional[0];
@@ -105,6 +107,7 @@ const commands: Record<string, Command> = {
           scope: 'external',
           flags: abi.LB_SVC_FLAG_CLUSTER_IP | (affinity > 0 ? abi.LB_SVC_FLAG_AFFINITY : 0),
           affinityTimeout: affinity,
+          algorithm: algorithmFlag(a.flags.get('algorithm')),
           backends,
           owner: `frontend ${formatEndpoint(frontend)}`,
         };
@@ -218,4 +221,12 @@ if (require.main === module || process.argv[1]?.endsWith('bin/sluice')) {
       process.exit(1);
     },
   );
+}
+
+/** --algorithm of `service upsert`: the annotation's names (rr, sh too). */
+function algorithmFlag(value: string | undefined): number {
+  if (value === undefined) return abi.LB_ALG_RANDOM;
+  const r = parseLbAlgorithm(value);
+  if ('error' in r) throw new UsageError(`--algorithm ${r.error}`);
+  return ALGORITHM_CODE[r.algorithm];
 }

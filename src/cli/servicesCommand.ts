@@ -65,11 +65,11 @@ export function renderServices(view: ServiceView[], output: Exclude<Output, 'jso
   const service = (s: ServiceView) => (s.service ? formatServiceName(s.service) : '-');
   if (output === 'wide') {
     return table(
-      ['FRONTEND', 'SERVICE', 'SCOPE', 'FLAGS', 'REVNAT', 'AFFINITY', 'BACKENDS'],
-      view.map((s) => [s.frontend, service(s), s.scope, s.flags.join(',') || '-', String(s.revNatId), s.affinityTimeoutSeconds ? `${s.affinityTimeoutSeconds}s` : '-', backends(s, true)]),
+      ['FRONTEND', 'SERVICE', 'SCOPE', 'FLAGS', 'ALGORITHM', 'REVNAT', 'AFFINITY', 'BACKENDS'],
+      view.map((s) => [s.frontend, service(s), s.scope, s.flags.join(',') || '-', s.algorithm, String(s.revNatId), s.affinityTimeoutSeconds ? `${s.affinityTimeoutSeconds}s` : '-', backends(s, true)]),
     );
   }
-  return table(['FRONTEND', 'SERVICE', 'SCOPE', 'FLAGS', 'BACKENDS'], view.map((s) => [s.frontend, service(s), s.scope, s.flags.join(',') || '-', backends(s, false)]));
+  return table(['FRONTEND', 'SERVICE', 'SCOPE', 'FLAGS', 'ALGORITHM', 'BACKENDS'], view.map((s) => [s.frontend, service(s), s.scope, s.flags.join(',') || '-', s.algorithm, backends(s, false)]));
 }
 
 export const servicesCommand = {

@@ -11,7 +11,7 @@ import * as abi from '../abi/generated';
 import { ip4ToNumber, numberToIp4, protoNumber, type ProtoName } from '../datapath/addr';
 import { formatServiceName, type ServiceName } from '../datapath/serviceNames';
 import { counterName, COUNTERS } from '../datapath/counters';
-import { flagNames, backendFlagNames } from './inspect';
+import { flagNames, backendFlagNames, ALGORITHMS } from './inspect';
 
 export type TracePath = 'socket' | 'north_south' | 'pod';
 
@@ -93,7 +93,6 @@ export interface TraceResult {
   verdict: { action: Action; reason: string; counter?: string };
 }
 
-const ALGORITHMS: Record<number, string> = { [abi.LB_ALG_RANDOM]: 'random' };
 const NS = 1_000_000_000n;
 
 function counter(index: number): string | undefined {

@@ -31,6 +31,8 @@ export interface FrontendSpec {
   scope: ScopeName;
   flags: number; // LB_SVC_FLAG_*
   affinityTimeout: number; // seconds, 0 = none
+  /** LB_ALG_* for the master entry; absent = LB_ALG_RANDOM. */
+  algorithm?: number;
   backends: BackendSpec[];
   /** loadBalancerSourceRanges (IPv4 CIDRs) enforced by the TC path; needs LB_SVC_FLAG_SOURCE_RANGE. */
   sourceRanges?: string[];
@@ -48,6 +50,7 @@ export interface ProgrammedFrontend {
   scope: ScopeName;
   flags: number;
   affinityTimeout: number;
+  algorithm: number; // LB_ALG_*
   revNatId: number;
   backendIds: number[];
   sourceRanges: string[];
@@ -119,8 +122,12 @@ export function serviceKeyOf(f: { address: string; port: number; proto: string; 
 }
 
 /** The master entry's value: what makes a frontend and its slots visible. */
-export function masterEntry(f: Pick<ProgrammedFrontend, 'backendIds' | 'flags' | 'revNatId' | 'affinityTimeout'>): abi.Lb4Service {
-  return { backend_id: 0, count: f.backendIds.length, flags: f.flags, rev_nat_id: f.revNatId, affinity_timeout: f.affinityTimeout, algorithm: abi.LB_ALG_RANDOM };
+export function masterEntry(f: Pick<ProgrammedFrontend, 'backendIds' | 'flags' | 'revNatId' | 'affinityTimeout' | 'algorithm'>): abi.Lb4Service {
+  return { backend_id: 0, count: f.backendIds.length, flags: f.flags, rev_nat_id: f.revNatId, affinity_timeout: f.affinityTimeout, algorithm: f.algorithm };
+}
+
+function algorithmOf(f: FrontendSpec): number {
+  return f.algorithm ?? abi.LB_ALG_RANDOM;
 }
 
 export class LbProgrammer {
@@ -188,7 +195,7 @@ export class LbProgrammer {
       const backendIds: number[] = [];
       for (let slot = 1; slot <= v.count; slot++) backendIds.push(s.get(slot) ?? 0);
       const sourceRanges = v.flags & abi.LB_SVC_FLAG_SOURCE_RANGE && maps.sourceRanges ? readSourceRanges(maps.sourceRanges, v.rev_nat_id) : [];
-      const fe: ProgrammedFrontend = { ...f, id, flags: v.flags, affinityTimeout: v.affinity_timeout, revNatId: v.rev_nat_id, backendIds, sourceRanges };
+      const fe: ProgrammedFrontend = { ...f, id, flags: v.flags, affinityTimeout: v.affinity_timeout, algorithm: v.algorithm, revNatId: v.rev_nat_id, backendIds, sourceRanges };
       p.frontends.set(id, fe);
       p.revNats.set(revNatKeyOf(f), v.rev_nat_id);
       p.revNatUsers.set(revNatKeyOf(f), (p.revNatUsers.get(revNatKeyOf(f)) ?? 0) + 1);
@@ -355,7 +362,7 @@ export class LbProgrammer {
 
   private isUnchanged(id: string, f: FrontendSpec): boolean {
     const cur = this.frontends.get(id);
-    if (!cur || cur.flags !== f.flags || cur.affinityTimeout !== f.affinityTimeout) return false;
+    if (!cur || cur.flags !== f.flags || cur.affinityTimeout !== f.affinityTimeout || cur.algorithm !== algorithmOf(f)) return false;
     if (!sameRanges(cur.sourceRanges, f.sourceRanges ?? [])) return false;
     if (cur.backendIds.length !== f.backends.length) return false;
     return f.backends.every((b, i) => {
@@ -440,9 +447,9 @@ export class LbProgrammer {
         slotWrites.add(key, slot);
       }
       key.backend_slot = 0;
-      masterWrites.add(key, masterEntry({ backendIds: ids, flags: f.flags, revNatId, affinityTimeout: f.affinityTimeout }));
+      masterWrites.add(key, masterEntry({ backendIds: ids, flags: f.flags, revNatId, affinityTimeout: f.affinityTimeout, algorithm: algorithmOf(f) }));
       for (let s = ids.length + 1; s <= (cur?.backendIds.length ?? 0); s++) slotDeletes.push({ ...key, backend_slot: s });
-      updates.push({ id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : [] });
+      updates.push({ id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, algorithm: algorithmOf(f), revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : [] });
     }
     // Source ranges are written before the master that turns them on, and
     // ranges no longer wanted are removed only after it (make-before-break).

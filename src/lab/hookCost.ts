@@ -2,7 +2,7 @@
 // (kernel.bpf_stats_enabled: run_time_ns / run_cnt per program), while a
 // bounded TCP and UDP client loop runs in a throwaway netns + cgroup.
 // Root only; switches kernel.bpf_stats_enabled off again if it switched it on.
-//   node dist/src/lab/hookCost.js [CONNECTIONS] [DATAGRAMS]
+//   node dist/src/lab/hookCost.js [CONNECTIONS] [DATAGRAMS] [ALGORITHM]
 import * as fs from 'node:fs';
 import { Sandbox, sh, sluiceBin, labScript } from './sandbox';
 
@@ -15,14 +15,15 @@ interface ProgStats { name: string; run_time_ns?: number; run_cnt?: number }
 async function main(): Promise<void> {
   const connections = Number(process.argv[2] ?? 3000);
   const datagrams = Number(process.argv[3] ?? 3000);
+  const algorithm = process.argv[4] ? ['--algorithm', process.argv[4]] : []; // sluice.io/lb-algorithm names
   const sb = Sandbox.create('sluice-cost');
   const previous = fs.readFileSync(STATS, 'utf8').trim();
   try {
     await sb.startBackends(BACKENDS, [8080, 5353]);
     const sluice = (args: string[]) => sh(sluiceBin, [...args, '--bpffs', sb.bpffs]);
     sluice(['attach', '--cgroup', sb.cgroup]);
-    sluice(['service', 'upsert', '--frontend', `${VIP}:80/tcp`, '--backends', BACKENDS.map((b) => `${b}:8080`).join(',')]);
-    sluice(['service', 'upsert', '--frontend', `${VIP}:53/udp`, '--backends', BACKENDS.map((b) => `${b}:5353`).join(',')]);
+    sluice(['service', 'upsert', '--frontend', `${VIP}:80/tcp`, '--backends', BACKENDS.map((b) => `${b}:8080`).join(','), ...algorithm]);
+    sluice(['service', 'upsert', '--frontend', `${VIP}:53/udp`, '--backends', BACKENDS.map((b) => `${b}:5353`).join(','), ...algorithm]);
     const status = JSON.parse(sluice(['status', '-o', 'json'])) as { attachments: Array<{ hook: string; programId: number }> };
     // Only the run that switched it on switches it off (other measurements
     // on the machine follow the same rule), so it never stays on.

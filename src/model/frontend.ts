@@ -6,6 +6,8 @@ export type L4Proto = 'TCP' | 'UDP';
 export type FrontendKind = 'ClusterIP' | 'NodePort' | 'ExternalIP' | 'LoadBalancer';
 export type Scope = 'external' | 'internal';
 export type IPFamily = 'IPv4' | 'IPv6';
+/** Backend selection (src/translate/algorithm.ts; sessionAffinity ClientIP wins over it). */
+export type LbAlgorithm = 'random' | 'round-robin' | 'source-hash';
 
 export interface Backend {
   /** Pod IP in canonical text form (dotted IPv4, RFC 5952 IPv6). */
@@ -56,6 +58,8 @@ export interface Frontend {
   affinityTimeoutSeconds: number;
   /** loadBalancerSourceRanges of this frontend's family (LoadBalancer frontends only), canonical CIDRs. */
   sourceRanges: string[];
+  /** How a new connection or flow picks among the backends (annotation sluice.io/lb-algorithm, else the agent default). */
+  algorithm: LbAlgorithm;
 }
 
 /** An externalTrafficPolicy: Local LoadBalancer Service with a healthCheckNodePort. */
@@ -71,7 +75,7 @@ export interface TranslateProblem {
   object: string;
   /** Metric label: 'invalid_port', 'invalid_ip', 'invalid_cluster_ip', 'invalid_protocol',
    *  'unsupported_protocol', 'invalid_source_range', 'invalid_affinity_timeout',
-   *  'too_many_endpoints', 'frontend_conflict'. */
+   *  'too_many_endpoints', 'frontend_conflict', 'unknown_lb_algorithm'. */
   reason: string;
   message: string;
 }
@@ -109,6 +113,8 @@ export interface TranslateOptions {
   maxEndpointsPerService: number;
   /** Families this node programs; default ['IPv4']. */
   ipFamilies?: IPFamily[];
+  /** Algorithm of Services without a valid sluice.io/lb-algorithm annotation; default 'random'. */
+  defaultLbAlgorithm?: LbAlgorithm;
 }
 
 /** lb4_service.count is a u16: slots 1..65535. */

@@ -12,3 +12,4 @@ export {
   LABEL_HEADLESS,
 } from './skip';
 export { parseIP, parseCIDR, type ParsedIP, type ParsedCIDR } from './ip';
+export { LB_ALGORITHM_ANNOTATION, parseLbAlgorithm, parseDefaultLbAlgorithm } from './algorithm';

@@ -31,6 +31,7 @@ import { collectEndpoints, servicePortKey, type EndpointInfo, type EndpointsBySe
 import { ipSortKey, parseIP, type ParsedIP } from './ip';
 import { readServiceSpec, type ServiceSpecInfo } from './service';
 import { serviceKey, shouldSkipService } from './skip';
+import { DEFAULT_LB_ALGORITHM, serviceLbAlgorithm } from './algorithm';
 
 const KIND_ORDER: Record<FrontendKind, number> = { ClusterIP: 0, NodePort: 1, ExternalIP: 2, LoadBalancer: 3 };
 
@@ -59,6 +60,8 @@ export function translateService(
     frontends.push(...familyFrontends(service, family, spec, endpoints, node));
   }
   capBackends(frontends, opts, object, problems);
+  const algorithm = serviceLbAlgorithm(svc, opts.defaultLbAlgorithm ?? DEFAULT_LB_ALGORITHM, object, problems);
+  for (const fe of frontends) fe.algorithm = algorithm;
 
   const result: ServiceTranslation = { service, frontends: dedupAndSort(frontends), problems };
   if (spec.healthCheckNodePort !== 0 && families.size > 0) {
@@ -176,6 +179,7 @@ function familyFrontends(
       twoScopes: false,
       affinityTimeoutSeconds: spec.affinityTimeoutSeconds,
       sourceRanges: [],
+      algorithm: 'random', // set for the whole Service by translateService
     });
 
     if (clusterIP) {

@@ -69,8 +69,8 @@ test('services shows the owning Service and port name of every frontend; TCP and
     '198.18.96.30:80/tcp': null,
   });
   const text = sluice('services');
-  assert.match(text, /^FRONTEND\s+SERVICE\s+SCOPE\s+FLAGS\s+BACKENDS$/m);
-  assert.match(text, /^198\.18\.96\.10:53\/udp\s+kube-system\/kube-dns:dns\s+external\s+ClusterIP\s+198\.18\.1\.1:8053$/m);
+  assert.match(text, /^FRONTEND\s+SERVICE\s+SCOPE\s+FLAGS\s+ALGORITHM\s+BACKENDS$/m);
+  assert.match(text, /^198\.18\.96\.10:53\/udp\s+kube-system\/kube-dns:dns\s+external\s+ClusterIP\s+random\s+198\.18\.1\.1:8053$/m);
   assert.match(text, /^198\.18\.96\.30:80\/tcp\s+-\s+/m);
 });
 
@@ -84,8 +84,8 @@ test('filters by Service, address and port; -o wide adds rev-NAT ids and backend
   assert.deepEqual(frontends('--port', '80', '--address', '198.18.96.20'), ['198.18.96.20:80/tcp']);
   assert.deepEqual(frontends('--service', 'nobody/here'), []);
   const wide = sluice('services', '-o', 'wide', '--service', 'shop/web');
-  assert.match(wide, /^FRONTEND\s+SERVICE\s+SCOPE\s+FLAGS\s+REVNAT\s+AFFINITY\s+BACKENDS$/m);
-  assert.match(wide, /^198\.18\.96\.20:80\/tcp\s+shop\/web\s+external\s+ClusterIP\s+\d+\s+-\s+#\d+ 198\.18\.1\.2:8053,#\d+ 198\.18\.1\.3:8053$/m);
+  assert.match(wide, /^FRONTEND\s+SERVICE\s+SCOPE\s+FLAGS\s+ALGORITHM\s+REVNAT\s+AFFINITY\s+BACKENDS$/m);
+  assert.match(wide, /^198\.18\.96\.20:80\/tcp\s+shop\/web\s+external\s+ClusterIP\s+random\s+\d+\s+-\s+#\d+ 198\.18\.1\.2:8053,#\d+ 198\.18\.1\.3:8053$/m);
 });
 
 test('the names map is readable by bpftool with named fields, survives a restart and goes with the frontend', () => {

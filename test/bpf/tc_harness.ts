@@ -38,6 +38,8 @@ export interface TcFrontend {
   revNatId: number;
   backends: TcBackend[];
   affinityTimeout?: number;
+  /** LB_ALG_*; default random. */
+  algorithm?: number;
 }
 
 export class TcHarness {
@@ -99,7 +101,7 @@ export class TcHarness {
       flags: f.flags,
       rev_nat_id: f.revNatId,
       affinity_timeout: f.affinityTimeout ?? 0,
-      algorithm: abi.LB_ALG_RANDOM,
+      algorithm: f.algorithm ?? abi.LB_ALG_RANDOM,
     });
   }
 

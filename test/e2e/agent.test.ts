@@ -281,6 +281,47 @@ test('a Node update re-translates Services only when what the agent derives from
   api.store.update('nodes', n);
 });
 
+test('the sluice.io/lb-algorithm annotation changes the algorithm live without failing a connection; a refused value keeps the default', async () => {
+  const algo = createService('algo', { ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
+  const vip = algo.spec.clusterIP;
+  const frontend = `${vip}:80/tcp`;
+  const algorithmOf = () => (programmed().find((s) => s.frontend === frontend) as { algorithm?: string } | undefined)?.algorithm;
+  const annotate = (value: string) => {
+    const s = api.store.get('services', 'algo', 'default') as { metadata: { annotations?: Record<string, string> } };
+    s.metadata.annotations = { 'sluice.io/lb-algorithm': value };
+    api.store.update('services', s);
+  };
+  api.store.create('endpointslices', slice('algo', 'algo-1', BACKENDS));
+  await waitProgrammed(frontend, BACKENDS.map((b) => `${b}:8080`));
+  assert.equal(algorithmOf(), 'random', 'no annotation: the agent default');
+
+  annotate('rr');
+  await waitFor('round-robin programmed', () => algorithmOf() === 'round-robin');
+  // Measured alone: round-robin's turn is per frontend, shared by every client.
+  const counts = new Map<string, number>();
+  for (const r of await connect(vip, 80, 40)) counts.set(r.backend ?? r.error ?? '?', (counts.get(r.backend ?? r.error ?? '?') ?? 0) + 1);
+  for (const b of BACKENDS) assert.ok(Math.abs((counts.get(`${b}:8080`) ?? 0) - 10) <= 1, `round-robin: ${JSON.stringify([...counts])}`);
+
+  // From here a client connects in a loop while the algorithm changes twice.
+  const loop = sb.runInCgroup(['node', labScript('lbClient'), 'loop', vip, '80', '5000']);
+  await new Promise((r) => setTimeout(r, 500));
+
+  annotate('sh');
+  await waitFor('source-hash programmed', () => algorithmOf() === 'source-hash');
+  assert.equal(new Set((await connect(vip, 80, 20)).map((r) => r.backend ?? r.error)).size, 1, 'source-hash: one client, one backend');
+
+  annotate('maglev');
+  const line = await agent.waitForLog(/Service default\/algo: annotation sluice.io\/lb-algorithm: "maglev" refused/);
+  assert.equal(line.reason, 'unknown_lb_algorithm');
+  await waitFor('the default again', () => algorithmOf() === 'random');
+  const metrics = await (await fetch(`http://${addresses(agent.find(/serving \/healthz/)!).metrics}/metrics`)).text();
+  assert.match(metrics, /sluice_errors_total\{reason="unknown_lb_algorithm"\} [1-9]/);
+
+  const { ok, errors } = JSON.parse(await loop) as { ok: number; errors: Record<string, number> };
+  assert.deepEqual(errors, {}, `connections failed while the algorithm changed: ${JSON.stringify(errors)}`);
+  assert.ok(ok > 20, `only ${ok} connections in 5 s`);
+});
+
 test('restarting the agent while a client connects in a loop fails no connection', async () => {
   const svc = createService('steady', { ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
   api.store.create('endpointslices', slice('steady', 'steady-1', BACKENDS.slice(0, 2)));

@@ -143,6 +143,22 @@ nftables:
   });
 });
 
+test('IPVS mode: ipvs.scheduler becomes the default algorithm (empty is rr, as IPVS); unsupported schedulers are refused by name', () => {
+  const ipvs = (scheduler: string) => `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: ipvs
+ipvs:
+  scheduler: "${scheduler}"
+`;
+  withFile(ipvs(''), (file) => assert.equal(readConfigFile(file).config.lbAlgorithm, 'round-robin'));
+  withFile(ipvs('sh'), (file) => assert.equal(readConfigFile(file).config.lbAlgorithm, 'source-hash'));
+  withFile(ipvs('wlc'), (file) => assert.throws(() => readConfigFile(file), /ipvs\.scheduler.*wlc/));
+  withFile(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+`, (file) => assert.equal(readConfigFile(file).config.lbAlgorithm, undefined));
+});
+
 test('unknown fields and bad values are errors naming the field', () => {
   withFile(`apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nfrobnicate: true\n`, (file) => {
     assert.throws(() => readConfigFile(file), /unknown KubeProxyConfiguration field "frobnicate"/);

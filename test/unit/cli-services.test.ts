@@ -15,7 +15,7 @@ const bin = path.resolve(__dirname, '..', '..', '..', 'bin', 'sluice');
 const view = (frontend: string, service?: ServiceView['service']): ServiceView => {
   const [address, rest] = frontend.split(':') as [string, string];
   const [port, protocol] = rest.split('/') as [string, string];
-  return { frontend, address, port: Number(port), protocol, scope: 'external', flags: ['ClusterIP'], revNatId: 7, affinityTimeoutSeconds: 0, service, backends: [{ id: 3, address: '198.18.1.1', port: 80, flags: ['local'] }] };
+  return { frontend, address, port: Number(port), protocol, scope: 'external', flags: ['ClusterIP'], revNatId: 7, affinityTimeoutSeconds: 0, algorithm: 'random', service, backends: [{ id: 3, address: '198.18.1.1', port: 80, flags: ['local'] }] };
 };
 const all = [
   view('198.18.96.10:53/udp', { namespace: 'kube-system', name: 'kube-dns', portName: 'dns' }),
@@ -61,12 +61,12 @@ test('bad filters and outputs are one-line usage errors (exit 2) through the ent
 test('table and wide rendering', () => {
   const t = renderServices(all.slice(0, 1), 'table');
   assert.equal(t, [
-    'FRONTEND             SERVICE                   SCOPE     FLAGS      BACKENDS',
-    '198.18.96.10:53/udp  kube-system/kube-dns:dns  external  ClusterIP  198.18.1.1:80',
+    'FRONTEND             SERVICE                   SCOPE     FLAGS      ALGORITHM  BACKENDS',
+    '198.18.96.10:53/udp  kube-system/kube-dns:dns  external  ClusterIP  random     198.18.1.1:80',
     '',
   ].join('\n'));
   const w = renderServices([all[3]!], 'wide');
-  assert.match(w, /^198\.18\.96\.30:80\/tcp\s+-\s+external\s+ClusterIP\s+7\s+-\s+#3 198\.18\.1\.1:80\(local\)$/m);
+  assert.match(w, /^198\.18\.96\.30:80\/tcp\s+-\s+external\s+ClusterIP\s+random\s+7\s+-\s+#3 198\.18\.1\.1:80\(local\)$/m);
 });
 
 test('names: fixed-size fields round-trip; over-long input is cut at a character boundary', () => {
@@ -81,7 +81,7 @@ test('names: fixed-size fields round-trip; over-long input is cut at a character
 test('the agent\'s frontend specs carry namespace, name and port name', () => {
   const f = {
     service: 'kube-system/kube-dns', portName: 'dns', kind: 'ClusterIP', family: 'IPv4', address: '198.18.96.10', port: 53, proto: 'UDP',
-    scope: 'external', backends: [], externalLocal: false, internalLocal: false, twoScopes: false, affinityTimeoutSeconds: 0, sourceRanges: [],
+    scope: 'external', backends: [], externalLocal: false, internalLocal: false, twoScopes: false, affinityTimeoutSeconds: 0, sourceRanges: [], algorithm: 'random',
   } as unknown as Frontend;
   assert.deepEqual(toFrontendSpec(f, new ZoneIds())?.service, { namespace: 'kube-system', name: 'kube-dns', portName: 'dns' });
 });
