@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The node tier's smoke, on a cluster scripts/node-tier.sh brought up (state
+# dir $1) with Sluice as the only service proxy:
+#
+#   1. a client pod on node-1 reaches a ClusterIP Service (both backends, one
+#      per node), node-2's NodePort, and the `kubernetes` Service (the API
+#      server through Sluice: kube-proxy-free mode);
+#   2. a client pod on node-1 opens a new connection to the ClusterIP every
+#      100 ms while node-1's Sluice pod is deleted and replaced by the
+#      DaemonSet: no connection may fail.
+#
+# The pods use Sluice's own image (it has Node.js) for the servers and
+# clients, so nothing else is imported. Clients report through their
+# termination message (kubelet puts it in the Pod status; the API server
+# cannot reach a kubelet here, so there is no `kubectl logs`/`exec`).
+# Prints one "smoke: ok ..." line per check; exit 1 on the first failure.
+set -euo pipefail
+R=$1
+here=$(cd "$(dirname "$0")/../.." && pwd)
+TAG=${TAG:-$(node -p "require('$here/package.json').version")}
+export IMAGE=sluice:$TAG
+kc() { kubectl --kubeconfig "$R/admin.kubeconfig" "$@"; }
+log() { echo "smoke: $(date -u +%T) $*" >&2; }
+fail() { echo "smoke: FAILED: $*"; kc get pods -A -o wide >&2 || true; exit 1; }
+
+kc create namespace smoke >/dev/null
+
+server_pod() {  # server_pod NAME NODE
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: smoke, labels: {app: web}}
+spec:
+  nodeName: $2
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: web
+      image: $IMAGE
+      imagePullPolicy: Never
+      command: [node, -e, "require('http').createServer((q, s) => s.end('$1')).listen(8080)"]
+      ports: [{containerPort: 8080, name: http}]
+      readinessProbe: {httpGet: {port: 8080, path: /}, periodSeconds: 1}
+EOF
+}
+
+# client_pod NAME SCRIPT ENV-JSON: a one-shot pod on node-1 running SCRIPT
+# with node; its last act is writing a JSON result to the termination log.
+client_pod() {
+  node -e '
+    const [name, script, env] = process.argv.slice(1);
+    const image = process.env.IMAGE;
+    const pod = { apiVersion: "v1", kind: "Pod", metadata: { name, namespace: "smoke" },
+      spec: { nodeName: "node-1", restartPolicy: "Never", automountServiceAccountToken: false,
+        containers: [{ name: "client", image, imagePullPolicy: "Never", command: ["node", "-e", script],
+          env: Object.entries(JSON.parse(env)).map(([name, value]) => ({ name, value: String(value) })) }] } };
+    console.log(JSON.stringify(pod));' "$@"
+}
+
+wait_done() {  # wait_done POD SECONDS -> prints the termination message
+  local end=$((SECONDS + $2)) phase
+  while :; do
+    phase=$(kc -n smoke get pod "$1" -o jsonpath='{.status.phase}')
+    [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
+    [ $SECONDS -ge $end ] && fail "pod $1 still $phase after $2 s"
+    sleep 1
+  done
+  kc -n smoke get pod "$1" -o jsonpath='{.status.containerStatuses[0].state.terminated.message}'
+}
+
+log "servers"
+{ server_pod web-1 node-1; echo ---; server_pod web-2 node-2; } | kc apply -f - >/dev/null
+kc -n smoke create service nodeport web --tcp=80:8080 >/dev/null
+kc -n smoke wait --for=condition=Ready pod/web-1 pod/web-2 --timeout=120s >/dev/null || fail "web pods not Ready"
+cluster_ip=$(kc -n smoke get svc web -o jsonpath='{.spec.clusterIP}')
+node_port=$(kc -n smoke get svc web -o jsonpath='{.spec.ports[0].nodePort}')
+api_ip=$(kc get svc kubernetes -o jsonpath='{.spec.clusterIP}')
+
+# ---- 1: ClusterIP, NodePort, kubernetes Service ---------------------------------
+reach='
+const http = require("http"), https = require("https");
+const get = (url) => new Promise((resolve) => {
+  const lib = url.startsWith("https") ? https : http;
+  const req = lib.get(url, { agent: false, timeout: 2000, rejectUnauthorized: false }, (res) => {
+    let body = ""; res.on("data", (d) => body += d); res.on("end", () => resolve({ ok: true, status: res.statusCode, body }));
+  });
+  req.on("timeout", () => req.destroy(new Error("timeout")));
+  req.on("error", (e) => resolve({ ok: false, error: e.code || e.message }));
+});
+(async () => {
+  const out = {};
+  for (const [name, url] of Object.entries(JSON.parse(process.env.TARGETS))) {
+    const r = { ok: 0, failed: 0, bodies: {}, statuses: {} };
+    for (let i = 0; i < 20; i++) {
+      const x = await get(url);
+      if (x.ok) { r.ok++; r.statuses[x.status] = 1; if (!url.startsWith("https")) r.bodies[x.body] = (r.bodies[x.body] || 0) + 1; }
+      else { r.failed++; r.lastError = x.error; }
+    }
+    out[name] = r;
+  }
+  require("fs").writeFileSync("/dev/termination-log", JSON.stringify(out));
+})();'
+targets=$(printf '{"clusterIP":"http://%s:80/","nodePort":"http://198.18.0.12:%s/","kubernetes":"https://%s:443/livez"}' \
+  "$cluster_ip" "$node_port" "$api_ip")
+log "client: ClusterIP $cluster_ip:80, NodePort 198.18.0.12:$node_port, kubernetes $api_ip:443"
+client_pod reach "$reach" "{\"TARGETS\": $(node -p 'JSON.stringify(process.argv[1])' "$targets")}" | kc apply -f - >/dev/null
+result=$(wait_done reach 120)
+node -e '
+  const r = JSON.parse(process.argv[1]);
+  const bad = [];
+  for (const k of ["clusterIP", "nodePort"]) {
+    const x = r[k];
+    if (!x || x.failed || Object.keys(x.bodies).sort().join() !== "web-1,web-2") bad.push(`${k}: ${JSON.stringify(x)}`);
+  }
+  if (!r.kubernetes || r.kubernetes.failed) bad.push(`kubernetes: ${JSON.stringify(r.kubernetes)}`);
+  if (bad.length) { console.log("smoke: FAILED: " + bad.join("; ")); process.exit(1); }
+  console.log(`smoke: ok clusterIP 20/20 (web-1 ${r.clusterIP.bodies["web-1"]}, web-2 ${r.clusterIP.bodies["web-2"]})`);
+  console.log(`smoke: ok nodePort 20/20 (web-1 ${r.nodePort.bodies["web-1"]}, web-2 ${r.nodePort.bodies["web-2"]})`);
+  console.log(`smoke: ok kubernetes 20/20 (HTTP ${Object.keys(r.kubernetes.statuses).join(",")} from the API server)`);
+' "${result:-{\}}" || { kc -n smoke get pod reach -o yaml >&2; exit 1; }
+
+# ---- 2: Sluice's pod on node-1 replaced while a client connects -----------------
+loop='
+const http = require("http");
+const end = Date.now() + Number(process.env.SECONDS_TOTAL) * 1000;
+let ok = 0, failed = 0; const errors = {};
+const once = () => new Promise((resolve) => {
+  const req = http.get(process.env.URL, { agent: false, timeout: 2000 }, (res) => { res.resume(); res.on("end", () => { ok++; resolve(); }); });
+  req.on("timeout", () => req.destroy(new Error("timeout")));
+  req.on("error", (e) => { failed++; errors[e.code || e.message] = (errors[e.code || e.message] || 0) + 1; resolve(); });
+});
+(async () => {
+  for (let i = 0; i < 2000 && Date.now() < end; i++) { await once(); await new Promise((r) => setTimeout(r, 100)); }
+  require("fs").writeFileSync("/dev/termination-log", JSON.stringify({ ok, failed, errors }));
+})();'
+old_pod=$(kc -n kube-system get pod -l app.kubernetes.io/name=sluice --field-selector spec.nodeName=node-1 -o jsonpath='{.items[0].metadata.name}')
+client_pod loop "$loop" "{\"URL\": \"http://$cluster_ip:80/\", \"SECONDS_TOTAL\": 60}" | kc apply -f - >/dev/null
+kc -n smoke wait --for=jsonpath='{.status.phase}'=Running pod/loop --timeout=60s >/dev/null || fail "loop client not running"
+sleep 3
+log "deleting $old_pod (node-1's Sluice pod) while the client connects"
+kc -n kube-system delete pod "$old_pod" --wait=false >/dev/null
+end=$((SECONDS + 40))
+until new_pod=$(kc -n kube-system get pod -l app.kubernetes.io/name=sluice --field-selector spec.nodeName=node-1 \
+        -o jsonpath='{.items[?(@.status.containerStatuses[0].ready==true)].metadata.name}' 2>/dev/null) \
+      && [ -n "$new_pod" ] && [ "$new_pod" != "$old_pod" ]; do
+  [ $SECONDS -ge $end ] && fail "no new Ready Sluice pod on node-1 within 40 s"
+  sleep 1
+done
+log "new Sluice pod $new_pod Ready"
+result=$(wait_done loop 120)
+# The replacement must have become Ready while the client was still connecting.
+ready_at=$(kc -n kube-system get pod "$new_pod" -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastTransitionTime}')
+finished_at=$(kc -n smoke get pod loop -o jsonpath='{.status.containerStatuses[0].state.terminated.finishedAt}')
+node -e '
+  const [json, oldPod, newPod, readyAt, finishedAt] = process.argv.slice(1);
+  const r = JSON.parse(json);
+  if (!(r.ok > 100) || r.failed !== 0) { console.log("smoke: FAILED: restart: " + JSON.stringify(r)); process.exit(1); }
+  if (!(Date.parse(readyAt) < Date.parse(finishedAt))) {
+    console.log(`smoke: FAILED: restart: ${newPod} Ready at ${readyAt}, after the client finished (${finishedAt})`); process.exit(1);
+  }
+  console.log(`smoke: ok restart ${r.ok} connections, 0 failed, while ${oldPod} was replaced by ${newPod} (Ready ${readyAt}, client ran until ${finishedAt})`);
+' "${result:-{\}}" "$old_pod" "$new_pod" "$ready_at" "$finished_at"
+kc delete namespace smoke --wait=false >/dev/null
