@@ -399,6 +399,9 @@ up() {
   for i in $(seq "$NODES"); do
     wait_until 60 "containerd on node-$i" test -e "$R/node-$i/containerd.ready"
     import_images "$R/node-$i" "$PAUSE_ARCHIVE" "$IMAGE_ARCHIVE"
+    # A second tag of the same image: the smoke's rolling update changes the DaemonSet's image to it.
+    ctr --address "$R/node-$i/containerd.sock" -n k8s.io images tag --force \
+      "docker.io/library/sluice:$TAG" "docker.io/library/sluice:$TAG-rollout" >/dev/null
     touch "$R/node-$i/kubelet.go"
   done
   for i in $(seq "$NODES"); do

@@ -5,9 +5,17 @@
 #   1. a client pod on node-1 reaches a ClusterIP Service (both backends, one
 #      per node), node-2's NodePort, and the `kubernetes` Service (the API
 #      server through Sluice: kube-proxy-free mode);
+#   0. each node's agent process runs with exactly the capabilities the
+#      manifest gives (BPF, NET_ADMIN, PERFMON), not privileged;
 #   2. a client pod on node-1 opens a new connection to the ClusterIP every
 #      100 ms while node-1's Sluice pod is deleted and replaced by the
-#      DaemonSet: no connection may fail.
+#      DaemonSet: no connection may fail;
+#   3. (SLUICE_SMOKE_ROLLOUT=1, the default) a rolling update of the
+#      DaemonSet to a new image tag that also switches to the CNI-chaining
+#      install (cni-chaining "true", podVethPrograms), while a client
+#      connects: 0 failed connections; then the bridge conflist ends with
+#      Sluice's plugin, a new pod gets its pod-veth links, and step 1's
+#      checks pass again from new pods.
 #
 # The pods use Sluice's own image (it has Node.js) for the servers and
 # clients, so nothing else is imported. Clients report through their
@@ -68,6 +76,24 @@ wait_done() {  # wait_done POD SECONDS -> prints the termination message
   kc -n smoke get pod "$1" -o jsonpath='{.status.containerStatuses[0].state.terminated.message}'
 }
 
+# ---- 0: the agents' capabilities --------------------------------------------------
+prefix=$(cat "$R/prefix")
+check_caps() {
+  local i agent caps found=0
+  for i in 1 2; do
+    for agent in $(find "/sys/fs/cgroup/pids/$prefix/node-$i" -name cgroup.procs -exec cat {} + 2>/dev/null); do
+      tr '\0' ' ' <"/proc/$agent/cmdline" 2>/dev/null | grep -q 'sluice agent --config' || continue
+      caps=$(awk '/^CapEff:/ {print $2}' "/proc/$agent/status")
+      # CAP_NET_ADMIN (12), CAP_PERFMON (38), CAP_BPF (39)
+      [ "$caps" = 000000c000001000 ] || fail "node-$i: agent pid $agent has CapEff $caps, not BPF+NET_ADMIN+PERFMON"
+      found=$((found + 1))
+    done
+  done
+  [ $found -ge 2 ] || fail "found $found agent processes in the node cgroups, expected one per node"
+  echo "smoke: ok capabilities $1: $found agents, CapEff 000000c000001000 (BPF, NET_ADMIN, PERFMON), not privileged"
+}
+check_caps "kube-proxy-free install"
+
 log "servers"
 { server_pod web-1 node-1; echo ---; server_pod web-2 node-2; } | kc apply -f - >/dev/null
 kc -n smoke create service nodeport web --tcp=80:8080 >/dev/null
@@ -102,10 +128,11 @@ const get = (url) => new Promise((resolve) => {
 })();'
 targets=$(printf '{"clusterIP":"http://%s:80/","nodePort":"http://198.18.0.12:%s/","kubernetes":"https://%s:443/livez"}' \
   "$cluster_ip" "$node_port" "$api_ip")
-log "client: ClusterIP $cluster_ip:80, NodePort 198.18.0.12:$node_port, kubernetes $api_ip:443"
-client_pod reach "$reach" "{\"TARGETS\": $(node -p 'JSON.stringify(process.argv[1])' "$targets")}" | kc apply -f - >/dev/null
-result=$(wait_done reach 120)
-node -e '
+check_reach() {  # check_reach POD LABEL
+log "client $1: ClusterIP $cluster_ip:80, NodePort 198.18.0.12:$node_port, kubernetes $api_ip:443"
+client_pod "$1" "$reach" "{\"TARGETS\": $(node -p 'JSON.stringify(process.argv[1])' "$targets")}" | kc apply -f - >/dev/null
+result=$(wait_done "$1" 120)
+LABEL=$2 node -e '
   const r = JSON.parse(process.argv[1]);
   const bad = [];
   for (const k of ["clusterIP", "nodePort"]) {
@@ -114,10 +141,13 @@ node -e '
   }
   if (!r.kubernetes || r.kubernetes.failed) bad.push(`kubernetes: ${JSON.stringify(r.kubernetes)}`);
   if (bad.length) { console.log("smoke: FAILED: " + bad.join("; ")); process.exit(1); }
-  console.log(`smoke: ok clusterIP 20/20 (web-1 ${r.clusterIP.bodies["web-1"]}, web-2 ${r.clusterIP.bodies["web-2"]})`);
-  console.log(`smoke: ok nodePort 20/20 (web-1 ${r.nodePort.bodies["web-1"]}, web-2 ${r.nodePort.bodies["web-2"]})`);
-  console.log(`smoke: ok kubernetes 20/20 (HTTP ${Object.keys(r.kubernetes.statuses).join(",")} from the API server)`);
-' "${result:-{\}}" || { kc -n smoke get pod reach -o yaml >&2; exit 1; }
+  const l = process.env.LABEL;
+  console.log(`smoke: ok clusterIP${l} 20/20 (web-1 ${r.clusterIP.bodies["web-1"]}, web-2 ${r.clusterIP.bodies["web-2"]})`);
+  console.log(`smoke: ok nodePort${l} 20/20 (web-1 ${r.nodePort.bodies["web-1"]}, web-2 ${r.nodePort.bodies["web-2"]})`);
+  console.log(`smoke: ok kubernetes${l} 20/20 (HTTP ${Object.keys(r.kubernetes.statuses).join(",")} from the API server)`);
+' "${result:-{\}}" || { kc -n smoke get pod "$1" -o yaml >&2; exit 1; }
+}
+check_reach reach ""
 
 # ---- 2: Sluice's pod on node-1 replaced while a client connects -----------------
 loop='
@@ -133,9 +163,12 @@ const once = () => new Promise((resolve) => {
   for (let i = 0; i < 2000 && Date.now() < end; i++) { await once(); await new Promise((r) => setTimeout(r, 100)); }
   require("fs").writeFileSync("/dev/termination-log", JSON.stringify({ ok, failed, errors }));
 })();'
+start_loop() {  # start_loop POD SECONDS
+  client_pod "$1" "$loop" "{\"URL\": \"http://$cluster_ip:80/\", \"SECONDS_TOTAL\": $2}" | kc apply -f - >/dev/null
+  kc -n smoke wait --for=jsonpath='{.status.phase}'=Running "pod/$1" --timeout=60s >/dev/null || fail "$1 client not running"
+}
 old_pod=$(kc -n kube-system get pod -l app.kubernetes.io/name=sluice --field-selector spec.nodeName=node-1 -o jsonpath='{.items[0].metadata.name}')
-client_pod loop "$loop" "{\"URL\": \"http://$cluster_ip:80/\", \"SECONDS_TOTAL\": 60}" | kc apply -f - >/dev/null
-kc -n smoke wait --for=jsonpath='{.status.phase}'=Running pod/loop --timeout=60s >/dev/null || fail "loop client not running"
+start_loop loop 60
 sleep 3
 log "deleting $old_pod (node-1's Sluice pod) while the client connects"
 kc -n kube-system delete pod "$old_pod" --wait=false >/dev/null
@@ -160,4 +193,45 @@ node -e '
   }
   console.log(`smoke: ok restart ${r.ok} connections, 0 failed, while ${oldPod} was replaced by ${newPod} (Ready ${readyAt}, client ran until ${finishedAt})`);
 ' "${result:-{\}}" "$old_pod" "$new_pod" "$ready_at" "$finished_at"
+[ "${SLUICE_SMOKE_ROLLOUT:-1}" = 1 ] || { kc delete namespace smoke --wait=false >/dev/null; exit 0; }
+
+# ---- 3: rolling update to a new tag + the CNI-chaining install ---------------------
+start_loop rollout 100
+sleep 3
+log "rolling update: image sluice:$TAG-rollout, cni-chaining true, podVethPrograms true"
+kc -n kube-system get configmap sluice -o json | node -e '
+  const cm = JSON.parse(require("fs").readFileSync(0, "utf8"));
+  const YAML = require(process.argv[1] + "/node_modules/yaml");
+  const config = YAML.parseDocument(cm.data["config.yaml"]);
+  config.set("podVethPrograms", true);
+  cm.data["config.yaml"] = config.toString();
+  cm.data["cni-chaining"] = "true";
+  process.stdout.write(JSON.stringify(cm));' "$here" | kc apply -f - >/dev/null
+t_roll=$SECONDS
+kc -n kube-system set image ds/sluice "*=sluice:$TAG-rollout" >/dev/null
+kc -n kube-system rollout status ds/sluice --timeout=240s >/dev/null || fail "rollout of ds/sluice did not finish"
+log "rollout finished in $((SECONDS - t_roll)) s"
+[ "$(kc -n smoke get pod rollout -o jsonpath='{.status.phase}')" = Running ] ||
+  fail "the rollout client finished before the rollout did: it did not cover it"
+result=$(wait_done rollout 200)
+node -e '
+  const [json, secs] = process.argv.slice(1);
+  const r = JSON.parse(json);
+  if (!(r.ok > 100) || r.failed !== 0) { console.log("smoke: FAILED: rollout: " + JSON.stringify(r)); process.exit(1); }
+  console.log(`smoke: ok rollout ${r.ok} connections, 0 failed, during kubectl rollout of ds/sluice to a new tag (${secs} s, both nodes)`);
+'  "${result:-{\}}" "$((SECONDS - t_roll))"
+for i in 1 2; do
+  grep -q '"type": *"sluice"' "$R/node-$i/cni/net.d/10-bridge.conflist" ||
+    fail "node-$i: Sluice's plugin is not in the bridge conflist after the chaining install: $(cat "$R/node-$i/cni/net.d/10-bridge.conflist")"
+done
+check_caps "CNI-chaining install"
+# A pod created now has Sluice's plugin in its chain: its veth gets the pod-veth links (pinned per pod).
+pod_links() { nsenter -t "$(cat "$R/pids/node-1")" -m sh -c 'ls /sys/fs/bpf/sluice/links 2>/dev/null | grep -c "^pod-" || true'; }
+links_before=$(pod_links)
+server_pod chained-1 node-1 | sed 's/app: web}/app: chained}/' | kc apply -f - >/dev/null
+kc -n smoke wait --for=condition=Ready pod/chained-1 --timeout=120s >/dev/null || fail "pod chained-1 not Ready"
+links_after=$(pod_links)
+[ "$links_after" -gt "$links_before" ] || fail "no pod-veth links pinned for pod chained-1 on node-1 ($links_before before, $links_after after)"
+echo "smoke: ok chaining Sluice's plugin ends both nodes' bridge conflist; new pod chained-1 got $((links_after - links_before)) pod-veth links"
+check_reach reach-chained " (chained)"
 kc delete namespace smoke --wait=false >/dev/null
