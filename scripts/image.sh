@@ -29,7 +29,6 @@ cd "$here"
 
 cache=${SLUICE_CACHE:-/var/cache/sluice}/image
 suite=${SLUICE_IMAGE_SUITE:-trixie}
-mirror=${SLUICE_IMAGE_MIRROR:-http://deb.debian.org/debian}
 tag=${TAG:-$(node -p 'require("./package.json").version')}
 epoch=${SOURCE_DATE_EPOCH:-0}
 out=build/image
@@ -50,33 +49,9 @@ exec 8>"$out/.lock"
 flock -w 1800 8 || { log "another build holds $out/.lock"; exit 1; }
 
 # ---- layer 1: the Debian root file system, cached by its package list --------
+rc=0; rootfs=$(bash scripts/rootfs.sh deploy/image/packages.txt | tail -1) || rc=$?
+[ $rc -eq 0 ] || exit $rc
 packages=$(grep -v '^[[:space:]]*#' deploy/image/packages.txt | grep -v '^[[:space:]]*$' | tr '\n' ',' | sed 's/,$//')
-mmdebstrap_opts=(--variant=minbase --mode=root --format=tar --include="$packages"
-  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*'
-  --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*'
-  --aptopt='Acquire::Retries "3"')
-key=$(printf '%s\n' "$suite" "$packages" "${mmdebstrap_opts[@]}" "recipe-1" | sha256sum | cut -c1-16)
-rootfs=$cache/rootfs-$suite-$key.tar
-if [ -s "$rootfs" ]; then
-  log "cached root file system $rootfs"
-else
-  log "mmdebstrap $suite ($packages) -> $rootfs"
-  t0=$SECONDS
-  exec 9>"$cache/.rootfs.lock"; flock -w 1800 9
-  if [ ! -s "$rootfs" ]; then
-    if ! SOURCE_DATE_EPOCH=$epoch nice -n 10 timeout 1800 mmdebstrap "${mmdebstrap_opts[@]}" \
-         "$suite" "$rootfs.tmp" "$mirror" >"$cache/mmdebstrap.log" 2>&1; then
-      rm -f "$rootfs.tmp"
-      if grep -qiE 'could not resolve|failed to fetch|connection' "$cache/mmdebstrap.log"; then
-        log "the Debian mirror $mirror is not reachable: $(tail -1 "$cache/mmdebstrap.log")"; exit 3
-      fi
-      log "mmdebstrap failed; see $cache/mmdebstrap.log"; tail -5 "$cache/mmdebstrap.log" >&2; exit 1
-    fi
-    mv "$rootfs.tmp" "$rootfs"
-  fi
-  exec 9>&-
-  log "root file system built in $((SECONDS - t0))s"
-fi
 
 # ---- layer 2: /opt/sluice, what the Dockerfile's runtime stage copies --------
 stage=$out/stage
@@ -124,12 +99,7 @@ umoci gc --layout "$oci"
 
 # An OCI archive for `ctr images import`: containerd names the image from the
 # io.containerd.image.name annotation of the index entry.
-node -e '
-  const fs = require("fs"); const [dir, name] = process.argv.slice(1);
-  const idx = JSON.parse(fs.readFileSync(dir + "/index.json"));
-  for (const m of idx.manifests) m.annotations = { ...m.annotations, "io.containerd.image.name": name };
-  fs.writeFileSync(dir + "/index.json", JSON.stringify(idx));
-' "$oci" "docker.io/library/sluice:$tag"
+node scripts/oci-name.js "$oci" "docker.io/library/sluice:$tag"
 find "$oci" -exec touch -h -d "@$epoch" {} +
 archive=$out/sluice-$tag.oci.tar
 tar --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner -C "$oci" -cf "$archive" .

@@ -9,10 +9,12 @@
 #
 # Pieces (docs/real-nodes.md has the why of each):
 #   control plane  etcd, kube-apiserver, kube-controller-manager, kube-scheduler
-#                  of the pinned version (scripts/node-binaries.sh), on 127.0.0.1;
-#                  the API server advertises 198.18.0.1, a forwarder in the
-#                  fabric namespace that carries 198.18.0.1:<port> over a unix
-#                  socket to it: that is the `kubernetes` Service's endpoint.
+#                  of the pinned version (scripts/node-binaries.sh); etcd and
+#                  the API server inside the fabric namespace, the API server on
+#                  198.18.0.1 (the `kubernetes` Service's endpoint; it reaches
+#                  the kubelets there), reached from the machine at
+#                  127.0.0.1:<port> through two forwarders and a unix socket;
+#                  kube-controller-manager and kube-scheduler on the machine.
 #   nodes          node-1, node-2: a network namespace each (eth0 on a private
 #                  fabric bridge, 198.18.0.1X, no default route) and a mount
 #                  namespace each (scripts/node-tier/node-init.sh) with its own
@@ -168,19 +170,25 @@ control_plane() {
   local etcd_port peer_port
   etcd_port=$(free_port); peer_port=$(free_port); API_PORT=$(free_port)
   echo "$API_PORT" >"$R/api-port"
-  start etcd "$BIN/etcd" --name=node-tier --data-dir="$R/etcd" \
+  # etcd and the API server run in the fabric namespace: the API server reaches
+  # the kubelets (198.18.0.1X:10250, for exec/logs) there, and a request for a
+  # node address can never leave through the machine's own network.
+  start etcd nsenter --net="/run/netns/$FABRIC" "$BIN/etcd" --name=node-tier --data-dir="$R/etcd" \
     --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \
     --listen-peer-urls="http://127.0.0.1:$peer_port" --initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
     --initial-cluster="node-tier=http://127.0.0.1:$peer_port" --listen-metrics-urls= --unsafe-no-fsync --log-level=warn
-  start kube-apiserver "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$etcd_port" \
-    --bind-address=127.0.0.1 --secure-port="$API_PORT" --advertise-address="$FABRIC_IP" \
+  start kube-apiserver nsenter --net="/run/netns/$FABRIC" "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$etcd_port" \
+    --bind-address="$FABRIC_IP" --secure-port="$API_PORT" --advertise-address="$FABRIC_IP" \
     --cert-dir="$R/apiserver-certs" --tls-cert-file="$R/pki/apiserver.crt" --tls-private-key-file="$R/pki/apiserver.key" \
     --client-ca-file="$R/pki/ca.crt" --kubelet-client-certificate="$R/pki/apiserver-kubelet.crt" \
     --kubelet-client-key="$R/pki/apiserver-kubelet.key" \
     --service-account-key-file="$R/pki/sa.pub" --service-account-signing-key-file="$R/pki/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc --service-cluster-ip-range="$SERVICE_CIDR" \
-    --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+    --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction --kubelet-preferred-address-types=InternalIP \
     --allow-privileged=false --enable-priority-and-fairness=false --profiling=false --v=1
+  # The machine reaches it at 127.0.0.1:<port>: forwarder -> unix socket -> forwarder in the fabric.
+  start forwarder-root node "$FORWARDER" tcp-to-unix "127.0.0.1:$API_PORT" "$R/api.sock"
+  start forwarder-fabric nsenter --net="/run/netns/$FABRIC" node "$FORWARDER" unix-to-tcp "$R/api.sock" "$FABRIC_IP:$API_PORT"
   kubeconfig "$R/admin.kubeconfig" "https://127.0.0.1:$API_PORT" admin
   wait_until 120 "kube-apiserver /readyz" kc get --raw /readyz
   start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$R/admin.kubeconfig" \
@@ -190,16 +198,13 @@ control_plane() {
   start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$R/admin.kubeconfig" --leader-elect=false --secure-port=0 --v=1
 }
 
-fabric() {
+fabric() {  # the nodes' network: one bridge, 198.18.0.1 on it, no link to the machine
   FABRIC=$PREFIX-fabric
   note netns "$FABRIC"; ip netns add "$FABRIC"
   ip -n "$FABRIC" link set lo up
   ip -n "$FABRIC" link add fabric0 type bridge
   ip -n "$FABRIC" addr add "$FABRIC_IP/24" dev fabric0
   ip -n "$FABRIC" link set fabric0 up
-  # 198.18.0.1:<port> in the fabric -> unix socket -> the API server on 127.0.0.1.
-  start forwarder-root node "$FORWARDER" unix-to-tcp "$R/api.sock" "127.0.0.1:$API_PORT"
-  start forwarder-fabric nsenter --net="/run/netns/$FABRIC" node "$FORWARDER" tcp-to-unix "$FABRIC_IP:$API_PORT" "$R/api.sock"
 }
 
 make_cgroup() {  # the node's cgroup in every hierarchy (cpuset needs cpus/mems before it takes a task)
@@ -350,26 +355,26 @@ host_dirs() {  # mount points node-init.sh needs; created here only if missing, 
   done
 }
 
-pause_image() {  # registry.k8s.io/pause:<tag> from the pause binary built from the pinned sources
-  PAUSE_TAG=$(cat "$BIN/pause.tag")
-  local out=$here/build/image/pause-$PAUSE_TAG.oci.tar work=$R/pause-image
-  [ -s "$out" ] && [ "$out" -nt "$BIN/pause" ] && { PAUSE_ARCHIVE=$out; return; }
-  mkdir -p "$work/layer" "$(dirname "$out")"
-  install -m 0755 "$BIN/pause" "$work/layer/pause"
-  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/layer" -cf "$work/layer.tar" pause
-  umoci init --layout "$work/oci"
-  umoci new --image "$work/oci:$PAUSE_TAG"
-  umoci raw add-layer --image "$work/oci:$PAUSE_TAG" --history.created 1970-01-01T00:00:00Z "$work/layer.tar"
-  umoci config --image "$work/oci:$PAUSE_TAG" --created 1970-01-01T00:00:00Z --no-history \
-    --config.entrypoint /pause --config.user 65535:65535 --os linux --architecture amd64
-  umoci gc --layout "$work/oci"
-  node -e '
-    const fs = require("fs"); const [dir, name] = process.argv.slice(1);
-    const idx = JSON.parse(fs.readFileSync(dir + "/index.json"));
-    for (const m of idx.manifests) m.annotations = { ...m.annotations, "io.containerd.image.name": name };
-    fs.writeFileSync(dir + "/index.json", JSON.stringify(idx));' "$work/oci" "registry.k8s.io/pause:$PAUSE_TAG"
-  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/oci" -cf "$out" .
-  PAUSE_ARCHIVE=$out
+# binary_image NAME:TAG BINARY ENTRYPOINT USER: a one-layer OCI archive holding
+# only BINARY at /<basename>, named NAME:TAG for containerd; prints its path.
+binary_image() {
+  local ref=$1 binary=$2 entry=$3 user=$4 tag=${1##*:}
+  local out=$here/build/image/$(basename "$binary")-$tag.oci.tar work=$R/image-$(basename "$binary")
+  [ -s "$out" ] && [ "$out" -nt "$binary" ] && { echo "$out"; return; }
+  {
+    mkdir -p "$work/layer" "$(dirname "$out")"
+    install -m 0755 "$binary" "$work/layer/$(basename "$binary")"
+    tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/layer" -cf "$work/layer.tar" .
+    umoci init --layout "$work/oci"
+    umoci new --image "$work/oci:$tag"
+    umoci raw add-layer --image "$work/oci:$tag" --history.created 1970-01-01T00:00:00Z "$work/layer.tar"
+    umoci config --image "$work/oci:$tag" --created 1970-01-01T00:00:00Z --no-history \
+      --config.entrypoint "$entry" --config.user "$user" --os linux --architecture amd64
+    umoci gc --layout "$work/oci"
+    node "$here/scripts/oci-name.js" "$work/oci" "$ref"
+    tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/oci" -cf "$out" .
+  } >&2
+  echo "$out"
 }
 
 import_images() {  # import_images NODE_DIR ARCHIVE...
@@ -389,16 +394,22 @@ up() {
   echo "$PREFIX" >"$R/prefix"
   log "up: $NODES nodes, prefix $PREFIX, state in $R"
   pki
-  control_plane
   fabric
-  pause_image
+  control_plane
+  PAUSE_TAG=$(cat "$BIN/pause.tag")
+  # the sandbox image, from the pause binary built from the pinned sources
+  NODE_IMAGES=("$(binary_image "registry.k8s.io/pause:$PAUSE_TAG" "$BIN/pause" /pause 65535:65535)" "$IMAGE_ARCHIVE")
+  # agnhost (scripts/conformance-binaries.sh), when built: the e2e tests' image
+  if [ -x "$BIN/agnhost" ]; then
+    NODE_IMAGES+=("$(binary_image "registry.k8s.io/e2e-test-images/agnhost:$(cat "$BIN/agnhost.version")" "$BIN/agnhost" /agnhost 0:0)")
+  fi
   host_dirs
   local i
   note cgroup "$PREFIX"
   for i in $(seq "$NODES"); do node_up "$i"; done
   for i in $(seq "$NODES"); do
     wait_until 60 "containerd on node-$i" test -e "$R/node-$i/containerd.ready"
-    import_images "$R/node-$i" "$PAUSE_ARCHIVE" "$IMAGE_ARCHIVE"
+    import_images "$R/node-$i" "${NODE_IMAGES[@]}"
     # A second tag of the same image: the smoke's rolling update changes the DaemonSet's image to it.
     ctr --address "$R/node-$i/containerd.sock" -n k8s.io images tag --force \
       "docker.io/library/sluice:$TAG" "docker.io/library/sluice:$TAG-rollout" >/dev/null

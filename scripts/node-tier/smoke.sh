@@ -19,8 +19,8 @@
 #
 # The pods use Sluice's own image (it has Node.js) for the servers and
 # clients, so nothing else is imported. Clients report through their
-# termination message (kubelet puts it in the Pod status; the API server
-# cannot reach a kubelet here, so there is no `kubectl logs`/`exec`).
+# termination message (kubelet puts it in the Pod status), so a result does
+# not depend on log collection.
 # Prints one "smoke: ok ..." line per check; exit 1 on the first failure.
 set -euo pipefail
 R=$1
@@ -148,6 +148,12 @@ LABEL=$2 node -e '
 ' "${result:-{\}}" || { kc -n smoke get pod "$1" -o yaml >&2; exit 1; }
 }
 check_reach reach ""
+
+# The inspection docs/deploy.md gives (the API server reaches the kubelets: exec works).
+agent_1=$(kc -n kube-system get pod -l app.kubernetes.io/name=sluice --field-selector spec.nodeName=node-1 -o jsonpath='{.items[0].metadata.name}')
+kc -n kube-system exec "$agent_1" -c agent -- sluice services -o json | grep -q "\"$cluster_ip\"" ||
+  fail "kubectl exec $agent_1 -- sluice services: no frontend $cluster_ip"
+echo "smoke: ok exec kubectl exec $agent_1 -c agent -- sluice services lists $cluster_ip"
 
 # ---- 2: Sluice's pod on node-1 replaced while a client connects -----------------
 loop='

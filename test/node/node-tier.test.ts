@@ -38,7 +38,7 @@ test('node tier: real nodes, Sluice from deploy/kubernetes, smoke, clean teardow
   const prefix = /prefix (slnd[0-9a-f]+)/.exec(out)?.[1];
   assert.equal(code, 0, `scripts/node-tier.sh run exited ${code}:\n${out.split('\n').slice(-60).join('\n')}`);
   t.diagnostic(`node tier ran in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
-  for (const check of ['capabilities kube-proxy-free', 'clusterIP', 'nodePort', 'kubernetes', 'restart', 'rollout',
+  for (const check of ['capabilities kube-proxy-free', 'clusterIP', 'nodePort', 'kubernetes', 'exec', 'restart', 'rollout',
     'capabilities CNI-chaining', 'chaining', 'clusterIP \\(chained\\)', 'nodePort \\(chained\\)', 'kubernetes \\(chained\\)']) {
     assert.match(out, new RegExp(`^smoke: ok ${check} `, 'm'), `smoke check ${check} did not pass`);
   }
