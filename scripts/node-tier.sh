@@ -355,18 +355,20 @@ host_dirs() {  # mount points node-init.sh needs; created here only if missing, 
   done
 }
 
-# binary_image NAME:TAG BINARY ENTRYPOINT USER: a one-layer OCI archive holding
-# only BINARY at /<basename>, named NAME:TAG for containerd; prints its path.
+# binary_image NAME:TAG BINARY ENTRYPOINT USER [BASE_TAR]: an OCI archive
+# holding BINARY at /<basename> (on top of the root file system BASE_TAR when
+# given), named NAME:TAG for containerd; prints its path.
 binary_image() {
-  local ref=$1 binary=$2 entry=$3 user=$4 tag=${1##*:}
+  local ref=$1 binary=$2 entry=$3 user=$4 base=${5:-} tag=${1##*:}
   local out=$here/build/image/$(basename "$binary")-$tag.oci.tar work=$R/image-$(basename "$binary")
-  [ -s "$out" ] && [ "$out" -nt "$binary" ] && { echo "$out"; return; }
+  [ -s "$out" ] && [ "$out" -nt "$binary" ] && { [ -z "$base" ] || [ "$out" -nt "$base" ]; } && { echo "$out"; return; }
   {
     mkdir -p "$work/layer" "$(dirname "$out")"
     install -m 0755 "$binary" "$work/layer/$(basename "$binary")"
     tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/layer" -cf "$work/layer.tar" .
     umoci init --layout "$work/oci"
     umoci new --image "$work/oci:$tag"
+    [ -z "$base" ] || umoci raw add-layer --image "$work/oci:$tag" --history.created 1970-01-01T00:00:00Z "$base"
     umoci raw add-layer --image "$work/oci:$tag" --history.created 1970-01-01T00:00:00Z "$work/layer.tar"
     umoci config --image "$work/oci:$tag" --created 1970-01-01T00:00:00Z --no-history \
       --config.entrypoint "$entry" --config.user "$user" --os linux --architecture amd64
@@ -399,9 +401,13 @@ up() {
   PAUSE_TAG=$(cat "$BIN/pause.tag")
   # the sandbox image, from the pause binary built from the pinned sources
   NODE_IMAGES=("$(binary_image "registry.k8s.io/pause:$PAUSE_TAG" "$BIN/pause" /pause 65535:65535)" "$IMAGE_ARCHIVE")
-  # agnhost (scripts/conformance-binaries.sh), when built: the e2e tests' image
-  if [ -x "$BIN/agnhost" ]; then
-    NODE_IMAGES+=("$(binary_image "registry.k8s.io/e2e-test-images/agnhost:$(cat "$BIN/agnhost.version")" "$BIN/agnhost" /agnhost 0:0)")
+  # agnhost (scripts/conformance-binaries.sh; SLUICE_NODE_E2E_IMAGES=1): the e2e tests' image,
+  # on a Debian layer with the tools the tests run in it (sh, curl, nc, ...)
+  if [ "${SLUICE_NODE_E2E_IMAGES:-0}" = 1 ] && [ -x "$BIN/agnhost" ]; then
+    local agnhost_base
+    agnhost_base=$(bash scripts/rootfs.sh test/node/images/agnhost-packages.txt | tail -1)
+    NODE_IMAGES+=("$(binary_image "registry.k8s.io/e2e-test-images/agnhost:$(cat "$BIN/agnhost.version")" \
+      "$BIN/agnhost" /agnhost 0:0 "$agnhost_base")")
   fi
   host_dirs
   local i
