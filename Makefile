@@ -100,6 +100,6 @@ bench: $(BENCH_BINS)
 image: build
 	@./scripts/image.sh >/dev/null
 node-binaries:
-	@./scripts/node-binaries.sh
+	@./scripts/node-binaries.sh $(if $(E2E),--e2e,)
 node-tier: build
 	@flock /tmp/sluice-cluster.lock ./scripts/node-tier.sh run

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run Kubernetes' own e2e tests (scripts/conformance-binaries.sh builds
+# Run Kubernetes' own e2e tests (scripts/node-binaries.sh --e2e builds
 # e2e.test) against a node-tier cluster that `scripts/node-tier.sh up` left
 # running in $SLUICE_NODE_DIR. A first step towards `make conformance`
 # (docs/real-nodes.md lists the rest): the runner sits in its own network
@@ -8,8 +8,8 @@
 #
 #   SLUICE_NODE_DIR=<dir> scripts/conformance.sh [GINKGO_FOCUS]
 #
-# Writes <dir>/e2e/junit_01.xml and <dir>/e2e/e2e.log; prints the ginkgo
-# summary. The runner namespace is recorded in <dir>/owned (removed by down).
+# Writes <dir>/e2e/junit_01.xml and <dir>/e2e/e2e.log (copied to
+# build/conformance/); prints the ginkgo summary. The runner namespace is recorded in <dir>/owned (removed by down).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=../test/cluster/versions.env
@@ -19,7 +19,7 @@ BIN=${SLUICE_CACHE:-/var/cache/sluice}/k8s-$KUBERNETES_VERSION/bin
 focus=${1:-'\[sig-network\] Services .*\[Conformance\]'}
 log() { echo "conformance: $*" >&2; }
 [ -f "$R/owned" ] && [ -f "$R/prefix" ] || { log "no cluster in $R (scripts/node-tier.sh up)"; exit 1; }
-[ -x "$BIN/e2e.test" ] || { log "no $BIN/e2e.test (scripts/conformance-binaries.sh)"; exit 1; }
+[ -x "$BIN/e2e.test" ] || { log "no $BIN/e2e.test (scripts/node-binaries.sh --e2e)"; exit 1; }
 
 prefix=$(cat "$R/prefix"); api_port=$(cat "$R/api-port")
 runner=$prefix-runner
@@ -33,14 +33,7 @@ if ! ip netns list | grep -q "^$runner\b"; then
   ip -n "$runner" link set eth0 up
 fi
 mkdir -p "$R/e2e"
-cat >"$R/e2e/kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://198.18.0.1:$api_port", certificate-authority: "$R/pki/ca.crt"}}]
-users: [{name: u, user: {client-certificate: "$R/pki/admin.crt", client-key: "$R/pki/admin.key"}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-EOF
+bash "$here/scripts/node-tier.sh" kubeconfig "$R/e2e/kubeconfig" "https://198.18.0.1:$api_port" admin
 log "e2e.test --ginkgo.focus='$focus' in netns $runner"
 rc=0
 nsenter --net="/run/netns/$runner" timeout --kill-after=30 "${SLUICE_E2E_TIMEOUT:-3600}" "$BIN/e2e.test" \
@@ -48,5 +41,9 @@ nsenter --net="/run/netns/$runner" timeout --kill-after=30 "${SLUICE_E2E_TIMEOUT
   --ginkgo.focus="$focus" --ginkgo.skip='\[Serial\]|\[Disruptive\]' \
   --report-dir="$R/e2e" --ginkgo.no-color --ginkgo.timeout=1h \
   >"$R/e2e/e2e.log" 2>&1 || rc=$?
+# kept after the cluster is gone
+mkdir -p "$here/build/conformance"
+cp "$R/e2e/e2e.log" "$here/build/conformance/"
+cp "$R"/e2e/junit*.xml "$here/build/conformance/" 2>/dev/null || true
 grep -E '^(Ran |FAIL!|SUCCESS!|PASS|FAIL)|\[FAIL\]' "$R/e2e/e2e.log" | tail -40
 exit $rc

@@ -360,8 +360,10 @@ host_dirs() {  # mount points node-init.sh needs; created here only if missing, 
 # given), named NAME:TAG for containerd; prints its path.
 binary_image() {
   local ref=$1 binary=$2 entry=$3 user=$4 base=${5:-} tag=${1##*:}
-  local out=$here/build/image/$(basename "$binary")-$tag.oci.tar work=$R/image-$(basename "$binary")
-  [ -s "$out" ] && [ "$out" -nt "$binary" ] && { [ -z "$base" ] || [ "$out" -nt "$base" ]; } && { echo "$out"; return; }
+  # the archive's name says what it was built from (a cached one is reused only for the same base)
+  local from=${base:+-$(basename "$base" .tar)}
+  local out=$here/build/image/$(basename "$binary")-$tag$from.oci.tar work=$R/image-$(basename "$binary")
+  [ -s "$out" ] && [ "$out" -nt "$binary" ] && { echo "$out"; return; }
   {
     mkdir -p "$work/layer" "$(dirname "$out")"
     install -m 0755 "$binary" "$work/layer/$(basename "$binary")"
@@ -401,7 +403,7 @@ up() {
   PAUSE_TAG=$(cat "$BIN/pause.tag")
   # the sandbox image, from the pause binary built from the pinned sources
   NODE_IMAGES=("$(binary_image "registry.k8s.io/pause:$PAUSE_TAG" "$BIN/pause" /pause 65535:65535)" "$IMAGE_ARCHIVE")
-  # agnhost (scripts/conformance-binaries.sh; SLUICE_NODE_E2E_IMAGES=1): the e2e tests' image,
+  # agnhost (scripts/node-binaries.sh --e2e; SLUICE_NODE_E2E_IMAGES=1): the e2e tests' image,
   # on a Debian layer with the tools the tests run in it (sh, curl, nc, ...)
   if [ "${SLUICE_NODE_E2E_IMAGES:-0}" = 1 ] && [ -x "$BIN/agnhost" ]; then
     local agnhost_base
@@ -451,6 +453,7 @@ case ${1:-run} in
     trap - EXIT
     echo "export KUBECONFIG=$R/admin.kubeconfig" ;;
   down) down ;;
+  kubeconfig) kubeconfig "$2" "$3" "$4" ;;   # FILE SERVER CERT: a kubeconfig for the cluster in $SLUICE_NODE_DIR
   run)
     [ "$(id -u)" = 0 ] || skip "needs root (network namespaces, mounts, cgroups)"
     for t in containerd runc ctr umoci mmdebstrap kubectl; do
@@ -469,5 +472,5 @@ case ${1:-run} in
     install_sluice
     bash "$here/scripts/node-tier/smoke.sh" "$R"
     log "passed in $((SECONDS - t0))s" ;;
-  *) echo "usage: $0 run|up|down" >&2; exit 2 ;;
+  *) echo "usage: $0 run|up|down|kubeconfig FILE SERVER CERT" >&2; exit 2 ;;
 esac
