@@ -97,3 +97,16 @@ $(BUILD)/sluiceload: bench/sluiceload.c native/sluice_abi.h
 	@mkdir -p $(BUILD)
 	$(CC) -O2 -Wall -Werror -Inative -o $@ $< -lbpf
 bench: $(BENCH_BINS)
+
+# ---- real nodes (issue 16; docs/real-nodes.md) ----------------------------------
+# image: Sluice's OCI image from Debian packages (mmdebstrap) and `make build`
+# output, assembled with umoci; no registry. build/image/sluice-<version>.oci.tar.
+# node-tier: kubelet + containerd nodes, Sluice from deploy/kubernetes, a smoke,
+# teardown. Shares the cluster tier's lock (same machine-wide resources).
+.PHONY: image node-binaries node-tier
+image: build
+	@./scripts/image.sh >/dev/null
+node-binaries:
+	@./scripts/node-binaries.sh $(if $(E2E),--e2e,)
+node-tier: build
+	@flock /tmp/sluice-cluster.lock ./scripts/node-tier.sh run

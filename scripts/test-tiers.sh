@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 mkdir -p build/test-results
 
 tiers=("$@")
-[ ${#tiers[@]} -eq 0 ] && tiers=(unit abi bpf e2e cluster)
+[ ${#tiers[@]} -eq 0 ] && tiers=(unit abi bpf e2e cluster node)
 
 skip_reason() {
   local tier=$1
@@ -22,6 +22,18 @@ skip_reason() {
       # Built binaries in the cache are enough; otherwise Go builds them (first run: minutes).
       command -v go >/dev/null || ls "${SLUICE_CACHE:-/var/cache/sluice}"/k8s-*/bin/kube-apiserver >/dev/null 2>&1 ||
         echo "Go is not installed and no cached upstream binaries (needed: etcd, kube-apiserver, kube-controller-manager, kube-proxy)" ;;
+    node)
+      # Real kubelet nodes (docs/real-nodes.md): runs only when everything it
+      # builds is cached, so a machine without the cache never spends the
+      # ~10 min of cold builds inside `make test`.
+      [ "$(id -u)" = 0 ] || { echo "needs root"; return; }
+      local t; for t in containerd runc ctr umoci mmdebstrap kubectl; do
+        command -v $t >/dev/null || { echo "$t is not installed (apt-get install containerd runc umoci mmdebstrap)"; return; }
+      done
+      local c=${SLUICE_CACHE:-/var/cache/sluice}
+      ls "$c"/k8s-*/bin/kubelet "$c"/k8s-*/bin/kube-scheduler "$c"/k8s-*/bin/pause >/dev/null 2>&1 ||
+        { echo "kubelet, kube-scheduler and pause are not cached (make node-binaries builds them)"; return; }
+      ls "$c"/image/rootfs-*.tar >/dev/null 2>&1 || echo "the image's Debian root file system is not cached (make image builds it)" ;;
   esac
 }
 
