@@ -250,7 +250,17 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       // here, x 11 entries = 440 000 at 10 000 Services, more than the default
       // SLUICE_MAX_SERVICE_ENTRIES (262 144). The map is BPF_F_NO_PREALLOC.
       const config = path.join(tmp, 'agent.yaml');
-      fs.writeFileSync(config, `maxEntries:\n  ${abi.SLUICE_MAP_SERVICES4}: ${Math.max(262144, 2 ** Math.ceil(Math.log2(ports.length * 2 * (BACKEND_COUNT + 1) * 1.1)))}\n`);
+      // NodePorts on the node address the clients use only: by default the
+      // agent serves them on every local address (kube-proxy's iptables
+      // default), one frontend per address, which at 10 000 Services and
+      // three addresses outgrows the map sized here for one.
+      fs.writeFileSync(config, [
+        'maxEntries:',
+        `  ${abi.SLUICE_MAP_SERVICES4}: ${Math.max(262144, 2 ** Math.ceil(Math.log2(ports.length * 2 * (BACKEND_COUNT + 1) * 1.1)))}`,
+        'nodePortAddresses:',
+        `  - ${sl.nodeAddr}/32`,
+        '',
+      ].join('\n'));
       agent = new AgentProcess(['--config', config,
         '--kubeconfig', kubeconfig, '--k8s-api-server', '127.0.0.1:6443', '--node-name', NODE_NAME,
         '--cgroup-path', o.makeCgroup('np'), '--bpffs', bpffs, '--devices', 'npc,npb',

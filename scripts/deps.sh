@@ -6,7 +6,10 @@ cd "$(dirname "$0")/.."
 
 packages=(clang llvm libbpf-dev bpftool iproute2 iptables nftables
           containernetworking-plugins linux-libc-dev libelf-dev zlib1g-dev
-          pkg-config make gcc util-linux procps)
+          pkg-config make gcc util-linux procps
+          # make image and the node tier (docs/real-nodes.md): root file
+          # system, OCI assembly, the nodes' container runtime.
+          mmdebstrap umoci containerd runc)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
