@@ -4,35 +4,17 @@
 // The next agent removes exactly those and leaves the good entries alone; ids
 // freed by a sync are not handed out again before the entries that named
 // them (conntrack, affinity) have been purged.
-import { test, beforeEach, afterEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
-import * as path from 'node:path';
-import { randomBytes } from 'node:crypto';
-import { installSockLb, uninstall } from '../../src/datapath/sockLb';
-import { openSockLbMaps, type SockLbMaps } from '../../src/datapath/maps';
+import type { SockLbMaps } from '../../src/datapath/maps';
 import { LbProgrammer, type FrontendSpec } from '../../src/datapath/programmer';
 import { ip4ToNumber } from '../../src/datapath/addr';
 import * as abi from '../../src/abi/generated';
-import { cgroup2Root, bpffsRoot } from '../helpers/sandbox';
+import { sockLbEachTest } from '../helpers/sockLbEachTest';
 
-let bpffs: string;
-let cgroup: string;
 let maps: SockLbMaps;
-
-beforeEach(() => {
-  const id = randomBytes(4).toString('hex');
-  bpffs = path.join(bpffsRoot(), `sluice-adopt-${id}`);
-  cgroup = path.join(cgroup2Root(), `sluice-adopt-${id}`);
-  fs.mkdirSync(cgroup);
-  installSockLb({ bpffs, cgroupPath: cgroup });
-  maps = openSockLbMaps(bpffs);
-});
-
-afterEach(() => {
-  maps?.close();
-  uninstall(bpffs);
-  fs.rmdirSync(cgroup);
+sockLbEachTest('sluice-adopt', (_bpffs, m) => {
+  maps = m;
 });
 
 const be = (...hosts: number[]) => hosts.map((h) => ({ address: `198.18.1.${h}`, port: 8080, proto: 'tcp' as const }));

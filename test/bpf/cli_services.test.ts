@@ -1,36 +1,21 @@
 // `sluice services` names the Service behind every frontend from the pinned
 // names map, with no agent: frontends programmed the way the agent does,
 // then read back through the real entry point.
-import { test, beforeEach, afterEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { randomBytes } from 'node:crypto';
-import { installSockLb, uninstall } from '../../src/datapath/sockLb';
-import { openSockLbMaps, type SockLbMaps } from '../../src/datapath/maps';
+import type { SockLbMaps } from '../../src/datapath/maps';
 import { LbProgrammer, type FrontendSpec } from '../../src/datapath/programmer';
 import { LB_SVC_FLAG_CLUSTER_IP, LB_SVC_FLAG_NODEPORT, SLUICE_MAP_SVC_NAMES } from '../../src/abi/generated';
-import { cgroup2Root, bpffsRoot } from '../helpers/sandbox';
+import { sockLbEachTest } from '../helpers/sockLbEachTest';
 
 const bin = path.resolve(__dirname, '..', '..', '..', 'bin', 'sluice');
 let bpffs: string;
-let cgroup: string;
 let maps: SockLbMaps;
-
-beforeEach(() => {
-  const id = randomBytes(4).toString('hex');
-  bpffs = path.join(bpffsRoot(), `sluice-clisvc-${id}`);
-  cgroup = path.join(cgroup2Root(), `sluice-clisvc-${id}`);
-  fs.mkdirSync(cgroup);
-  installSockLb({ bpffs, cgroupPath: cgroup });
-  maps = openSockLbMaps(bpffs);
-});
-
-afterEach(() => {
-  maps?.close();
-  uninstall(bpffs);
-  fs.rmdirSync(cgroup);
+sockLbEachTest('sluice-clisvc', (b, m) => {
+  bpffs = b;
+  maps = m;
 });
 
 const sluice = (...args: string[]) => {

@@ -2,36 +2,18 @@
 // behind the agent are found by comparing encoded bytes with the
 // programmer's state and set right; nothing the programmer wrote is touched
 // when the maps match.
-import { test, beforeEach, afterEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
-import * as path from 'node:path';
-import { randomBytes } from 'node:crypto';
-import { installSockLb, uninstall } from '../../src/datapath/sockLb';
-import { openSockLbMaps, type SockLbMaps } from '../../src/datapath/maps';
+import type { SockLbMaps } from '../../src/datapath/maps';
 import { LbProgrammer, serviceKeyOf, type FrontendSpec } from '../../src/datapath/programmer';
 import { repairDrift } from '../../src/datapath/drift';
 import { ip4ToNumber } from '../../src/datapath/addr';
 import { LB_SVC_FLAG_CLUSTER_IP, LB_PROTO_TCP, LB_SCOPE_EXTERNAL } from '../../src/abi/generated';
-import { cgroup2Root, bpffsRoot } from '../helpers/sandbox';
+import { sockLbEachTest } from '../helpers/sockLbEachTest';
 
-let bpffs: string;
-let cgroup: string;
 let maps: SockLbMaps;
-
-beforeEach(() => {
-  const id = randomBytes(4).toString('hex');
-  bpffs = path.join(bpffsRoot(), `sluice-drift-${id}`);
-  cgroup = path.join(cgroup2Root(), `sluice-drift-${id}`);
-  fs.mkdirSync(cgroup);
-  installSockLb({ bpffs, cgroupPath: cgroup });
-  maps = openSockLbMaps(bpffs);
-});
-
-afterEach(() => {
-  maps?.close();
-  uninstall(bpffs);
-  fs.rmdirSync(cgroup);
+sockLbEachTest('sluice-drift', (_bpffs, m) => {
+  maps = m;
 });
 
 const fe = (address: string, hosts: number[]): FrontendSpec => ({
