@@ -64,6 +64,23 @@ lb4_event_sock(struct bpf_sock_addr *ctx, __u16 reason, const struct lb4_service
 	lb_event_submit(&ev);
 }
 
+/* The fields every TC-path event carries: the packet's tuple as it arrived. */
+static __always_inline void
+lb4_event_fill(struct lb_event *ev, __u8 type, __u16 reason, const struct lb4_tuple *t, __u32 rev_nat_id,
+	       __u32 ifindex)
+{
+	ev->timestamp_ns = bpf_ktime_get_ns();
+	ev->reason = reason;
+	ev->type = type;
+	ev->proto = t->proto;
+	ev->saddr = t->saddr;
+	ev->daddr = t->daddr;
+	ev->sport = t->sport;
+	ev->dport = t->dport;
+	ev->rev_nat_id = rev_nat_id;
+	ev->ifindex = ifindex;
+}
+
 /* A packet of a TC path dropped or rejected (reason: its counter index). */
 static __always_inline void
 lb4_event_packet(__u8 type, __u16 reason, const struct lb4_tuple *t, __u32 rev_nat_id, __u32 ifindex)
@@ -72,38 +89,27 @@ lb4_event_packet(__u8 type, __u16 reason, const struct lb4_tuple *t, __u32 rev_n
 
 	if (!lb_events_listened())
 		return;
-	ev.timestamp_ns = bpf_ktime_get_ns();
-	ev.reason = reason;
-	ev.type = type;
-	ev.proto = t->proto;
-	ev.saddr = t->saddr;
-	ev.daddr = t->daddr;
-	ev.sport = t->sport;
-	ev.dport = t->dport;
-	ev.rev_nat_id = rev_nat_id;
-	ev.ifindex = ifindex;
+	lb4_event_fill(&ev, type, reason, t, rev_nat_id, ifindex);
 	lb_event_submit(&ev);
 }
 
-/* A new flow translated: everything is in its original-direction entry. */
+/* A new flow translated: its original-direction entry has the tuple and the backend. */
 static __always_inline void lb4_event_flow(const struct lb4_ct_entry *e)
 {
 	struct lb_event ev = {};
+	struct lb4_tuple t = {};
 
 	if (!lb_events_listened())
 		return;
-	ev.timestamp_ns = bpf_ktime_get_ns();
-	ev.reason = lb_cnt_flow(e->flags, LB_CNT_TC_TRANSLATED);
-	ev.type = LB_EVENT_NEW_FLOW;
-	ev.proto = e->proto;
-	ev.saddr = e->client_address;
-	ev.daddr = e->frontend_address;
-	ev.sport = e->client_port;
-	ev.dport = e->frontend_port;
-	ev.rev_nat_id = e->rev_nat_id;
+	t.saddr = e->client_address;
+	t.daddr = e->frontend_address;
+	t.sport = e->client_port;
+	t.dport = e->frontend_port;
+	t.proto = e->proto;
+	lb4_event_fill(&ev, LB_EVENT_NEW_FLOW, lb_cnt_flow(e->flags, LB_CNT_TC_TRANSLATED), &t, e->rev_nat_id,
+		       e->ifindex);
 	ev.backend_address = e->backend_address;
 	ev.backend_port = e->backend_port;
-	ev.ifindex = e->ifindex;
 	lb_event_submit(&ev);
 }
 
