@@ -7,6 +7,7 @@ import pino, { type Logger } from 'pino';
 import type { AgentConfig } from './config';
 import { parseHostPort } from './config';
 import { installSockLb, bpfObjectPath } from '../datapath/sockLb';
+import { summarize } from '../datapath/migrate';
 import { netnsCookieOf, ownNetnsCookie } from '../datapath/netnsCookie';
 import { syncNodeAddresses } from '../datapath/sockConfig';
 import { pinPodPrograms } from '../datapath/pod/attach';
@@ -40,8 +41,9 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   const hostNetnsCookie = config.hostNetns ? netnsCookieOf(config.hostNetns) : ownNetnsCookie();
   const socketLb = { mode: config.socketLB, hostNetnsCookie };
   const install = installSockLb({ bpffs: config.bpffs, cgroupPath: config.cgroupPath, maxEntries: config.maxEntries, socketLb });
-  log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, socketLB: config.socketLB, hostNetns: config.hostNetns ?? 'own', ...install }, 'socket load balancer attached');
-  if (config.podVethPrograms) preparePodPrograms(config.bpffs, log);
+  const { migrated, ...links } = install;
+  if (migrated.length > 0) log.info({ migrated: summarize(migrated) }, 'pinned maps migrated to their new capacity or layout; programs switched in place');
+  log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, socketLB: config.socketLB, hostNetns: config.hostNetns ?? 'own', ...links }, 'socket load balancer attached');
   const maps = openSockLbMaps(config.bpffs);
   const metrics = new AgentMetrics();
   const health = new ProxyHealth(2 * config.syncPeriodSeconds * 1000);
@@ -51,6 +53,8 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     syncer?.trigger();
   }, metrics);
   const northSouth = await startNorthSouth(config, () => health.healthy(), metrics, log);
+  // After the TC object: maps both share (conntrack) are migrated once, with the TC links.
+  if (config.podVethPrograms) preparePodPrograms(config.bpffs, config.maxEntries, log);
   const staleSockets = startStaleSockets(config, metrics, log);
   syncer = new Syncer(state, maps, {
     nodeName: config.nodeName,
@@ -149,9 +153,10 @@ function nodeAddressWriter(maps: SockLbMaps, metrics: AgentMetrics, log: Logger)
  * bypass the socket LB, and swap them into existing pod links on upgrade.
  * Not fatal: the socket LB serves every pod that does not need them.
  */
-function preparePodPrograms(bpffs: string, log: Logger): void {
+function preparePodPrograms(bpffs: string, maxEntries: Record<string, number>, log: Logger): void {
   try {
-    const pinned = pinPodPrograms(bpfObjectPath('pod_lb.bpf.o'), bpffs);
+    const { migrated, ...pinned } = pinPodPrograms(bpfObjectPath('pod_lb.bpf.o'), bpffs, maxEntries);
+    if (migrated.length > 0) log.info({ migrated: summarize(migrated) }, 'pod-veth maps migrated to their new capacity or layout');
     log.info({ ...pinned }, 'pod-veth programs pinned for the CNI plugin');
   } catch (err) {
     log.warn({ error: (err as Error).message }, 'pod-veth programs not available: pods chained with the Sluice CNI plugin in per-packet mode get no Service translation');

@@ -9,6 +9,7 @@ import type { AgentMetrics } from './metrics';
 import type { HealthCheckService } from '../model/frontend';
 import { bpfObjectPath } from '../datapath/sockLb';
 import { attachLoaded, loadTcObject } from '../datapath/tc/attachMain';
+import { summarize } from '../datapath/migrate';
 import { detachTc, deviceIndex, UnsupportedDeviceError } from '../datapath/tc/attach';
 import { ip4ToNumber } from '../datapath/addr';
 import { readRoutes, routeFor, type Route } from '../datapath/tc/routes';
@@ -85,7 +86,10 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
     return undefined;
   }
   // Loaded once: external devices now, local backends' devices as pods appear.
-  const tcObject = loadTcObject(bpfObjectPath('tc_lb.bpf.o'), config.bpffs);
+  const tcObject = loadTcObject(bpfObjectPath('tc_lb.bpf.o'), config.bpffs, {
+    maxEntries: config.maxEntries,
+    onMigrated: (migrated) => log.info({ migrated: summarize(migrated) }, 'TC maps migrated to their new capacity or layout; TC links switched in place'),
+  });
   const attachments = attachExternal(tcObject, config.bpffs, devices, metrics, log);
   const served = [...new Set(attachments.map((a) => a.device))];
   const snatAddress = config.snatAddress ?? (served[0] ? firstIPv4(served[0]) : undefined);

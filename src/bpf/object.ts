@@ -17,7 +17,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { BpfError, Handle, check, checkPtr, libbpf, withLibbpfCapture } from './libbpf';
-import { BpfMap, mapInfo } from './map';
+import { BpfMap, mapInfo, type MapDescription } from './map';
 import { BpfProgram } from './program';
 
 export interface OpenOptions {
@@ -96,6 +96,29 @@ export class BpfObject {
     if (wanted.size > 0) {
       throw new BpfError('BpfObject.open', this.path, EINVAL, { hint: `maxEntries names maps the object does not have: ${[...wanted.keys()].join(', ')}` });
     }
+  }
+
+  /**
+   * The maps this object would pin, as configured so far (before load: sizes
+   * include opts.maxEntries and any pinned size adopted). Internal maps
+   * (.rodata, .bss, ...) are left out: they are never pinned.
+   */
+  declaredMaps(): MapDescription[] {
+    const fns = libbpf();
+    const handle = this.requireHandle();
+    const out: MapDescription[] = [];
+    for (let m = fns.bpf_object__next_map(handle, null); m !== null; m = fns.bpf_object__next_map(handle, m)) {
+      if (fns.bpf_map__is_internal(m)) continue;
+      out.push({
+        name: fns.bpf_map__name(m),
+        type: fns.bpf_map__type(m),
+        keySize: fns.bpf_map__key_size(m),
+        valueSize: fns.bpf_map__value_size(m),
+        maxEntries: fns.bpf_map__max_entries(m),
+        flags: fns.bpf_map__map_flags(m),
+      });
+    }
+    return out;
   }
 
   /** Creates the maps (or reuses pinned ones), loads and verifies every program. */

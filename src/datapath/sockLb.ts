@@ -7,8 +7,7 @@
 // program), instead of detach-then-attach.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { BpfObject } from '../bpf/object';
-import { BpfMap } from '../bpf/map';
+import type { BpfObject } from '../bpf/object';
 import { BpfLink, linkInfo } from '../bpf/link';
 import { attachCgroup, cgroupId, cgroupV2Mount } from '../bpf/cgroup';
 import { progInfo } from '../bpf/program';
@@ -16,6 +15,7 @@ import { AttachType } from '../bpf/constants';
 import { ensureBpffsDir } from '../bpf/bpffs';
 import * as abi from '../abi/generated';
 import { ownNetnsCookie } from './netnsCookie';
+import { MapMigration, type MapPolicy, type MigratedMap } from './migrate';
 import { readSocketLbScope, sockConfigMap, writeSocketLbScope, type SocketLbScope } from './sockConfig';
 
 /** Program name in sock_lb.bpf.c -> the cgroup hook it serves. */
@@ -49,6 +49,8 @@ const linkPin = (bpffs: string, prog: string) => path.join(linkDir(bpffs), prog)
 export interface InstallResult {
   attached: string[]; // new links
   replaced: string[]; // pinned links updated in place
+  /** Pinned maps replaced because their capacity or layout changed (migrate.ts). */
+  migrated: MigratedMap[];
 }
 
 export interface InstallOptions {
@@ -61,6 +63,8 @@ export interface InstallOptions {
    * namespace as the host's.
    */
   socketLb?: SocketLbScope;
+  /** Tests: migration policies replacing MAP_POLICIES entries. */
+  policies?: Record<string, MapPolicy>;
 }
 
 /** Load, pin maps, attach (or swap) every socket-LB program. Idempotent. */
@@ -68,25 +72,31 @@ export function installSockLb(opts: InstallOptions): InstallResult {
   ensureBpffsDir(opts.bpffs);
   fs.mkdirSync(linkDir(opts.bpffs), { recursive: true });
   const target = cgroupIdOf(opts.cgroupPath);
-  dropTooSmallCounters(opts.bpffs);
-  const obj = BpfObject.open(bpfObjectPath('sock_lb.bpf.o'), { pinDir: opts.bpffs, maxEntries: opts.maxEntries });
-  const result: InstallResult = { attached: [], replaced: [] };
+  // Pinned maps whose capacity or layout changed are replaced here (see
+  // migrate.ts); a refusal throws before anything is touched.
+  const migration = MapMigration.plan(bpfObjectPath('sock_lb.bpf.o'), { bpffs: opts.bpffs, maxEntries: opts.maxEntries, policies: opts.policies });
+  const obj = migration.open();
+  const result: InstallResult = { attached: [], replaced: [], migrated: [] };
+  let swapped = false;
   try {
-    obj.load();
-    applySocketLbScope(obj, opts.socketLb);
+    try {
+      obj.load();
+      migration.fill(obj);
+      applySocketLbScope(obj, opts.socketLb);
+      checkLinkTargets(opts.bpffs, target);
+    } catch (err) {
+      // No program runs on the new maps yet: the old pins go back.
+      obj.close();
+      migration.abort();
+      throw err;
+    }
     for (const [name, { attachType, hook }] of Object.entries(SOCK_LB_PROGRAMS)) {
       const prog = obj.program(name);
       const pin = linkPin(opts.bpffs, name);
+      swapped = true; // from here a program may run on the new maps
       if (fs.existsSync(pin)) {
         const link = BpfLink.fromPinned(pin);
         try {
-          const info = linkInfo(link.fd);
-          if (info.cgroupId !== undefined && info.cgroupId !== target) {
-            throw new Error(
-              `${hook} is already attached to another cgroup (id ${info.cgroupId}) from ${opts.bpffs}: ` +
-                `run \`sluice detach --bpffs ${opts.bpffs}\` first, or use another --bpffs`,
-            );
-          }
           link.update(prog.fd);
           result.replaced.push(hook);
         } finally {
@@ -103,6 +113,13 @@ export function installSockLb(opts: InstallOptions): InstallResult {
       }
     }
     for (const name of OBSOLETE_MAPS) fs.rmSync(path.join(opts.bpffs, name), { force: true });
+    // Every hook runs the new programs: the old maps can go.
+    result.migrated = migration.finish(obj);
+  } catch (err) {
+    // A failure after some link was swapped leaves the old maps pinned as
+    // <name>_migrating: the next install finishes the migration.
+    if (!swapped) migration.abort();
+    throw err;
   } finally {
     // Maps and links are pinned: closing our descriptors detaches nothing.
     obj.close();
@@ -110,20 +127,24 @@ export function installSockLb(opts: InstallOptions): InstallResult {
   return result;
 }
 
-/**
- * A counters map pinned by an older object with fewer than LB_CNT_MAX entries
- * would be reused at its old size (pinned maps keep their size) and every
- * newer counter lost: unpin it so this load creates a full one. Counters
- * restart from 0 (the agent exports increases only). Programs still
- * attached keep the old map until they are swapped.
- */
-function dropTooSmallCounters(bpffs: string): void {
-  const pin = path.join(bpffs, abi.SLUICE_MAP_COUNTERS);
-  if (!fs.existsSync(pin)) return;
-  const m = BpfMap.fromPinned(pin);
-  const small = m.maxEntries < abi.LB_CNT_MAX;
-  m.close();
-  if (small) fs.rmSync(pin);
+/** Refuse, before anything changes, links of this bpffs attached to another cgroup. */
+function checkLinkTargets(bpffs: string, target: bigint): void {
+  for (const [name, { hook }] of Object.entries(SOCK_LB_PROGRAMS)) {
+    const pin = linkPin(bpffs, name);
+    if (!fs.existsSync(pin)) continue;
+    const link = BpfLink.fromPinned(pin);
+    try {
+      const info = linkInfo(link.fd);
+      if (info.cgroupId !== undefined && info.cgroupId !== target) {
+        throw new Error(
+          `${hook} is already attached to another cgroup (id ${info.cgroupId}) from ${bpffs}: ` +
+            `run \`sluice detach --bpffs ${bpffs}\` first, or use another --bpffs`,
+        );
+      }
+    } finally {
+      link.close();
+    }
+  }
 }
 
 function applySocketLbScope(obj: BpfObject, scope: SocketLbScope | undefined): void {

@@ -16,7 +16,7 @@ import * as abi from '../../abi/generated';
 import { AttachType, LinkType } from '../../bpf/constants';
 import { check, libbpf } from '../../bpf/libbpf';
 import { BpfLink, unpin } from '../../bpf/link';
-import { BpfObject } from '../../bpf/object';
+import { MapMigration, type MigratedMap } from '../migrate';
 import { deviceIndex, type TcDirection } from '../tc/attach';
 
 export const POD_PROGRAMS: Record<TcDirection, string> = {
@@ -55,10 +55,20 @@ export interface PinnedPodPrograms {
  * programs (replacing older pins by rename, which is atomic in bpffs) and
  * update every pod link under <bpffs>/links to the new programs.
  */
-export function pinPodPrograms(objectPath: string, bpffs: string): PinnedPodPrograms {
-  const obj = BpfObject.open(objectPath, { pinDir: bpffs });
+export function pinPodPrograms(objectPath: string, bpffs: string, maxEntries?: Record<string, number>): PinnedPodPrograms & { migrated: MigratedMap[] } {
+  // Maps whose capacity or layout changed are migrated (../migrate.ts); the
+  // pod links are switched below, before the old maps are unpinned.
+  const migration = MapMigration.plan(objectPath, { bpffs, maxEntries });
+  const obj = migration.open();
   try {
-    obj.load();
+    try {
+      obj.load();
+      migration.fill(obj);
+    } catch (err) {
+      obj.close();
+      migration.abort();
+      throw err;
+    }
     fs.mkdirSync(path.join(bpffs, 'progs'), { recursive: true });
     const ids: Record<TcDirection, number> = { ingress: 0, egress: 0 };
     for (const direction of DIRECTIONS) {
@@ -84,7 +94,8 @@ export function pinPodPrograms(objectPath: string, bpffs: string): PinnedPodProg
         link.close();
       }
     }
-    return { ingressProgId: ids.ingress, egressProgId: ids.egress, linksUpdated };
+    const migrated = migration.finish(obj);
+    return { ingressProgId: ids.ingress, egressProgId: ids.egress, linksUpdated, migrated };
   } finally {
     obj.close();
   }

@@ -5,8 +5,16 @@
 // per attachment and exits: the pins keep the programs attached. Run it in
 // the node's network namespace. The CLI (`sluice tc attach`) can call
 // attachTcDevices directly.
-import { BpfObject } from '../../bpf/object';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import os from 'node:os';
+import type { BpfObject } from '../../bpf/object';
+import { BpfError } from '../../bpf/libbpf';
+import { BpfLink, unpin } from '../../bpf/link';
+import { MapMigration, type MigratedMap } from '../migrate';
 import { attachTc, TC_PROGRAMS, type TcDirection } from './attach';
+
+const { ENOLINK } = os.constants.errno;
 
 export interface TcAttachment {
   device: string;
@@ -25,16 +33,55 @@ export function attachTcDevices(objectPath: string, bpffs: string, devices: stri
   }
 }
 
-/** Load tc_lb once (maps reused from their pins) for several attaches. */
-export function loadTcObject(objectPath: string, bpffs: string): BpfObject {
-  const obj = BpfObject.open(objectPath, { pinDir: bpffs });
+/**
+ * Load tc_lb once (maps reused from their pins) for several attaches. Pinned
+ * maps whose capacity or layout changed are migrated (../migrate.ts): every
+ * TC link already pinned under bpffs is switched to the new programs before
+ * the old maps go, so established flows keep their conntrack entries.
+ */
+export function loadTcObject(objectPath: string, bpffs: string, opts: { maxEntries?: Record<string, number>; onMigrated?: (m: MigratedMap[]) => void } = {}): BpfObject {
+  const migration = MapMigration.plan(objectPath, { bpffs, maxEntries: opts.maxEntries });
+  const obj = migration.open();
   try {
     obj.load();
+    migration.fill(obj);
   } catch (err) {
     obj.close();
+    migration.abort();
+    throw err;
+  }
+  try {
+    // All at once (not device by device as they are attached again): no TC
+    // program keeps running on a map that is about to be unpinned.
+    swapPinnedTcLinks(obj, bpffs);
+    const migrated = migration.finish(obj);
+    if (migrated.length > 0) opts.onMigrated?.(migrated);
+  } catch (err) {
+    obj.close(); // the old maps stay pinned as <name>_migrating: the next load finishes
     throw err;
   }
   return obj;
+}
+
+/** Every pinned tcx link of this bpffs (any device) runs `obj`'s programs; links of vanished devices are unpinned. */
+export function swapPinnedTcLinks(obj: BpfObject, bpffs: string): number {
+  const dir = path.join(bpffs, 'links');
+  let swapped = 0;
+  for (const name of fs.existsSync(dir) ? fs.readdirSync(dir) : []) {
+    const m = /^tc-.+-(ingress|egress)$/.exec(name);
+    if (!m) continue;
+    const link = BpfLink.fromPinned(path.join(dir, name));
+    try {
+      link.update(obj.program(TC_PROGRAMS[m[1] as TcDirection]));
+      swapped++;
+    } catch (err) {
+      if (!(err instanceof BpfError && err.errno === ENOLINK)) throw err;
+      unpin(path.join(dir, name)); // its device is gone
+    } finally {
+      link.close();
+    }
+  }
+  return swapped;
 }
 
 /** Attach a loaded tc_lb to devices (pinned tcx links; an existing pin is updated in place). */

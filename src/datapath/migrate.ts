@@ -1,0 +1,406 @@
+// Live map migration (issue 13 item 4): a pinned map whose capacity or layout
+// differs from what a new object declares is replaced without dropping
+// connections.
+//
+// libbpf reuses a pinned map only when type, key/value size, max_entries and
+// flags match, and BpfObject adopts the pinned size otherwise, so before this
+// module a `maxEntries` change in the config was silently ignored and a
+// layout change needed a new map name. Now, per object load:
+//
+//   plan      compare every pinned map with the object's declaration and
+//             the layout version recorded in the pinned `sluice_layout` map;
+//             refuse (touching nothing) a pin from a newer layout, or a
+//             layout change that a carried map has no translation for
+//   open      move each changed map's pin aside (`<name>_migrating`, the
+//             old programs keep it) so the load creates the new map
+//   fill      copy the entries old -> new by the map's policy
+//   (caller)  swap the programs in place through the pinned links
+//   finish    copy again what the old programs wrote between fill and the
+//             swap (insert-only), unpin the old maps (the kernel frees them
+//             with the last program that holds them), record the layouts
+//
+// Policies are one line per map (MAP_POLICIES): helpers adding or changing a
+// map add or edit its line; a layout change bumps `layout` and gives
+// `translate`.
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import os from 'node:os';
+import { BpfObject } from '../bpf/object';
+import { BpfMap, mapInfo, type MapDescription } from '../bpf/map';
+import { BpfError, check, libbpf } from '../bpf/libbpf';
+import { BPF_ANY, BPF_NOEXIST, MapType, mapTypeName } from '../bpf/constants';
+import * as abi from '../abi/generated';
+
+/**
+ * Turns one old entry into the new layout (key and value as the old map holds
+ * them; per-CPU maps: every CPU's slot); undefined skips the entry.
+ */
+export type Translate = (key: Buffer, value: Buffer, from: MapDescription, to: MapDescription) => [Buffer, Buffer] | undefined;
+
+export type MapPolicy =
+  /** Entries are state the data path needs (connections): copied; a layout change needs `translate` or is refused. */
+  | { kind: 'carry'; layout?: number; translate?: Translate }
+  /** Written by the agent from the API: copied when the layout allows it, else refilled by the first sync. */
+  | { kind: 'rebuild'; layout?: number; translate?: Translate }
+  /** Starts empty; `reason` says why nothing is lost that matters. */
+  | { kind: 'drop'; layout?: number; reason: string };
+
+/**
+ * One line per pinned map. `layout` (default 1) is the map's layout version:
+ * bump it when the meaning of the key or value changes even at the same size,
+ * and give the translation from the previous one.
+ */
+export const MAP_POLICIES: Record<string, MapPolicy> = {
+  // Frontends and backends: connect()s and new flows need them at every
+  // moment, so they are carried (the agent adopts them, then re-programs).
+  [abi.SLUICE_MAP_SERVICES4]: { kind: 'carry' },
+  [abi.SLUICE_MAP_BACKENDS4]: { kind: 'carry' },
+  [abi.SLUICE_MAP_REVNAT4]: { kind: 'carry' },
+  [abi.SLUICE_MAP_AFFINITY4]: { kind: 'carry' },
+  [abi.SLUICE_MAP_RR4]: { kind: 'carry' },
+  [abi.SLUICE_MAP_SOCK_CFG]: { kind: 'carry' },
+  [abi.SLUICE_MAP_COUNTERS]: { kind: 'carry' },
+  [abi.SLUICE_MAP_AGENT]: { kind: 'carry' },
+  // North-south flows: the reply translation of every open connection.
+  [abi.SLUICE_MAP_CT4]: { kind: 'carry' },
+  [abi.SLUICE_MAP_TC_CONFIG]: { kind: 'carry' },
+  [abi.SLUICE_MAP_NODEIP4]: { kind: 'rebuild' },
+  [abi.SLUICE_MAP_SRCRANGE4]: { kind: 'rebuild' },
+  [abi.SLUICE_MAP_SNAT_DEV4]: { kind: 'rebuild' },
+  [abi.SLUICE_MAP_SVC_NAMES]: { kind: 'rebuild' },
+  [abi.SLUICE_MAP_FRAG4]: { kind: 'drop', reason: 'fragment ports live for one datagram; a datagram in flight during the swap is lost, as with any fragment loss' },
+  [abi.SLUICE_MAP_EVENTS]: { kind: 'drop', reason: 'events not yet read by `sluice monitor` are lost' },
+  [abi.SLUICE_MAP_EVENTS_ON]: { kind: 'drop', reason: 'a running `sluice monitor` must be restarted' },
+  // Socket-local storage cannot be read or written for other processes'
+  // sockets from user space: its layout must only ever grow compatibly.
+  [abi.SLUICE_MAP_SOCK4]: { kind: 'drop', reason: 'per-socket state cannot be copied from user space: existing sockets lose their reverse translation (keep lb4_sock_state compatible instead)' },
+  [abi.SLUICE_MAP_SOCKTERM4]: { kind: 'rebuild' },
+};
+
+/** Unlisted maps: copied when the layout allows it, else empty (logged). */
+const DEFAULT_POLICY: MapPolicy = { kind: 'rebuild' };
+
+/** The pinned map that records each map's layout version: name (16 bytes, NUL-padded) -> u32. */
+export const LAYOUT_MAP = 'sluice_layout';
+const NAME_LEN = 16;
+const LAYOUT_MAP_ENTRIES = 256;
+
+/** Pin name of a map being replaced (bpffs refuses names with a dot). */
+export const oldPinName = (name: string) => `${name}_migrating`;
+
+/** A pinned map that is not what the object declares. */
+export interface MapChange {
+  map: string;
+  /** capacity: only max_entries differs; layout: type, sizes, flags or layout version. */
+  why: 'capacity' | 'layout';
+  from: MapDescription & { layout: number };
+  to: MapDescription & { layout: number };
+  policy: MapPolicy['kind'];
+}
+
+export interface MigratedMap extends MapChange {
+  /** Entries in the new map taken from the old one. */
+  carried: number;
+  /** Old entries not carried (no room, translation skipped them, or the policy starts empty). */
+  dropped: number;
+  note?: string;
+}
+
+/** A migration this code cannot do: nothing was changed. */
+export class MigrationRefused extends Error {}
+
+const ARRAY_TYPES = new Set<number>([MapType.ARRAY, MapType.PERCPU_ARRAY]);
+/** Types whose entries user space cannot list or whose size is not a capacity. */
+const NO_ENTRIES = new Set<number>([MapType.SK_STORAGE, MapType.RINGBUF]);
+
+export interface MigrationOptions {
+  bpffs: string;
+  /** Capacities asked for (the config's maxEntries); names of other objects' maps are ignored. */
+  maxEntries?: Record<string, number>;
+  /** Tests: replace or add policies. */
+  policies?: Record<string, MapPolicy>;
+}
+
+/**
+ * Opens `objectPath` for loading with its maps pinned under bpffs, after
+ * moving aside the pins that must be migrated. Throws MigrationRefused,
+ * touching nothing, when a pin cannot be migrated.
+ */
+export class MapMigration {
+  readonly changes: MapChange[];
+  private readonly old = new Map<string, BpfMap>();
+  private readonly results = new Map<string, MigratedMap>();
+  private readonly policies: Record<string, MapPolicy>;
+  private readonly declared: MapDescription[];
+  private readonly requested: Record<string, number>;
+  private moved = false;
+
+  private constructor(private readonly objectPath: string, private readonly opts: MigrationOptions, declared: MapDescription[], requested: Record<string, number>) {
+    this.policies = { ...MAP_POLICIES, ...(opts.policies ?? {}) };
+    this.declared = declared;
+    this.requested = requested;
+    finishInterrupted(opts.bpffs, this.policies);
+    this.changes = plan(opts.bpffs, declared, requested, this.policies);
+  }
+
+  /** Plan the migration of the maps `objectPath` declares (refusals throw here). */
+  static plan(objectPath: string, opts: MigrationOptions): MapMigration {
+    // Opened without pins: the declaration as built, with the requested sizes.
+    const probe = BpfObject.open(objectPath);
+    try {
+      const names = new Set(probe.mapNames());
+      const requested = Object.fromEntries(Object.entries(opts.maxEntries ?? {}).filter(([n]) => names.has(n)));
+      const declared = probe.declaredMaps().map((d) => ({ ...d, maxEntries: requested[d.name] ?? d.maxEntries }));
+      return new MapMigration(objectPath, opts, declared, requested);
+    } finally {
+      probe.close();
+    }
+  }
+
+  /** Move the changed maps' pins aside and open the object (load it next). */
+  open(): BpfObject {
+    for (const c of this.changes) {
+      const pin = path.join(this.opts.bpffs, c.map);
+      this.old.set(c.map, BpfMap.fromPinned(pin));
+      fs.renameSync(pin, path.join(this.opts.bpffs, oldPinName(c.map)));
+    }
+    this.moved = true;
+    const sizes = { ...this.requested, ...Object.fromEntries(this.changes.map((c) => [c.map, c.to.maxEntries])) };
+    try {
+      return BpfObject.open(this.objectPath, { pinDir: this.opts.bpffs, maxEntries: sizes });
+    } catch (err) {
+      this.abort();
+      throw err;
+    }
+  }
+
+  /** After load, before the programs are swapped: copy the entries. */
+  fill(obj: BpfObject): void {
+    for (const c of this.changes) {
+      const policy = this.policies[c.map] ?? DEFAULT_POLICY;
+      const result: MigratedMap = { ...c, carried: 0, dropped: 0 };
+      const from = this.old.get(c.map)!;
+      const translate = policy.kind === 'drop' ? undefined : policy.translate;
+      if (policy.kind === 'drop') {
+        result.note = policy.reason;
+      } else if (NO_ENTRIES.has(c.from.type)) {
+        result.note = `${mapTypeName(c.from.type)} entries cannot be copied from user space`;
+      } else if (c.why === 'layout' && !translate) {
+        // rebuild without a translation (carry without one was refused at plan)
+        result.note = 'layout changed: the agent writes it again at its first sync';
+        result.dropped = countEntries(from);
+      } else {
+        const n = copyEntries(from, obj.map(c.map), BPF_ANY, c.why === 'layout' ? translate : undefined);
+        result.carried = n.copied;
+        result.dropped = n.skipped;
+      }
+      this.results.set(c.map, result);
+    }
+  }
+
+  /** After every link runs the new programs: catch up, unpin the old maps, record layouts. */
+  finish(obj: BpfObject): MigratedMap[] {
+    for (const c of this.changes) {
+      const policy = this.policies[c.map] ?? DEFAULT_POLICY;
+      const result = this.results.get(c.map)!;
+      const from = this.old.get(c.map)!;
+      // Arrays: every index exists, so insert-only means nothing; their pass-1 copy stands.
+      if (result.carried > 0 && !ARRAY_TYPES.has(c.from.type) && policy.kind !== 'drop') {
+        result.carried += copyEntries(from, obj.map(c.map), BPF_NOEXIST, c.why === 'layout' ? policy.translate : undefined).copied;
+      }
+      from.close();
+      fs.rmSync(path.join(this.opts.bpffs, oldPinName(c.map)), { force: true });
+    }
+    this.old.clear();
+    recordLayouts(this.opts.bpffs, this.declared.map((d) => [d.name, layoutOf(this.policies, d.name)]));
+    return [...this.results.values()];
+  }
+
+  /** Before any program was swapped: put the old pins back. */
+  abort(): void {
+    if (!this.moved) return;
+    for (const [name, m] of this.old) {
+      m.close();
+      const pin = path.join(this.opts.bpffs, name);
+      fs.rmSync(pin, { force: true });
+      fs.renameSync(path.join(this.opts.bpffs, oldPinName(name)), pin);
+    }
+    this.old.clear();
+    this.moved = false;
+  }
+}
+
+const layoutOf = (policies: Record<string, MapPolicy>, name: string) => (policies[name] ?? DEFAULT_POLICY).layout ?? 1;
+
+const describe = (d: MapDescription) => `${mapTypeName(d.type)} key ${d.keySize} value ${d.valueSize} max_entries ${d.maxEntries} flags 0x${d.flags.toString(16)}`;
+
+function plan(bpffs: string, declared: MapDescription[], requested: Record<string, number>, policies: Record<string, MapPolicy>): MapChange[] {
+  const layouts = readLayouts(bpffs);
+  const refusals: string[] = [];
+  const changes: MapChange[] = [];
+  for (const d of declared) {
+    const pin = path.join(bpffs, d.name);
+    if (!fs.existsSync(pin)) continue;
+    const fd = check(libbpf().bpf_obj_get(pin), 'bpf_obj_get', pin);
+    let info;
+    try {
+      info = mapInfo(fd, pin);
+    } finally {
+      fs.closeSync(fd);
+    }
+    const policy = policies[d.name] ?? DEFAULT_POLICY;
+    const pinnedLayout = layouts.get(d.name) ?? 1;
+    const ourLayout = policy.layout ?? 1;
+    if (pinnedLayout > ourLayout) {
+      refusals.push(`map ${d.name} at ${pin} has layout version ${pinnedLayout}, newer than this agent's ${ourLayout} (pinned by a newer Sluice): downgrading it is not supported`);
+      continue;
+    }
+    const from = { name: d.name, type: info.type, keySize: info.keySize, valueSize: info.valueSize, maxEntries: info.maxEntries, flags: info.flags, layout: pinnedLayout };
+    const layoutChanged = from.type !== d.type || from.keySize !== d.keySize || from.valueSize !== d.valueSize || from.flags !== d.flags || pinnedLayout < ourLayout;
+    // A size nobody asked for keeps the pinned one (another object, or the
+    // CLI, loading without the config), except arrays that grew: their
+    // indices are meaning (counters), not capacity.
+    let wantEntries = requested[d.name] ?? from.maxEntries;
+    if (requested[d.name] === undefined && ARRAY_TYPES.has(d.type) && d.type === from.type && d.maxEntries > from.maxEntries) wantEntries = d.maxEntries;
+    if (NO_ENTRIES.has(d.type) && requested[d.name] === undefined) wantEntries = d.type === from.type ? from.maxEntries : d.maxEntries;
+    if (!layoutChanged && wantEntries === from.maxEntries) continue;
+    if (layoutChanged && policy.kind === 'carry' && !policy.translate) {
+      refusals.push(`map ${d.name} at ${pin} changed layout (pinned: ${describe(from)}, layout ${pinnedLayout}; new: ${describe(d)}, layout ${ourLayout}) and its migration policy carries entries without a translation: add one in MAP_POLICIES`);
+      continue;
+    }
+    changes.push({ map: d.name, why: layoutChanged ? 'layout' : 'capacity', from, to: { ...d, maxEntries: wantEntries, layout: ourLayout }, policy: policy.kind });
+  }
+  if (refusals.length > 0) throw new MigrationRefused(`refusing to migrate the pinned maps under ${bpffs}, nothing was changed: ${refusals.join('; ')}`);
+  return changes;
+}
+
+/**
+ * A migration cut short (the agent killed between open and finish) leaves
+ * `<name>_migrating`: if the new map exists, copy what it lacks and unpin the
+ * old one; if not, put the old one back, as if nothing had started.
+ */
+function finishInterrupted(bpffs: string, policies: Record<string, MapPolicy>): void {
+  if (!fs.existsSync(bpffs)) return;
+  for (const file of fs.readdirSync(bpffs)) {
+    if (!file.endsWith('_migrating')) continue;
+    const name = file.slice(0, -'_migrating'.length);
+    const oldPin = path.join(bpffs, file);
+    const pin = path.join(bpffs, name);
+    if (!fs.existsSync(pin)) {
+      fs.renameSync(oldPin, pin);
+      continue;
+    }
+    const policy = policies[name] ?? DEFAULT_POLICY;
+    const from = BpfMap.fromPinned(oldPin);
+    const to = BpfMap.fromPinned(pin);
+    try {
+      const sameLayout = from.type === to.type && from.keySize === to.keySize && from.valueSize === to.valueSize;
+      if (policy.kind !== 'drop' && !NO_ENTRIES.has(from.type) && !ARRAY_TYPES.has(from.type) && sameLayout) copyEntries(from, to, BPF_NOEXIST);
+    } finally {
+      from.close();
+      to.close();
+    }
+    fs.rmSync(oldPin, { force: true });
+  }
+}
+
+const { E2BIG, EEXIST, ENOSPC } = os.constants.errno;
+
+/** Copy every entry (translated when asked); entries that do not fit or already exist are skipped. */
+function copyEntries(from: BpfMap, to: BpfMap, flags: number, translate?: Translate): { copied: number; skipped: number } {
+  const all = from.lookupBatch();
+  const fromDesc = descOf(from);
+  const toDesc = descOf(to);
+  let copied = 0;
+  let skipped = 0;
+  const isArray = ARRAY_TYPES.has(to.type);
+  for (let i = 0; i < all.count; i++) {
+    let key = all.keys.subarray(i * from.keySize, (i + 1) * from.keySize);
+    let value = all.values.subarray(i * from.valueBufferSize, (i + 1) * from.valueBufferSize);
+    if (translate) {
+      const t = translate(key, value, fromDesc, toDesc);
+      if (!t) {
+        skipped++;
+        continue;
+      }
+      [key, value] = t;
+    }
+    if (isArray && key.readUInt32LE(0) >= to.maxEntries) {
+      skipped++;
+      continue;
+    }
+    try {
+      to.update(key, value, flags);
+      copied++;
+    } catch (err) {
+      const errno = err instanceof BpfError ? err.errno : 0;
+      if (errno !== EEXIST && errno !== E2BIG && errno !== ENOSPC) throw err;
+      if (errno !== EEXIST) skipped++;
+    }
+  }
+  return { copied, skipped };
+}
+
+function countEntries(m: BpfMap): number {
+  return m.lookupBatch().count;
+}
+
+const descOf = (m: BpfMap): MapDescription => ({ name: m.name, type: m.type, keySize: m.keySize, valueSize: m.valueSize, maxEntries: m.maxEntries, flags: m.flags });
+
+function layoutKey(name: string): Buffer {
+  const key = Buffer.alloc(NAME_LEN);
+  key.write(name.slice(0, NAME_LEN - 1), 'latin1');
+  return key;
+}
+
+/** Layout versions recorded under bpffs; a map with none (pinned before they were recorded) is version 1. */
+export function readLayouts(bpffs: string): Map<string, number> {
+  const out = new Map<string, number>();
+  const pin = path.join(bpffs, LAYOUT_MAP);
+  if (!fs.existsSync(pin)) return out;
+  const m = BpfMap.fromPinned(pin);
+  try {
+    for (const [k, v] of m.entries()) {
+      const nul = k.indexOf(0);
+      out.set(k.toString('latin1', 0, nul < 0 ? k.length : nul), v.readUInt32LE(0));
+    }
+  } finally {
+    m.close();
+  }
+  return out;
+}
+
+/** Write layout versions (creating the layout map on first use). */
+export function recordLayouts(bpffs: string, entries: Array<[string, number]>): void {
+  const pin = path.join(bpffs, LAYOUT_MAP);
+  let m: BpfMap;
+  if (fs.existsSync(pin)) {
+    m = BpfMap.fromPinned(pin);
+  } else {
+    m = BpfMap.create({ type: MapType.HASH, name: LAYOUT_MAP, keySize: NAME_LEN, valueSize: 4, maxEntries: LAYOUT_MAP_ENTRIES });
+    m.pin(pin);
+  }
+  try {
+    const value = Buffer.alloc(4);
+    for (const [name, layout] of entries) {
+      value.writeUInt32LE(layout, 0);
+      m.update(layoutKey(name), value);
+    }
+  } finally {
+    m.close();
+  }
+}
+
+/** One log line's worth per migrated map. */
+export function summarize(migrated: MigratedMap[]): Array<Record<string, unknown>> {
+  return migrated.map((m) => ({
+    map: m.map,
+    why: m.why,
+    policy: m.policy,
+    from: `${m.from.maxEntries} entries, value ${m.from.valueSize} B, layout ${m.from.layout}`,
+    to: `${m.to.maxEntries} entries, value ${m.to.valueSize} B, layout ${m.to.layout}`,
+    carried: m.carried,
+    dropped: m.dropped,
+    ...(m.note ? { note: m.note } : {}),
+  }));
+}
