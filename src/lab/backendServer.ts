@@ -5,9 +5,12 @@
 import * as net from 'node:net';
 import * as dgram from 'node:dgram';
 
+// ADDRESS:PORT/hold: a TCP connection is kept open after that first line and
+// every chunk the client sends is echoed (long-lived connections, issue 13.4).
 const listeners = process.argv.slice(2).map((spec) => {
-  const [address, port] = spec.split(':') as [string, string];
-  return { address, port: Number(port) };
+  const [hostPort, mode] = spec.split('/') as [string, string | undefined];
+  const [address, port] = hostPort.split(':') as [string, string];
+  return { address, port: Number(port), hold: mode === 'hold' };
 });
 
 let ready = 0;
@@ -16,11 +19,13 @@ const markReady = () => {
   if (++ready === total) process.stdout.write('ready\n');
 };
 
-for (const { address, port } of listeners) {
+for (const { address, port, hold } of listeners) {
   net
     .createServer((sock) => {
       sock.on('error', () => undefined);
-      sock.end(`${address}:${port} ${sock.remoteAddress}\n`);
+      if (!hold) return void sock.end(`${address}:${port} ${sock.remoteAddress}\n`);
+      sock.write(`${address}:${port} ${sock.remoteAddress}\n`);
+      sock.on('data', (d) => sock.write(d));
     })
     .listen(port, address, markReady);
   const udp = dgram.createSocket('udp4');

@@ -9,6 +9,11 @@
 //                         it opens and connects a new socket. Prints one JSON
 //                         line per reply or error as it happens ({t, backend}
 //                         or {t, error}; t = Date.now()), then {done, ...}.
+//   hold ADDR PORT MS [N]   N (default 3) long-lived TCP connections to a
+//                         backend served with /hold: a line every 100 ms, each
+//                         echoed, for MS milliseconds; per connection the
+//                         backend, getpeername() at the start and at the end
+//                         (read again from the kernel), lines sent and echoed
 import * as net from 'node:net';
 import * as dgram from 'node:dgram';
 
@@ -90,11 +95,62 @@ async function udpConnectedLoop(address: string, port: number, ms: number): Prom
   emit({ done: true, sessions });
 }
 
+interface Held { backend?: string; peerStart?: string; peerEnd?: string; sent: number; echoed: number; error?: string }
+
+/** getpeername(2) now: node caches the first answer in _peername. */
+function peerNow(sock: net.Socket): string {
+  (sock as unknown as { _peername?: unknown })._peername = undefined;
+  return `${sock.remoteAddress}:${sock.remotePort}`;
+}
+
+function holdOne(address: string, port: number, ms: number): Promise<Held> {
+  return new Promise((resolve) => {
+    const out: Held = { sent: 0, echoed: 0 };
+    const sock = net.connect({ host: address, port });
+    let buf = '';
+    let timer: NodeJS.Timeout | undefined;
+    let done = false;
+    const finish = (error?: string) => {
+      if (done) return;
+      done = true;
+      clearInterval(timer);
+      if (error) out.error = error;
+      else out.peerEnd = peerNow(sock);
+      sock.destroy();
+      resolve(out);
+    };
+    sock.on('connect', () => { out.peerStart = peerNow(sock); });
+    sock.on('data', (d) => {
+      buf += d;
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        if (out.backend === undefined) out.backend = line.split(' ')[0];
+        else out.echoed++;
+      }
+    });
+    sock.on('error', (e: NodeJS.ErrnoException) => finish(e.code ?? e.message));
+    sock.on('close', () => finish('closed by peer'));
+    const end = Date.now() + ms;
+    timer = setInterval(() => {
+      if (Date.now() >= end) {
+        // the last lines' echoes get 500 ms
+        clearInterval(timer);
+        setTimeout(() => (out.echoed === out.sent ? finish() : finish(`${out.sent - out.echoed} lines not echoed`)), 500);
+        return;
+      }
+      if (out.backend === undefined) return;
+      sock.write(`ping ${out.sent++}\n`);
+    }, 100);
+  });
+}
+
 async function main(): Promise<void> {
   const [mode, address, portText, countText] = process.argv.slice(2);
   const port = Number(portText);
   const n = Number(countText);
-  if (!address || !port || !n) throw new Error('usage: lbClient tcp|udp|loop|udpconn ADDR PORT COUNT|MS');
+  if (!address || !port || !n) throw new Error('usage: lbClient tcp|udp|loop|udpconn|hold ADDR PORT COUNT|MS');
   if (mode === 'tcp') {
     const results: Outcome[] = [];
     for (let i = 0; i < n; i++) results.push(await tcpOnce(address, port));
@@ -112,6 +168,10 @@ async function main(): Promise<void> {
       else { ok++; backends[r.backend ?? '?'] = (backends[r.backend ?? '?'] ?? 0) + 1; }
     }
     process.stdout.write(JSON.stringify({ ok, errors, backends }) + '\n');
+  } else if (mode === 'hold') {
+    const conns = Number(process.argv[6] ?? 3);
+    const results = await Promise.all(Array.from({ length: conns }, () => holdOne(address, port, n)));
+    process.stdout.write(JSON.stringify({ results }) + '\n');
   } else if (mode === 'udpconn') {
     await udpConnectedLoop(address, port, n);
   } else {
