@@ -4,6 +4,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import YAML from 'yaml';
 import { DEFAULT_BPFFS } from '../datapath/maps';
+import { MAP_POLICIES } from '../datapath/migrate';
 import { DEFAULT_MAX_ENDPOINTS_PER_SERVICE } from '../model/frontend';
 import { parseSocketLbMode, type SocketLbMode } from '../datapath/sockConfig';
 import { parseDurationFlagMs } from './duration';
@@ -27,7 +28,10 @@ export interface AgentConfig {
   syncPeriodSeconds: number;
   /** Shortest interval between two syncs; bursts within it are coalesced (kube-proxy's minSyncPeriod). */
   minSyncPeriodMs: number;
-  /** Map capacities, by map name (applied when the maps are first created). */
+  /**
+   * Map capacities, by map name. A change on a running node migrates the
+   * pinned map to the new size, entries carried (docs/upgrade.md).
+   */
   maxEntries: Record<string, number>;
   /**
    * External devices for NodePort/ExternalIP/LoadBalancer traffic from
@@ -190,6 +194,12 @@ export function validateConfig(c: AgentConfig): void {
   if (!finite(c.minSyncPeriodMs) || c.minSyncPeriodMs < 0) bad('minSyncPeriod (--min-sync-period)', c.minSyncPeriodMs, 'must be 0 or more');
   for (const f of ['conntrackTcpEstablishedSeconds', 'conntrackTcpCloseWaitSeconds', 'conntrackUdpSeconds', 'maxEndpointsPerService'] as const) {
     if (!finite(c[f]) || c[f] <= 0) bad(f, c[f], 'must be greater than 0');
+  }
+  // ---- live map migration (issue 13.4): a capacity the maps cannot take is refused here, not at load ----
+  if (typeof c.maxEntries !== 'object' || c.maxEntries === null || Array.isArray(c.maxEntries)) bad('maxEntries', c.maxEntries, 'must be a map of BPF map name to capacity');
+  for (const [name, n] of Object.entries(c.maxEntries)) {
+    if (!(name in MAP_POLICIES)) bad(`maxEntries.${name}`, n, `not a Sluice map (known: ${Object.keys(MAP_POLICIES).join(', ')})`);
+    if (!Number.isInteger(n) || n < 1 || n > 0x7fffffff) bad(`maxEntries.${name}`, n, 'must be a whole number from 1 to 2147483647');
   }
   if (!c.nodeName) bad('nodeName (--hostname-override, --node-name, NODE_NAME)', c.nodeName, 'must not be empty');
   if (!Array.isArray(c.nodePortAddresses)) bad('nodePortAddresses', c.nodePortAddresses, 'must be a list');

@@ -3,7 +3,9 @@
 //                         answered and the peer getpeername() showed
 //   udp ADDR PORT COUNT   unconnected sendto/recvfrom COUNT times; per reply:
 //                         the backend and the source address recvfrom() showed
-//   loop ADDR PORT MS     connect in a loop for MS milliseconds; counts ok/failed
+//   loop ADDR PORT MS [GAP [TIMEOUT]] connect in a loop for MS milliseconds (GAP ms
+//                         apart, default 0; each given TIMEOUT ms, default 1000);
+//                         counts ok/failed and slow (answered after > 900 ms)
 //   udpconn ADDR PORT MS  a resolver-like client: one connected UDP socket,
 //                         a query every 50 ms for MS milliseconds; on an error
 //                         it opens and connects a new socket. Prints one JSON
@@ -162,12 +164,17 @@ async function main(): Promise<void> {
     let ok = 0;
     const errors: Record<string, number> = {};
     const backends: Record<string, number> = {};
+    const gapMs = Number(process.argv[6] ?? 0); // pacing: stay under what SNAT ports and TIME_WAIT allow
+    const timeoutMs = Number(process.argv[7] ?? 1000);
+    let slow = 0; // answered, but after more than 900 ms (a SYN retransmit)
     while (Date.now() < end) {
-      const r = await tcpOnce(address, port, 1000);
+      if (gapMs > 0) await new Promise((r) => setTimeout(r, gapMs));
+      const r = await tcpOnce(address, port, timeoutMs);
       if (r.error) errors[r.error] = (errors[r.error] ?? 0) + 1;
       else { ok++; backends[r.backend ?? '?'] = (backends[r.backend ?? '?'] ?? 0) + 1; }
+      if (!r.error && r.ms > 900) slow++;
     }
-    process.stdout.write(JSON.stringify({ ok, errors, backends }) + '\n');
+    process.stdout.write(JSON.stringify({ ok, errors, backends, slow }) + '\n');
   } else if (mode === 'hold') {
     const conns = Number(process.argv[6] ?? 3);
     const results = await Promise.all(Array.from({ length: conns }, () => holdOne(address, port, n)));

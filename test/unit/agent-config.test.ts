@@ -208,3 +208,17 @@ test('the real entry point refuses a bad sync period at once, with the reason an
   assert.match(r.stderr, /invalid config: syncPeriod \(--sync-period\) 0: must be greater than 0/);
   assert.equal(r.signal, null, 'exited by itself, not by the timeout');
 });
+
+// Live map migration (issue 13.4): maxEntries names maps of any object
+// (conntrack belongs to the TC object), and a bad one is a startup error.
+test('maxEntries: any Sluice map by name, a positive whole number; an unknown map or a bad size is refused naming it', () => {
+  withFile('maxEntries:\n  sluice_ct4: 327680\n  sluice_svc4: 1048576\n', (file) => {
+    assert.deepEqual(resolveConfig(new Map([['config', file]])).maxEntries, { sluice_ct4: 327680, sluice_svc4: 1048576 });
+  });
+  withFile('maxEntries:\n  sluice_conntrack: 1000\n', (file) => {
+    assert.throws(() => resolveConfig(new Map([['config', file]])), /invalid config: maxEntries\.sluice_conntrack 1000: not a Sluice map \(known: .*sluice_ct4/);
+  });
+  withFile('maxEntries:\n  sluice_ct4: -1\n', (file) => {
+    assert.throws(() => resolveConfig(new Map([['config', file]])), /invalid config: maxEntries\.sluice_ct4 -1: must be a whole number/);
+  });
+});
