@@ -1,7 +1,7 @@
 // Installing over pins an older Sluice left (issue 10): the socket reverse
 // table and LRU it no longer uses are unpinned, and a counters map pinned
 // with fewer entries than LB_CNT_MAX is replaced so the socket-path counters
-// (32..47) are not lost.
+// (32..47) are not lost; the counts it had are carried (src/datapath/migrate.ts).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
@@ -27,6 +27,14 @@ test('install over an older layout: obsolete socket maps unpinned, a 16-entry co
     ];
     for (const spec of old) {
       const m = BpfMap.create(spec);
+      if (spec.name === abi.SLUICE_MAP_COUNTERS) {
+        // A count the old programs made: carried into the bigger map (migrate.ts).
+        const one = Buffer.alloc(8);
+        one.writeBigUInt64LE(5n);
+        const key = Buffer.alloc(4);
+        key.writeUInt32LE(3);
+        m.updatePerCpu(key, m.splitPerCpu(Buffer.alloc(m.valueBufferSize)).map((_, i) => (i === 0 ? one : Buffer.alloc(8))));
+      }
       m.pin(path.join(sb.bpffs, spec.name));
       m.close();
     }
@@ -36,6 +44,7 @@ test('install over an older layout: obsolete socket maps unpinned, a 16-entry co
     const maps = openSockLbMaps(sb.bpffs);
     try {
       assert.equal(maps.counters.maxEntries, abi.LB_CNT_MAX);
+      assert.equal(readCounter(maps.counters, 3), 5n, 'the old counters are carried');
       // A socket-path counter (index >= 16) counts: the 2nd and 3rd datagram
       // of one socket reuse its backend (LB_CNT_SOCK_STICKY).
       sh(sluiceBin, ['service', 'upsert', '--frontend', '10.96.0.60:53/udp', '--backends', '198.18.18.2:5353', '--bpffs', sb.bpffs]);
