@@ -123,7 +123,13 @@ async function withTraffic(cgroup: string, clusterIP: string, during: () => Prom
     nsLoop: output(outside(['loop', ADDR.node1, '30091', ms, '25', '3000']), 'north-south loop'),
   };
   await new Promise((r) => setTimeout(r, 1500));
-  await during();
+  try {
+    await during();
+  } catch (err) {
+    // The clients are in the node's cgroup: let them end (HOLD_MS bounds them) so it can be removed.
+    await Promise.allSettled(Object.values(runs));
+    throw err;
+  }
   const [sockHold, sockLoop, nsHold, nsLoop] = await Promise.all([runs.sockHold, runs.sockLoop, runs.nsHold, runs.nsLoop]);
   return {
     sockHold: (JSON.parse(sockHold) as { results: Held[] }).results,
