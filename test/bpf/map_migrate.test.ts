@@ -194,3 +194,35 @@ test('a layout change: translated by the map policy; without a translation a car
     sb.close();
   }
 });
+
+test('a migration cut short by a kill is finished by the next start: a moved-aside pin is put back, or its entries copied into the new map', () => {
+  const sb = Sandbox.create('sluice-migr');
+  try {
+    installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup });
+    sh(sluiceBin, ['service', 'upsert', '--frontend', `${HOLD_VIP}:80/tcp`, '--backends', `${BACKEND_HOLD}:8080`, '--bpffs', sb.bpffs]);
+    const pin = (n: string) => path.join(sb.bpffs, n);
+    const entries = dump(sb.bpffs, abi.SLUICE_MAP_SERVICES4);
+    const m = pinned(sb.bpffs, abi.SLUICE_MAP_SERVICES4);
+    const id = m.id;
+    const spec = { type: m.type, keySize: m.keySize, valueSize: m.valueSize, flags: m.flags };
+    m.close();
+
+    // Killed after moving the pin aside, before the new map was pinned.
+    fs.renameSync(pin(abi.SLUICE_MAP_SERVICES4), pin(`${abi.SLUICE_MAP_SERVICES4}_migrating`));
+    installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup });
+    const back = pinned(sb.bpffs, abi.SLUICE_MAP_SERVICES4);
+    assert.equal(back.id, id, 'the old map is back under its name');
+    back.close();
+
+    // Killed after the new (bigger, still empty) map was pinned.
+    fs.renameSync(pin(abi.SLUICE_MAP_SERVICES4), pin(`${abi.SLUICE_MAP_SERVICES4}_migrating`));
+    const fresh = BpfMap.create({ ...spec, name: abi.SLUICE_MAP_SERVICES4, maxEntries: 4096 });
+    fresh.pin(pin(abi.SLUICE_MAP_SERVICES4));
+    fresh.close();
+    installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup, maxEntries: { [abi.SLUICE_MAP_SERVICES4]: 4096 } });
+    assert.deepEqual(dump(sb.bpffs, abi.SLUICE_MAP_SERVICES4), entries, 'the entries reached the new map');
+    assert.ok(!fs.readdirSync(sb.bpffs).some((f) => f.endsWith('_migrating')), 'nothing left aside');
+  } finally {
+    sb.close();
+  }
+});
