@@ -130,6 +130,8 @@ export class MapMigration {
   readonly changes: MapChange[];
   private readonly old = new Map<string, BpfMap>();
   private readonly results = new Map<string, MigratedMap>();
+  /** Maps whose entries were copied at fill: copied again at finish. */
+  private readonly copied = new Set<string>();
   private readonly policies: Record<string, MapPolicy>;
   private readonly declared: MapDescription[];
   private readonly requested: Record<string, number>;
@@ -159,12 +161,12 @@ export class MapMigration {
 
   /** Move the changed maps' pins aside and open the object (load it next). */
   open(): BpfObject {
+    this.moved = true; // abort() puts back whatever was moved, even if this loop fails half-way
     for (const c of this.changes) {
       const pin = path.join(this.opts.bpffs, c.map);
       this.old.set(c.map, BpfMap.fromPinned(pin));
       fs.renameSync(pin, path.join(this.opts.bpffs, oldPinName(c.map)));
     }
-    this.moved = true;
     const sizes = { ...this.requested, ...Object.fromEntries(this.changes.map((c) => [c.map, c.to.maxEntries])) };
     try {
       return BpfObject.open(this.objectPath, { pinDir: this.opts.bpffs, maxEntries: sizes });
@@ -193,6 +195,7 @@ export class MapMigration {
         const n = copyEntries(from, obj.map(c.map), BPF_ANY, c.why === 'layout' ? translate : undefined);
         result.carried = n.copied;
         result.dropped = n.skipped;
+        this.copied.add(c.map);
       }
       this.results.set(c.map, result);
     }
@@ -205,7 +208,8 @@ export class MapMigration {
       const result = this.results.get(c.map)!;
       const from = this.old.get(c.map)!;
       // Arrays: every index exists, so insert-only means nothing; their pass-1 copy stands.
-      if (result.carried > 0 && !ARRAY_TYPES.has(c.from.type) && policy.kind !== 'drop') {
+      if (this.copied.has(c.map) && !ARRAY_TYPES.has(c.from.type) && policy.kind !== 'drop') {
+        // Only what is new counts: entries that did not fit were counted at fill.
         result.carried += copyEntries(from, obj.map(c.map), BPF_NOEXIST, c.why === 'layout' ? policy.translate : undefined).copied;
       }
       from.close();
@@ -222,8 +226,10 @@ export class MapMigration {
     for (const [name, m] of this.old) {
       m.close();
       const pin = path.join(this.opts.bpffs, name);
+      const aside = path.join(this.opts.bpffs, oldPinName(name));
+      if (!fs.existsSync(aside)) continue; // opened, not yet moved
       fs.rmSync(pin, { force: true });
-      fs.renameSync(path.join(this.opts.bpffs, oldPinName(name)), pin);
+      fs.renameSync(aside, pin);
     }
     this.old.clear();
     this.moved = false;
