@@ -120,7 +120,7 @@ test('any shape: the watch side never throws, rejects by name exactly once, and 
       }
     }
   }), { numRuns: fuzzRuns(6) * 500, seed: fuzzSeed(1311), includeErrorInReport: true });
-  recordFuzzResults('decode', { generated: counts.generated, rejected: counts.rejected, problems: counts.problems, crashed: 0, seed: fuzzSeed(1311) });
+  recordFuzzResults('decode', { generated: counts.generated, rejected: counts.rejected, problems: counts.problems, crashed: 0, seed: fuzzSeed(1311), runs: fuzzRuns(6) * 500 });
 });
 
 test('frontend conflicts are decided the same whatever order the Services come in', () => {
