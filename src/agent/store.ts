@@ -66,6 +66,11 @@ export class ClusterState {
     return undefined;
   }
 
+  /** After a relist: rejected objects the list no longer holds were deleted while the watch was away. */
+  private forgetRejectedBut(kind: WatchedKind, seen: Set<string>): void {
+    for (const object of [...this.rejected.keys()]) if (object.startsWith(`${kind} `) && !seen.has(object.slice(kind.length + 1))) this.rejected.delete(object);
+  }
+
   private forget(kind: WatchedKind, o: unknown): void {
     this.rejected.delete(`${kind} ${printableKey(o, kind !== 'Node')}`);
   }
@@ -115,6 +120,7 @@ export class ClusterState {
   /** After a relist: Services the list no longer held are gone. */
   retainServices(seen: Set<string>): void {
     for (const svc of this.services.values()) if (!seen.has(objectKey(svc))) this.deleteService(svc);
+    this.forgetRejectedBut('Service', seen);
   }
 
   /** After a relist: EndpointSlices the list no longer held are gone. */
@@ -122,6 +128,7 @@ export class ClusterState {
     for (const m of [...this.slices.values()]) {
       for (const [name, slice] of [...m]) if (!seen.has(name)) this.deleteSlice(slice);
     }
+    this.forgetRejectedBut('EndpointSlice', seen);
   }
 
   setNode(node: V1Node | undefined): void {

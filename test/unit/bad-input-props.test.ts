@@ -145,3 +145,26 @@ test('frontend conflicts are decided the same whatever order the Services come i
     }
   }), { numRuns: fuzzRuns(6) * 50, seed: fuzzSeed(1312) });
 });
+
+test('a rejected object is reported once; again only after it was fixed, deleted, or gone from a relist', () => {
+  const rejections: string[] = [];
+  const state = new ClusterState(() => undefined);
+  state.onRejected = (r) => rejections.push(r.message);
+  const bad = { metadata: { name: 'web', namespace: 'default' }, spec: { ports: '80' } } as unknown as V1Service;
+  const good = { metadata: { name: 'web', namespace: 'default' }, spec: { clusterIP: '10.96.0.1', ports: [{ port: 80 }] } } as V1Service;
+  state.upsertService(bad);
+  state.upsertService(bad);
+  assert.equal(rejections.length, 1);
+  assert.match(rejections[0]!, /^Service default\/web: rejected: spec\.ports is a string, want a list/);
+  assert.equal(state.services.size, 0, 'a new object of the wrong shape is not kept');
+  state.upsertService(good);
+  state.upsertService(bad);
+  assert.equal(rejections.length, 2, 'bad again after a good version: a new rejection');
+  assert.equal(state.services.get('default/web')?.spec?.clusterIP, '10.96.0.1', 'the last good version stays');
+  state.retainServices(new Set(['default/web']));
+  state.upsertService(bad);
+  assert.equal(rejections.length, 2, 'still the same rejection');
+  state.retainServices(new Set());
+  state.upsertService(bad);
+  assert.equal(rejections.length, 3, 'gone from a relist, then back: reported again');
+});
