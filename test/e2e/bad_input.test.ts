@@ -176,6 +176,18 @@ test('an update of the wrong shape keeps the last good version (EndpointSlice an
   api.store.updateStatus('nodes', { ...node, metadata: { ...node.metadata, resourceVersion: undefined } } as KubeObject);
 });
 
+test('a Node address without an address field: the agent keeps running and syncing', async () => {
+  const node = api.store.get('nodes', NODE) as KubeObject;
+  // Right shape (the field is absent), so the watch accepts it; translate must not throw on it.
+  api.store.updateStatus('nodes', { ...node, status: { addresses: [{ type: 'InternalIP' }, { type: 'InternalIP', address: '198.18.0.1' }] } } as KubeObject);
+  api.store.update('endpointslices', sliceOf('good', 'good-1', [BACKENDS[0]!, BACKENDS[2]!]));
+  await waitProgrammed(`${goodVip}:80/tcp`, [BACKENDS[0]!, BACKENDS[2]!]);
+  assert.equal(agent.exited, false, `the agent is running: ${agent.tail()}`);
+  api.store.update('endpointslices', sliceOf('good', 'good-1', [BACKENDS[0]!]));
+  await waitProgrammed(`${goodVip}:80/tcp`, [BACKENDS[0]!]);
+  api.store.updateStatus('nodes', { ...node, metadata: { ...node.metadata, resourceVersion: undefined } } as KubeObject);
+});
+
 // ---- generated cases ----------------------------------------------------
 
 interface Case {
