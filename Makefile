@@ -110,3 +110,8 @@ node-binaries:
 	@./scripts/node-binaries.sh $(if $(E2E),--e2e,)
 node-tier: build
 	@flock /tmp/sluice-cluster.lock ./scripts/node-tier.sh run
+
+# The bad-input fuzz tests in their long form (docs/bad-input.md); counts in build/fuzz-results.json.
+.PHONY: fuzz
+fuzz: build
+	FUZZ_RUNS=$${FUZZ_RUNS:-60} node --test --test-concurrency=1 dist/test/unit/bad-input-props.test.js dist/test/bpf/packet_fuzz.test.js dist/test/e2e/bad_input.test.js

@@ -52,6 +52,11 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     health.syncNode(state.node); // nodeEligible follows every Node event (kube-proxy's SyncNode)
     syncer?.trigger();
   }, metrics);
+  // An object of the wrong shape (shape.ts): one line and one count per distinct rejection.
+  state.onRejected = (r) => {
+    metrics.errors.inc({ reason: r.reason });
+    log.warn({ object: r.object, reason: r.reason }, r.message);
+  };
   const northSouth = await startNorthSouth(config, () => health.healthy(), metrics, log);
   // After the TC object: maps both share (conntrack) are migrated once, with the TC links.
   if (config.podVethPrograms) preparePodPrograms(config.bpffs, config.maxEntries, log);

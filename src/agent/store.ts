@@ -6,6 +6,15 @@
 import type { V1EndpointSlice, V1Node, V1Service } from '@kubernetes/client-node';
 import { serviceKey, objectKey } from '../translate';
 import { slimService, slimSlice, StringPool } from './slim';
+import { printableKey, shapeError, type WatchedKind } from './shape';
+
+/** An object the watch handed over that the agent cannot read (see shape.ts). */
+export interface Rejection {
+  /** "Service default/web". */
+  object: string;
+  reason: 'malformed_object';
+  message: string;
+}
 
 export const TRIGGER_TIME_ANNOTATION = 'endpoints.kubernetes.io/last-change-trigger-time';
 
@@ -20,17 +29,63 @@ export class ClusterState {
   private triggerTimes = new Map<string, number>();
 
   private readonly pool = new StringPool();
+  /** "Kind namespace/name" -> the message it was last rejected with (one log line per distinct rejection). */
+  private readonly rejected = new Map<string, string>();
+  /** Told once per distinct rejection of an object (the agent logs and counts it). */
+  onRejected: (r: Rejection) => void = () => undefined;
 
   constructor(private readonly onChange: () => void) {}
 
+  /**
+   * False when the object cannot be read as a `kind`: it is reported (once
+   * per distinct reason) and the caller keeps the last good version, as
+   * kube-proxy's informer cache keeps the last object it could decode. The
+   * projection runs inside the guard too, so no object can make the watch
+   * throw (a throw would fail the watch, and its resume replay the same
+   * event forever).
+   */
+  private readable<T>(kind: WatchedKind, o: unknown, project: () => T): T | undefined {
+    const object = `${kind} ${printableKey(o, kind !== 'Node')}`;
+    let why = shapeError(kind, o);
+    let out: T | undefined;
+    if (!why) {
+      try {
+        out = project();
+      } catch (err) {
+        why = `cannot be read: ${(err as Error).message}`;
+      }
+    }
+    if (!why) {
+      this.rejected.delete(object);
+      return out;
+    }
+    if (this.rejected.get(object) !== why) {
+      this.rejected.set(object, why);
+      this.onRejected({ object, reason: 'malformed_object', message: `${object}: rejected: ${why}; the last readable version (if any) stays in use` });
+    }
+    return undefined;
+  }
+
+  /** After a relist: rejected objects the list no longer holds were deleted while the watch was away. */
+  private forgetRejectedBut(kind: WatchedKind, seen: Set<string>): void {
+    for (const object of [...this.rejected.keys()]) if (object.startsWith(`${kind} `) && !seen.has(object.slice(kind.length + 1))) this.rejected.delete(object);
+  }
+
+  private forget(kind: WatchedKind, o: unknown): void {
+    this.rejected.delete(`${kind} ${printableKey(o, kind !== 'Node')}`);
+  }
+
   upsertService(svc: V1Service): void {
+    const slim = this.readable('Service', svc, () => slimService(svc, this.pool));
+    if (!slim) return;
     const key = serviceKey(svc);
     if (!key) return;
-    this.services.set(this.pool.intern(key), slimService(svc, this.pool));
+    this.services.set(this.pool.intern(key), slim);
     this.mark(key);
   }
 
   deleteService(svc: V1Service): void {
+    this.forget('Service', svc);
     const key = serviceKey(svc);
     if (!key) return;
     this.services.delete(key);
@@ -38,18 +93,21 @@ export class ClusterState {
   }
 
   upsertSlice(slice: V1EndpointSlice): void {
+    const slim = this.readable('EndpointSlice', slice, () => slimSlice(slice, this.pool));
+    if (!slim) return;
     const key = serviceKey(slice);
     const name = objectKey(slice);
     if (!key || !name) return;
     let m = this.slices.get(key);
     if (!m) this.slices.set(this.pool.intern(key), (m = new Map()));
-    m.set(name, slimSlice(slice, this.pool));
+    m.set(name, slim);
     const trigger = Date.parse(slice.metadata?.annotations?.[TRIGGER_TIME_ANNOTATION] ?? '');
     if (!Number.isNaN(trigger) && !this.triggerTimes.has(key)) this.triggerTimes.set(key, trigger);
     this.mark(key);
   }
 
   deleteSlice(slice: V1EndpointSlice): void {
+    this.forget('EndpointSlice', slice);
     const key = serviceKey(slice);
     const name = objectKey(slice);
     if (!key || !name) return;
@@ -62,6 +120,7 @@ export class ClusterState {
   /** After a relist: Services the list no longer held are gone. */
   retainServices(seen: Set<string>): void {
     for (const svc of this.services.values()) if (!seen.has(objectKey(svc))) this.deleteService(svc);
+    this.forgetRejectedBut('Service', seen);
   }
 
   /** After a relist: EndpointSlices the list no longer held are gone. */
@@ -69,9 +128,11 @@ export class ClusterState {
     for (const m of [...this.slices.values()]) {
       for (const [name, slice] of [...m]) if (!seen.has(name)) this.deleteSlice(slice);
     }
+    this.forgetRejectedBut('EndpointSlice', seen);
   }
 
   setNode(node: V1Node | undefined): void {
+    if (node !== undefined && !this.readable('Node', node, () => node)) return;
     this.node = node;
     this.nodeChanged = true;
     this.onChange();

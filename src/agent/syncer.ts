@@ -124,8 +124,8 @@ export class Syncer {
   /** serviceKey -> its healthCheckNodePort and local endpoints (externalTrafficPolicy: Local). */
   private readonly healthChecks = new Map<string, HealthCheckService>();
   private healthChecksChanged = false;
-  /** serviceKey -> problems last reported, so a problem is logged once per change. */
-  private readonly reported = new Map<string, string>();
+  /** serviceKey -> problems last reported, so a problem is logged once while it lasts. */
+  private readonly reported = new Map<string, Set<string>>();
   private readonly zones = new ZoneIds();
   /** frontend id -> Services that lost it to its owner (re-translated when the owner lets go). */
   private readonly contenders = new Map<string, Set<string>>();
@@ -463,7 +463,19 @@ export class Syncer {
       this.noLocal.delete(key);
       return [];
     }
-    const t = translateService(svc, this.state.slicesOf(key), node, this.opts.translate);
+    let t: ReturnType<typeof translateService>;
+    try {
+      t = translateService(svc, this.state.slicesOf(key), node, this.opts.translate);
+    } catch (err) {
+      // Never expected (the watch rejects objects of the wrong shape), but one
+      // Service must not fail the pass of every other: it gets no frontends.
+      this.setHealthCheck(key, undefined);
+      this.setExternalBackends(key, []);
+      this.releaseOwnership(key);
+      this.noLocal.delete(key);
+      this.reportProblems(key, [{ object: `Service ${key}`, reason: 'translate_failed', message: `Service ${key}: cannot be translated (${(err as Error).message}); no frontends` }]);
+      return [];
+    }
     this.setHealthCheck(key, t.healthCheck);
     this.countNoLocalEndpoints(key, t.frontends);
     const problems = [...t.problems];
@@ -574,13 +586,18 @@ export class Syncer {
     for (const key of waiting) if (key !== formerOwner && this.state.services.has(key)) this.state.markDirty(key);
   }
 
-  /** Log and count each distinct set of problems of a Service once. */
+  /**
+   * Log and count each problem of a Service once: when it appears, not again
+   * while it stays (a second bad EndpointSlice of the same Service does not
+   * repeat the first one's line).
+   */
   private reportProblems(key: string, problems: TranslateProblem[]): void {
-    const fingerprint = problems.map((p) => `${p.reason}:${p.message}`).join('|');
-    if (this.reported.get(key) === fingerprint) return;
-    if (fingerprint) this.reported.set(key, fingerprint);
+    const before = this.reported.get(key);
+    const now = new Set(problems.map((p) => `${p.reason}:${p.message}`));
+    if (now.size > 0) this.reported.set(key, now);
     else this.reported.delete(key);
     for (const p of problems) {
+      if (before?.has(`${p.reason}:${p.message}`)) continue;
       this.metrics.errors.inc({ reason: p.reason });
       this.log.warn({ object: p.object, reason: p.reason }, `${p.object}: ${p.message}`);
     }

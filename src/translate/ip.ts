@@ -29,6 +29,8 @@ export interface ParsedCIDR {
  * IPv4-mapped IPv6 ("::ffff:1.2.3.4") is IPv4, as in Go (To4() != nil).
  */
 export function parseIP(text: string, sloppy = true): ParsedIP | undefined {
+  // An absent field (a Node address without `address`, a null in a list) is no address, not a crash.
+  if (typeof text !== 'string') return undefined;
   if (text.includes('.') && !text.includes(':')) {
     const bytes = parseIPv4(text, sloppy);
     return bytes && { family: 'IPv4', bytes, text: formatIPv4(bytes) };
@@ -47,6 +49,7 @@ export function parseIP(text: string, sloppy = true): ParsedIP | undefined {
 
 /** Parse "address/prefix"; host bits are cleared, as Go's net.ParseCIDR does for the network. */
 export function parseCIDR(text: string, sloppy = false): ParsedCIDR | undefined {
+  if (typeof text !== 'string') return undefined;
   const slash = text.indexOf('/');
   if (slash < 0) return undefined;
   const prefixText = text.slice(slash + 1);

@@ -280,10 +280,12 @@ function assignNodePorts(svc: Service, allocators: ServiceAllocators, txn: Alloc
 
 /** The tracked (in-range) values a Service holds, for releasing on update/delete. */
 function heldValues(spec: ServiceSpec | undefined, allocators: ServiceAllocators): { ips: string[]; ports: number[] } {
-  if (!spec) return { ips: [], ports: [] };
-  const ips = needsClusterIp(spec) ? (spec.clusterIPs ?? (spec.clusterIP ? [spec.clusterIP] : [])).filter((ip) => ip && ip !== 'None') : [];
-  const ports = (spec.ports ?? []).map((p) => p.nodePort).filter((n): n is number => typeof n === 'number' && n > 0);
-  if (spec.healthCheckNodePort) ports.push(spec.healthCheckNodePort);
+  // A Service stored raw (a test's malformed object, store.ts WriteOptions.raw) may hold anything here.
+  if (!spec || typeof spec !== 'object') return { ips: [], ports: [] };
+  const listed = Array.isArray(spec.clusterIPs) ? spec.clusterIPs : spec.clusterIP ? [spec.clusterIP] : [];
+  const ips = needsClusterIp(spec) ? listed.filter((ip) => typeof ip === 'string' && ip && ip !== 'None') : [];
+  const ports = (Array.isArray(spec.ports) ? spec.ports : []).map((p) => p?.nodePort).filter((n): n is number => typeof n === 'number' && n > 0);
+  if (typeof spec.healthCheckNodePort === 'number') ports.push(spec.healthCheckNodePort);
   return { ips, ports: ports.filter((p) => allocators.nodePorts.contains(p)) };
 }
 

@@ -31,6 +31,13 @@ export interface WriteOptions {
   /** The name from the URL; must equal the object's name when both are given. */
   name?: string;
   subresource?: 'status';
+  /**
+   * Test-only (never reachable over HTTP): store the object exactly as given,
+   * without defaulting, allocation or validation, so a test can hand the
+   * agent's watch shapes no real kube-apiserver would (a string where a list
+   * belongs, a null inside a list). Metadata bookkeeping still happens.
+   */
+  raw?: boolean;
 }
 
 export interface DeleteOptions {
@@ -285,7 +292,7 @@ export class ObjectStore {
 
   create<T extends KubeObject = StoredObject>(resource: ResourceName, input: KubeObject, options: WriteOptions = {}): T {
     const type = resourceType(resource);
-    const obj = this.withKind(type, normalize(input, `create ${type.name}`));
+    const obj = this.withKind(type, normalize(input, `create ${type.name}`), options.raw);
     this.resolveNamespace(type, obj, options.namespace);
     if (!obj.metadata.name) {
       if (obj.metadata.generateName) obj.metadata.name = this.generateName(type, obj.metadata.generateName, obj.metadata.namespace);
@@ -302,13 +309,13 @@ export class ObjectStore {
     obj.metadata.creationTimestamp = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
     delete obj.metadata['deletionTimestamp'];
     delete obj.metadata['managedFields'];
-    type.prepareCreate(obj, this.options.context);
+    if (!options.raw) type.prepareCreate(obj, this.options.context);
     return structuredClone(this.commit('ADDED', type, obj, undefined)) as unknown as T;
   }
 
   update<T extends KubeObject = StoredObject>(resource: ResourceName, input: KubeObject, options: WriteOptions = {}): T {
     const type = resourceType(resource);
-    const obj = this.withKind(type, normalize(input, `update ${type.name}`));
+    const obj = this.withKind(type, normalize(input, `update ${type.name}`), options.raw);
     this.resolveNamespace(type, obj, options.namespace);
     const name = options.name ?? obj.metadata.name;
     if (!name) throw errors.invalid(type.kind, '', [{ field: 'metadata.name', message: 'Required value: name is required' }]);
@@ -336,7 +343,7 @@ export class ObjectStore {
         if (old['status'] === undefined) delete next['status'];
         else next['status'] = structuredClone(old['status']);
       }
-      type.prepareUpdate(old, next, this.options.context);
+      if (!options.raw) type.prepareUpdate(old, next, this.options.context);
     }
     next.metadata.resourceVersion = old.metadata.resourceVersion;
     if (sameContent(next, old)) {
@@ -446,7 +453,9 @@ export class ObjectStore {
   }
 
   /** Checks kind/apiVersion and returns the object with them set, first (as the real server prints them). */
-  private withKind(type: ResourceType, obj: StoredObject): StoredObject {
+  private withKind(type: ResourceType, obj: StoredObject, raw = false): StoredObject {
+    // raw (test-only): another version's apiVersion is kept, as a misbehaving proxy would serve it.
+    if (raw) return Object.assign({ apiVersion: type.apiVersion, kind: type.kind }, obj);
     if (obj.kind !== undefined && obj.kind !== '' && obj.kind !== type.kind) {
       throw errors.badRequest(`${type.name}: the object's kind is "${obj.kind}", expected "${type.kind}"`);
     }
