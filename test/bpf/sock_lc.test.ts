@@ -1,0 +1,189 @@
+// least-connection on the socket path (issue 15), with real long-lived TCP
+// connections from a client held in the test cgroup + netns: the pick keeps
+// per-backend active counts within ±1 under skewed closes (random drifts,
+// measured side by side), the counts map matches what the client holds, and
+// every count returns to 0 when the sockets are released (sock_release),
+// also after a re-install (agent restart) and for a backend removed while
+// it held connections.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import * as readline from 'node:readline';
+import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
+import { readLcCounts } from '../../src/datapath/lcCounts';
+
+const VIP = '10.96.0.30';
+const BACKENDS = ['198.18.30.2', '198.18.30.3', '198.18.30.4', '198.18.30.5'];
+const LC_PORT = 90;
+const RANDOM_PORT = 91;
+const N = 40;
+
+let sb: Sandbox;
+
+function sluice(args: string[]): string {
+  return sh(sluiceBin, [...args, '--bpffs', sb.bpffs]);
+}
+
+function upsert(port: number, algorithm: string, backends = BACKENDS): void {
+  sluice(['service', 'upsert', '--frontend', `${VIP}:${port}/tcp`, '--backends', backends.map((b) => `${b}:8080`).join(','), '--algorithm', algorithm]);
+}
+
+/** The held-connections client (src/lab/holdClient.ts) in the test's cgroup and netns. */
+class Holder {
+  private readonly child: ChildProcess;
+  private readonly lines: string[] = [];
+  private waiting: ((l: string) => void) | undefined;
+  /** Open connections: id -> backend address:port. */
+  readonly held = new Map<number, string>();
+
+  constructor() {
+    const script = `echo $$ > ${sb.cgroup}/cgroup.procs && exec nsenter --net=/run/netns/${sb.netns} -- "$@"`;
+    this.child = spawn('sh', ['-c', script, 'sh', 'node', labScript('holdClient'), VIP], { stdio: ['pipe', 'pipe', 'inherit'] });
+    readline.createInterface({ input: this.child.stdout! }).on('line', (l) => {
+      if (this.waiting) { const w = this.waiting; this.waiting = undefined; w(l); } else this.lines.push(l);
+    });
+  }
+
+  private command(line: string): Promise<Record<string, unknown>> {
+    this.child.stdin!.write(`${line}\n`);
+    const next = this.lines.shift();
+    if (next) return Promise.resolve(JSON.parse(next));
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`holdClient: no answer to ${line}`)), 30000);
+      this.waiting = (l) => { clearTimeout(timer); resolve(JSON.parse(l)); };
+    });
+  }
+
+  async open(port: number, n: number): Promise<void> {
+    const r = (await this.command(`open ${port} ${n}`)) as { opened: Array<{ id: number; backend?: string; error?: string }> };
+    assert.deepEqual(r.opened.filter((o) => o.error), [], 'connections failed');
+    for (const o of r.opened) this.held.set(o.id, o.backend!);
+  }
+
+  async close(ids: number[]): Promise<void> {
+    await this.command(`close ${ids.join(',')}`);
+    for (const id of ids) this.held.delete(id);
+  }
+
+  /** Active connections per backend address, as this client holds them. */
+  perBackend(): Map<string, number> {
+    const h = new Map<string, number>(BACKENDS.map((b) => [`${b}:8080`, 0]));
+    for (const b of this.held.values()) h.set(b, (h.get(b) ?? 0) + 1);
+    return h;
+  }
+
+  kill(): void {
+    this.child.kill('SIGKILL');
+  }
+}
+
+function spread(h: Map<string, number>): number {
+  const v = [...h.values()];
+  return Math.max(...v) - Math.min(...v);
+}
+
+/** Skewed close: every connection on the first backend, every other one on the second. */
+function skewedVictims(holder: Holder, round: number): number[] {
+  const first = `${BACKENDS[round % BACKENDS.length]}:8080`;
+  const second = `${BACKENDS[(round + 1) % BACKENDS.length]}:8080`;
+  const out: number[] = [];
+  let alternate = false;
+  for (const [id, b] of holder.held) {
+    if (b === first) out.push(id);
+    else if (b === second && (alternate = !alternate)) out.push(id);
+  }
+  return out;
+}
+
+/** `sluice backends -o json`: backend address:port -> {id, active}. */
+function listed(): Map<string, { id: number; active?: number }> {
+  const rows = JSON.parse(sluice(['backends', '-o', 'json'])) as Array<{ id: number; address: string; port: number; active?: number }>;
+  return new Map(rows.map((r) => [`${r.address}:${r.port}`, { id: r.id, active: r.active }]));
+}
+
+before(async () => {
+  sb = Sandbox.create('sluice-lc-sock');
+  await sb.startBackends(BACKENDS, [8080]);
+  sluice(['attach', '--cgroup', sb.cgroup]);
+});
+
+after(() => {
+  sb?.close();
+});
+
+test('least-connection keeps active counts within ±1 under skewed closes; random drifts (measured); counts match and return to 0', async () => {
+  upsert(LC_PORT, 'lc');
+  upsert(RANDOM_PORT, 'random');
+  const lc = new Holder();
+  const rnd = new Holder();
+  const spreads = { lc: [] as number[], random: [] as number[] };
+  try {
+    await lc.open(LC_PORT, N);
+    await rnd.open(RANDOM_PORT, N);
+    for (let round = 0; round < 4; round++) {
+      spreads.lc.push(spread(lc.perBackend()));
+      spreads.random.push(spread(rnd.perBackend()));
+      // The data path's counts are exactly what the client holds.
+      const view = listed();
+      for (const [b, n] of lc.perBackend()) assert.equal(view.get(b)?.active, n, `${b}: map count vs held, round ${round}`);
+      const lcGone = skewedVictims(lc, round);
+      const rndGone = skewedVictims(rnd, round);
+      await lc.close(lcGone);
+      await rnd.close(rndGone);
+      await lc.open(LC_PORT, lcGone.length);
+      await rnd.open(RANDOM_PORT, rndGone.length);
+    }
+    spreads.lc.push(spread(lc.perBackend()));
+    spreads.random.push(spread(rnd.perBackend()));
+    process.stdout.write(`# active-count spread (max-min over 4 backends, ${N} connections) per round: least-connection ${spreads.lc.join(' ')}; random ${spreads.random.join(' ')}\n`);
+    for (const s of spreads.lc) assert.ok(s <= 1, `least-connection spread ${s}: ${spreads.lc.join(' ')}`);
+    // Random over 40 connections: every round within ±1 has probability far
+    // below 1e-6; it is measured here to show the difference, not tuned.
+    assert.ok(Math.max(...spreads.random) >= 2, `random drifts: ${spreads.random.join(' ')}`);
+    // Random frontends take no counts.
+    const ids = [...listed().values()].map((b) => b.id);
+    await lc.close([...lc.held.keys()]);
+    const zero = readLcCounts(sb.bpffs, ids)!;
+    assert.deepEqual([...zero.values()], ids.map(() => 0), 'every count back to 0 after the sockets are closed');
+  } finally {
+    lc.kill();
+    rnd.kill();
+  }
+  await rndDone();
+});
+
+async function rndDone(): Promise<void> {
+  // A killed holder releases its sockets as the process exits.
+  const ids = [...listed().values()].map((b) => b.id);
+  for (let i = 0; i < 50; i++) {
+    if ([...readLcCounts(sb.bpffs, ids)!.values()].every((n) => n === 0)) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.fail(`counts not 0: ${JSON.stringify([...readLcCounts(sb.bpffs, ids)!])}`);
+}
+
+test('counts survive a re-install (agent restart) and a backend removed while it held connections goes back to 0', async () => {
+  upsert(LC_PORT, 'lc');
+  const holder = new Holder();
+  try {
+    await holder.open(LC_PORT, 8);
+    const before = listed();
+    const removed = `${BACKENDS[3]}:8080`;
+    const removedId = before.get(removed)!.id;
+    assert.equal(before.get(removed)!.active, 2, 'two of eight on each of four');
+    // Re-install: maps adopted from their pins, links swapped in place.
+    sluice(['attach', '--cgroup', sb.cgroup]);
+    upsert(LC_PORT, 'lc', BACKENDS.slice(0, 3));
+    assert.equal(readLcCounts(sb.bpffs, [removedId])!.get(removedId), 2, 'a removed backend keeps the count of the connections it still has');
+    await holder.open(LC_PORT, 3);
+    const after = listed();
+    for (const b of BACKENDS.slice(0, 3)) assert.equal(after.get(`${b}:8080`)?.active, 3, `${b} after 3 more`);
+    await holder.close([...holder.held.keys()]);
+    const ids = [...after.values()].map((b) => b.id).concat(removedId);
+    const counts = readLcCounts(sb.bpffs, ids)!;
+    assert.deepEqual([...counts.entries()].filter(([, n]) => n !== 0), [], 'all 0, the removed backend too');
+    assert.match(sluice(['backends']), /ID\s+BACKEND\s+FLAGS\s+ACTIVE/);
+  } finally {
+    holder.kill();
+  }
+});
