@@ -7,9 +7,8 @@
 // it held connections.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import * as readline from 'node:readline';
-import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
+import { Sandbox, sh, sluiceBin } from '../helpers/sandbox';
+import { Holder } from '../helpers/holdClient';
 import { readLcCounts } from '../../src/datapath/lcCounts';
 
 const VIP = '10.96.0.30';
@@ -26,55 +25,6 @@ function sluice(args: string[]): string {
 
 function upsert(port: number, algorithm: string, backends = BACKENDS): void {
   sluice(['service', 'upsert', '--frontend', `${VIP}:${port}/tcp`, '--backends', backends.map((b) => `${b}:8080`).join(','), '--algorithm', algorithm]);
-}
-
-/** The held-connections client (src/lab/holdClient.ts) in the test's cgroup and netns. */
-class Holder {
-  private readonly child: ChildProcess;
-  private readonly lines: string[] = [];
-  private waiting: ((l: string) => void) | undefined;
-  /** Open connections: id -> backend address:port. */
-  readonly held = new Map<number, string>();
-
-  constructor() {
-    const script = `echo $$ > ${sb.cgroup}/cgroup.procs && exec nsenter --net=/run/netns/${sb.netns} -- "$@"`;
-    this.child = spawn('sh', ['-c', script, 'sh', 'node', labScript('holdClient'), VIP], { stdio: ['pipe', 'pipe', 'inherit'] });
-    readline.createInterface({ input: this.child.stdout! }).on('line', (l) => {
-      if (this.waiting) { const w = this.waiting; this.waiting = undefined; w(l); } else this.lines.push(l);
-    });
-  }
-
-  private command(line: string): Promise<Record<string, unknown>> {
-    this.child.stdin!.write(`${line}\n`);
-    const next = this.lines.shift();
-    if (next) return Promise.resolve(JSON.parse(next));
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`holdClient: no answer to ${line}`)), 30000);
-      this.waiting = (l) => { clearTimeout(timer); resolve(JSON.parse(l)); };
-    });
-  }
-
-  async open(port: number, n: number): Promise<void> {
-    const r = (await this.command(`open ${port} ${n}`)) as { opened: Array<{ id: number; backend?: string; error?: string }> };
-    assert.deepEqual(r.opened.filter((o) => o.error), [], 'connections failed');
-    for (const o of r.opened) this.held.set(o.id, o.backend!);
-  }
-
-  async close(ids: number[]): Promise<void> {
-    await this.command(`close ${ids.join(',')}`);
-    for (const id of ids) this.held.delete(id);
-  }
-
-  /** Active connections per backend address, as this client holds them. */
-  perBackend(): Map<string, number> {
-    const h = new Map<string, number>(BACKENDS.map((b) => [`${b}:8080`, 0]));
-    for (const b of this.held.values()) h.set(b, (h.get(b) ?? 0) + 1);
-    return h;
-  }
-
-  kill(): void {
-    this.child.kill('SIGKILL');
-  }
 }
 
 function spread(h: Map<string, number>): number {
@@ -114,18 +64,18 @@ after(() => {
 test('least-connection keeps active counts within ±1 under skewed closes; random drifts (measured); counts match and return to 0', async () => {
   upsert(LC_PORT, 'lc');
   upsert(RANDOM_PORT, 'random');
-  const lc = new Holder();
-  const rnd = new Holder();
+  const lc = new Holder(sb, VIP, BACKENDS);
+  const rnd = new Holder(sb, VIP, BACKENDS);
   const spreads = { lc: [] as number[], random: [] as number[] };
   try {
     await lc.open(LC_PORT, N);
     await rnd.open(RANDOM_PORT, N);
     for (let round = 0; round < 4; round++) {
-      spreads.lc.push(spread(lc.perBackend()));
-      spreads.random.push(spread(rnd.perBackend()));
+      spreads.lc.push(spread(lc.perBackend(8080)));
+      spreads.random.push(spread(rnd.perBackend(8080)));
       // The data path's counts are exactly what the client holds.
       const view = listed();
-      for (const [b, n] of lc.perBackend()) assert.equal(view.get(b)?.active, n, `${b}: map count vs held, round ${round}`);
+      for (const [b, n] of lc.perBackend(8080)) assert.equal(view.get(b)?.active, n, `${b}: map count vs held, round ${round}`);
       const lcGone = skewedVictims(lc, round);
       const rndGone = skewedVictims(rnd, round);
       await lc.close(lcGone);
@@ -133,8 +83,8 @@ test('least-connection keeps active counts within ±1 under skewed closes; rando
       await lc.open(LC_PORT, lcGone.length);
       await rnd.open(RANDOM_PORT, rndGone.length);
     }
-    spreads.lc.push(spread(lc.perBackend()));
-    spreads.random.push(spread(rnd.perBackend()));
+    spreads.lc.push(spread(lc.perBackend(8080)));
+    spreads.random.push(spread(rnd.perBackend(8080)));
     process.stdout.write(`# active-count spread (max-min over 4 backends, ${N} connections) per round: least-connection ${spreads.lc.join(' ')}; random ${spreads.random.join(' ')}\n`);
     for (const s of spreads.lc) assert.ok(s <= 1, `least-connection spread ${s}: ${spreads.lc.join(' ')}`);
     // Random over 40 connections: every round within ±1 has probability far
@@ -142,7 +92,7 @@ test('least-connection keeps active counts within ±1 under skewed closes; rando
     assert.ok(Math.max(...spreads.random) >= 2, `random drifts: ${spreads.random.join(' ')}`);
     // Random frontends take no counts.
     const ids = [...listed().values()].map((b) => b.id);
-    await lc.close([...lc.held.keys()]);
+    await lc.closeAll();
     const zero = readLcCounts(sb.bpffs, ids)!;
     assert.deepEqual([...zero.values()], ids.map(() => 0), 'every count back to 0 after the sockets are closed');
   } finally {
@@ -164,7 +114,7 @@ async function rndDone(): Promise<void> {
 
 test('counts survive a re-install (agent restart) and a backend removed while it held connections goes back to 0', async () => {
   upsert(LC_PORT, 'lc');
-  const holder = new Holder();
+  const holder = new Holder(sb, VIP, BACKENDS);
   try {
     await holder.open(LC_PORT, 8);
     const before = listed();
@@ -178,7 +128,7 @@ test('counts survive a re-install (agent restart) and a backend removed while it
     await holder.open(LC_PORT, 3);
     const after = listed();
     for (const b of BACKENDS.slice(0, 3)) assert.equal(after.get(`${b}:8080`)?.active, 3, `${b} after 3 more`);
-    await holder.close([...holder.held.keys()]);
+    await holder.closeAll();
     const ids = [...after.values()].map((b) => b.id).concat(removedId);
     const counts = readLcCounts(sb.bpffs, ids)!;
     assert.deepEqual([...counts.entries()].filter(([, n]) => n !== 0), [], 'all 0, the removed backend too');
