@@ -69,23 +69,25 @@ static __always_inline __u32 lc_count_of(__u32 backend_id)
  * meaning, so a window is a random sample; the best of 16 samples keeps a
  * large Service within a few connections of the least). The scan starts at
  * a random slot and keeps the first minimum, so ties spread. Missing slots
- * (a shrink in progress) are skipped; NULL when none was found, and the
- * caller falls back to its retrying random choice. Sets key->backend_slot.
+ * (a shrink in progress) are skipped; NULL when none was found or the
+ * winner's backend is gone, and the caller falls back to its retrying
+ * random choice. Sets key->backend_slot.
  */
 static __always_inline struct lb4_backend *
 lc4_select(struct lb4_service_key *key, const struct lb4_service *svc, __u32 *backend_id)
 {
-	struct lb4_backend *best = NULL;
 	__u32 count = svc->count, start, best_load = 0xffffffff, best_id = 0;
+	struct lb4_backend *best;
 	__u16 best_slot = 0;
 	int i;
 
 	if (count == 0)
 		return NULL;
 	start = bpf_get_prandom_u32() % count;
+	/* Per slot: the slot entry and the count (an array read); the
+	 * backend entry only for the winner. */
 	for (i = 0; i < LB_LC_SCAN; i++) {
 		struct lb4_service *slot;
-		struct lb4_backend *backend;
 		__u32 id, load;
 
 		if (i >= count)
@@ -95,19 +97,18 @@ lc4_select(struct lb4_service_key *key, const struct lb4_service *svc, __u32 *ba
 		if (!slot)
 			continue;
 		id = slot->backend_id;
-		backend = bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS4, &id);
-		if (!backend)
-			continue;
 		load = lc_count_of(id);
 		if (load < best_load) {
-			best = backend;
 			best_load = load;
 			best_id = id;
 			best_slot = key->backend_slot;
 		}
 	}
-	if (!best)
+	if (!best_id)
 		return NULL;
+	best = bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS4, &best_id);
+	if (!best)
+		return NULL; /* a shrink in progress: the caller's retrying choice */
 	key->backend_slot = best_slot;
 	*backend_id = best_id;
 	return best;
