@@ -10,13 +10,14 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { killRunning, run } from './exec';
+import { killRunning } from './exec';
 import { Harness } from './harness';
 import { describeMachine } from './machine';
 import { backendTargets, DirectMode, LoadOutcome, makeBaselineModes, Mode, serviceTargets, Target } from './modes';
 import { writeReport, BenchReport, ScaleResult, SeriesResult } from './report';
 import { SluiceSockMode, SluiceTcMode } from './sluice';
-import { processCpuMs, RoundResult, summarize } from './stats';
+import { RoundResult, summarize } from './stats';
+import { runRound } from './rounds';
 import { makeServicePorts, Proto, targetLines } from './services';
 import { measureControlPlane } from './controlplane';
 import { measureNodePort } from './nodeport';
@@ -69,25 +70,6 @@ interface Series {
   kind: 'service' | 'non-service';
   targetFile: Record<Proto, string>;
   rounds: Record<Proto, RoundResult[]>;
-}
-
-async function runRound(mode: Mode, proto: Proto, targetFile: string, p: Plan, seed: number, serverPid: number): Promise<RoundResult> {
-  const bench = [
-    'nsenter', `--net=/run/netns/${mode.client.netns}`, path.join(ROOT, 'build', 'connbench'),
-    '--proto', proto, '--targets', targetFile, '--count', String(p.perRound), '--max-ms', String(p.roundMaxMs),
-    '--warmup', String(p.warmup), '--timeout-ms', '1000', '--seed', String(seed), '--check-peer',
-  ];
-  // Join the cgroup first, then enter the netns: `ip netns exec` remounts
-  // /sys and could not write cgroup.procs (TESTING.md).
-  const argv = mode.cgroup ? ['sh', '-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', mode.cgroup, ...bench] : bench;
-  const serverStat = `/proc/${serverPid}/stat`;
-  const before = processCpuMs(fs.readFileSync(serverStat, 'utf8'));
-  const r = await run(argv, { timeoutMs: p.roundMaxMs + p.warmup * 1000 + 10_000 });
-  const after = processCpuMs(fs.readFileSync(serverStat, 'utf8'));
-  const res = JSON.parse(r.stdout) as RoundResult;
-  const cpuMs = res.client_cpu_total_s * 1000 + (after - before);
-  res.host_cpu_ms_per_1000 = res.ops_total > 0 ? (cpuMs * 1000) / res.ops_total : NaN;
-  return res;
 }
 
 /** HEAD, marked +dirty when the work tree differs from it (the numbers then belong to no commit). */

@@ -6,6 +6,7 @@
 //   node dist/bench/part.js ruleupdates [--services N] [--changes N]
 //   node dist/bench/part.js upstream [--services N] [--changes N]
 //   node dist/bench/part.js statememory [--services N]   (no root needed)
+//   node dist/bench/part.js lc [--services N] [--rounds N] [--per-round N]   (least-connection connect ratio)
 //
 // Prints the part's result as JSON. Needs root; cleans up like main.ts.
 import * as path from 'node:path';
@@ -18,6 +19,7 @@ import { measureRuleUpdates } from './ruleupdates';
 import { makeBaselineModes } from './modes';
 import { makeServicePorts } from './services';
 import { measureStateMemory } from './statememory';
+import { measureLcConnect } from './lcconnect';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -65,6 +67,8 @@ async function main(): Promise<void> {
         ports, netns: { legacy: modes[0]!.client.netns, nft: modes[1]!.client.netns, nftables: modes[2]!.client.netns },
         changes: flag('changes', 20), fullChanges: flag('full-changes', 2), writeTimeoutMs: 30_000, budgetMs: flag('budget-s', 120) * 1000, log,
       });
+    } else if (part === 'lc') {
+      result = await measureLcConnect({ h, root: ROOT, services: flag('services', 10000), rounds: flag('rounds', 7), perRound: flag('per-round', 3000), log });
     } else {
       throw new Error('usage: part.js controlplane|nodeport [--services N] ...');
     }

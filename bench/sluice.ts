@@ -43,6 +43,8 @@ class SizedMaps {
     private readonly makeCgroup: (tag: string) => string,
     private readonly makeBpffs: (tag: string) => string,
     private readonly root: string,
+    /** LB_ALG_* of every master entry (random by default). */
+    private readonly algorithm = 0,
   ) {}
 
   static missing(root: string): string | undefined {
@@ -83,7 +85,7 @@ class SizedMaps {
     const t0 = Date.now();
     try {
       const be = backends().map((b) => `${b.address}:${b.port}`).join(',');
-      const r = await run([this.loader, 'fill', '--bpffs', this.bpffs, '--services', file, '--backends', be], { timeoutMs: budgetMs, allowFailure: true });
+      const r = await run([this.loader, 'fill', '--bpffs', this.bpffs, '--services', file, '--backends', be, '--algorithm', String(this.algorithm)], { timeoutMs: budgetMs, allowFailure: true });
       if (r.timedOut) return { loaded: false, ms: Date.now() - t0, reason: `not loadable within the budget (${Math.round(budgetMs / 1000)} s)` };
       if (r.code !== 0) return { loaded: false, ms: Date.now() - t0, reason: `sluiceload fill failed: ${r.stderr.trim()}` };
     } finally {
@@ -94,8 +96,8 @@ class SizedMaps {
 }
 
 export class SluiceSockMode implements Mode {
-  readonly id = 'sluice-sock';
-  readonly label = 'Sluice socket LB';
+  readonly id: string = 'sluice-sock';
+  readonly label: string = 'Sluice socket LB';
   readonly usesVips = true;
   unavailable?: string;
   private readonly maps: SizedMaps;
@@ -105,9 +107,15 @@ export class SluiceSockMode implements Mode {
     makeCgroup: (tag: string) => string,
     makeBpffs: (tag: string) => string,
     root: string,
+    /** Another algorithm than random (bench/lcconnect.ts): its own maps and cgroup, and its name in id and label. */
+    algorithm?: { name: string; code: number },
   ) {
     this.unavailable = SizedMaps.missing(root);
-    this.maps = new SizedMaps('sock', makeCgroup, makeBpffs, root);
+    if (algorithm) {
+      this.id = `sluice-sock-${algorithm.name}`;
+      this.label = `Sluice socket LB, ${algorithm.name}`;
+    }
+    this.maps = new SizedMaps(algorithm ? `sock${algorithm.name}` : 'sock', makeCgroup, makeBpffs, root, algorithm?.code);
   }
 
   /** The client joins this cgroup: its connects go through the socket hooks. */

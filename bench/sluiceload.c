@@ -5,7 +5,7 @@
  *
  *   sluiceload attach --obj OBJ --bpffs DIR --cgroup CG --service-entries N
  *                     --backends N --revnat N
- *   sluiceload fill --bpffs DIR --services FILE --backends A:P,A:P,...
+ *   sluiceload fill --bpffs DIR --services FILE --backends A:P,A:P,... [--algorithm LB_ALG_*]
  *
  * attach: opens the object with libbpf, sizes the services/backends/rev-NAT
  * maps for the scale being measured (the defaults in sluice_abi.h hold
@@ -137,6 +137,8 @@ int cmd_fill(int argc, char **argv)
 	const char *dir = arg(argc, argv, "--bpffs", NULL);
 	const char *path = arg(argc, argv, "--services", NULL);
 	char *be_list = strdup(arg(argc, argv, "--backends", NULL));
+	/* The master entries' algorithm (LB_ALG_* number; random by default). */
+	__u8 algorithm = (__u8)atoi(arg(argc, argv, "--algorithm", "0"));
 
 	/* The backends: address:port, the same set for every service. */
 	struct { __be32 a; __be16 p; } bes[256];
@@ -232,7 +234,7 @@ int cmd_fill(int argc, char **argv)
 		vals[i].count = (__u16)n_be;
 		vals[i].flags = LB_SVC_FLAG_CLUSTER_IP;
 		vals[i].rev_nat_id = rn_of[i];
-		vals[i].algorithm = LB_ALG_RANDOM;
+		vals[i].algorithm = algorithm;
 	}
 	update_batch(fd_svc, "service masters", keys, vals, n, sizeof(*keys), sizeof(*vals));
 	printf("{\"service_ports\":%zu,\"backends\":%d,\"revnat\":%zu,\"service_entries\":%zu}\n", n, 2 * n_be, n_rn,

@@ -46,4 +46,12 @@ int sluice_bind4(struct bpf_sock *ctx)
 	return SYS_PROCEED;
 }
 
+/* least-connection: a socket that held a count gives it back (lib/lc.h). */
+SEC("cgroup/sock_release")
+int sluice_release4(struct bpf_sock *ctx)
+{
+	lc4_sock_release(ctx);
+	return SYS_PROCEED;
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

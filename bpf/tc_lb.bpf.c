@@ -27,7 +27,10 @@ int sluice_tc_egress(struct __sk_buff *skb)
 SEC("tc")
 int SLUICE_PROG_CT_GC(struct __sk_buff *skb)
 {
-	return lb4_ct_gc();
+	int deleted = lb4_ct_gc();
+
+	lc4_gc(); /* least-connection: counts of flows that are gone */
+	return deleted;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

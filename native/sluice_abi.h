@@ -105,7 +105,9 @@
  *    64-79  agent-side events
  *    80-95  socket destroy
  *   96-111  per-packet flows on the pod-veth path: LB_CNT_TC_* + LB_CNT_POD_OFFSET
- *  112-127  free
+ *  112-113  free
+ *  114-117  least-connection (issue 15)
+ *  118-127  free
  */
 #define LB_CNT_MAX               128
 #define LB_CNT_SOCK_TRANSLATED   0 /* connect/sendmsg rewritten to a backend */
@@ -597,5 +599,51 @@ _Static_assert(sizeof(struct lb_svc_name) == 144, "lb_svc_name layout");
 _Static_assert(sizeof(struct lb_events_ctl) == 4, "lb_events_ctl layout");
 _Static_assert(sizeof(struct lb_event) == 72, "lb_event layout");
 /* ==== end of operator CLI ======================================================== */
+
+/* ==== least-connection (issue 15; bpf/lib/lc.h, docs/algorithms.md) =============
+ * An active-connection count per backend id, shared by every CPU, both paths
+ * and every Service (atomic adds on one array: the pick compares global
+ * values, which per-CPU slots would need summing for on every connect).
+ * A count is held by a socket (marker in SLUICE_MAP_LC_SOCK4, released at
+ * the socket's sock_release) or by a north-south flow (marker in
+ * SLUICE_MAP_LC_FLOW4 keyed by the flow's original conntrack key, released
+ * at the TCP close or by the conntrack GC). A marker is released exactly
+ * once: the decrement belongs to whoever changes it from held to released.
+ */
+#define LB_ALG_LEAST_CONN 4 /* fewest active connections among the frontend's slots (bounded scan) */
+#define SLUICE_MAP_LC_COUNT4 sluice_lc_cnt4  /* __u32 backend id -> __u32 active connections (ARRAY) */
+#define SLUICE_MAP_LC_SOCK4  sluice_lc_sock4 /* socket -> lb_lc_sock (socket-local storage) */
+#define SLUICE_MAP_LC_FLOW4  sluice_lc_flow4 /* lb4_ct_key (original direction) -> lb_lc_flow (hash) */
+#define SLUICE_MAX_LC_COUNT4 262145 /* SLUICE_MAX_BACKENDS + 1: backend ids 1..SLUICE_MAX_BACKENDS */
+#define SLUICE_MAX_LC_FLOW4  131072 /* SLUICE_MAX_CT4 / 2: one per flow; a flow has two conntrack entries */
+#define LB_LC_SCAN           16 /* slots compared per pick: all of a frontend with <= 16, else 16 from a random start */
+#define LB_CT_FLAG_LC        (1 << 14) /* conntrack: the flow holds a least-connection count (marker in SLUICE_MAP_LC_FLOW4) */
+
+/* lb_lc_flow.word: backend id << 32 | generation << 2 | state. The whole
+ * word is compare-and-swapped, so a marker released and re-used for a new
+ * flow of the same tuple (a new generation) is never released twice. */
+#define LB_LC_FLOW_REVIVING 0 /* being re-used by a new flow of the same tuple */
+#define LB_LC_FLOW_HELD     1 /* the flow holds a count on the backend */
+#define LB_LC_FLOW_RELEASED 2 /* count given back; the GC deletes it */
+#define LB_LC_FLOW_CLAIMED  3 /* the GC is deleting it */
+
+/* Counters (SLUICE_MAP_COUNTERS indices 114..117, this block's own). */
+#define LB_CNT_LC_HELD        114 /* a connection or flow took a count on its backend */
+#define LB_CNT_LC_RELEASED    115 /* socket released or TCP flow closed: count given back */
+#define LB_CNT_LC_GC_RELEASED 116 /* flow expired, evicted or replaced: count given back by the conntrack GC */
+#define LB_CNT_LC_UNTRACKED   117 /* could not record the marker (map full, or raced with the GC): not counted */
+
+struct lb_lc_sock {
+	struct bpf_spin_lock lock; /* guards backend_id */
+	__u32 backend_id;          /* the backend this socket holds a count on; 0: none */
+};
+
+struct lb_lc_flow {
+	__u64 word; /* see LB_LC_FLOW_* */
+};
+
+_Static_assert(sizeof(struct lb_lc_sock) == 8, "lb_lc_sock layout");
+_Static_assert(sizeof(struct lb_lc_flow) == 8, "lb_lc_flow layout");
+/* ==== end of least-connection ==================================================== */
 
 #endif /* SLUICE_ABI_H */

@@ -31,6 +31,7 @@
 #include "common.h"
 #include "maps.h"
 #include "nat.h"
+#include "lc.h"
 
 /* The agent's configuration, or a zeroed one when it wrote none yet. */
 static __always_inline struct lb4_tc_config lb4_tc_config_get(void)
@@ -243,8 +244,14 @@ lb4_ct_touch(struct lb4_ct_entry *entry, const struct lb4_tc_config *cfg,
 	__u16 flags = lb4_ct_next_flags(entry->flags, entry->dir, t->proto, t->tcp_flags);
 	__u64 expires;
 
-	if (flags != entry->flags)
+	if (flags != entry->flags) {
+		/* least-connection: the count comes back at the close. */
+		if ((flags & LB_CT_FLAG_LC) && (flags & LB_CT_FLAG_CLOSING) && !(entry->flags & LB_CT_FLAG_CLOSING)) {
+			lb4_ct_original_key(&peer_key, entry);
+			lc4_flow_close(&peer_key, entry->backend_id);
+		}
 		entry->flags = flags;
+	}
 	expires = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, flags);
 	entry->expires_ns = expires;
 	__sync_fetch_and_add(&entry->packets, 1);

@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "maps.h"
+#include "lc.h"
 
 static __always_inline bool lb_svc_has_affinity(const struct lb4_service *svc)
 {
@@ -147,6 +148,12 @@ lb4_select_backend(struct lb4_service_key *key, struct lb4_service *svc, __u64 c
 	__u16 limit = svc->count;
 	int attempt;
 
+	if (svc->algorithm == LB_ALG_LEAST_CONN) {
+		struct lb4_backend *least = lc4_select(key, svc, backend_id);
+
+		if (least)
+			return least;
+	}
 	for (attempt = 0; attempt < LB_SELECT_ATTEMPTS; attempt++) {
 		struct lb4_backend *backend;
 		__u16 missing;

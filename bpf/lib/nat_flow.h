@@ -202,6 +202,8 @@ lb4_flow_fill(struct lb4_ct_entry *e, const struct lb4_tuple *t, const struct lb
 	e->rev_nat_id = svc->rev_nat_id;
 	e->proto = t->proto;
 	e->flags = lb_path_ct_flags(path);
+	if (svc->algorithm == LB_ALG_LEAST_CONN)
+		e->flags |= LB_CT_FLAG_LC;
 	e->ifindex = ifindex;
 	e->expires_ns = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, e->flags);
 }
@@ -293,6 +295,8 @@ lb4_ct_create_flow(struct __sk_buff *skb, const struct lb4_tuple *t, struct lb4_
 		lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_CT_FAILED));
 		return -1;
 	}
+	if (e->flags & LB_CT_FLAG_LC)
+		lc4_flow_open(&key, e->backend_id);
 	lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_TRANSLATED));
 	return 0;
 }

@@ -270,6 +270,8 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 		if (st)
 			lb4_sock_remember(st, &key, &svc, backend, backend_id);
 	}
+	if (svc.algorithm == LB_ALG_LEAST_CONN)
+		lc4_sock_hold(ctx->sk, backend_id);
 	ctx->user_ip4 = backend->address;
 	ctx->user_port = (__u32)backend->port;
 	lb_count(LB_CNT_SOCK_TRANSLATED);

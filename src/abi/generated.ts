@@ -6,11 +6,16 @@
 import type { Codec, StructLayout, MapSpec } from './types';
 
 // ---- constants (native/sluice_abi.h) ----
+export const LB_ALG_LEAST_CONN = 4;
 export const LB_ALG_RANDOM = 0;
 export const LB_ALG_ROUND_ROBIN = 1;
 export const LB_ALG_SOURCE_HASH = 2;
 export const LB_BACKEND_FLAG_LOCAL = 1;
 export const LB_BACKEND_FLAG_TERMINATING = 2;
+export const LB_CNT_LC_GC_RELEASED = 116;
+export const LB_CNT_LC_HELD = 114;
+export const LB_CNT_LC_RELEASED = 115;
+export const LB_CNT_LC_UNTRACKED = 117;
 export const LB_CNT_MAX = 128;
 export const LB_CNT_POD_OFFSET = 80;
 export const LB_CNT_SELECT_RETRY = 35;
@@ -49,6 +54,7 @@ export const LB_CT_FLAG_CLOSING = 2;
 export const LB_CT_FLAG_ESTABLISHED = 16;
 export const LB_CT_FLAG_FIN_ORIGINAL = 32;
 export const LB_CT_FLAG_FIN_REPLY = 64;
+export const LB_CT_FLAG_LC = 16384;
 export const LB_CT_FLAG_POD = 4;
 export const LB_CT_FLAG_SEEN_REPLY = 8;
 export const LB_CT_FLAG_SNAT = 1;
@@ -56,6 +62,11 @@ export const LB_CT_FLAG_SPORT = 128;
 export const LB_EVENT_DROP = 1;
 export const LB_EVENT_NEW_FLOW = 3;
 export const LB_EVENT_REFUSED = 2;
+export const LB_LC_FLOW_CLAIMED = 3;
+export const LB_LC_FLOW_HELD = 1;
+export const LB_LC_FLOW_RELEASED = 2;
+export const LB_LC_FLOW_REVIVING = 0;
+export const LB_LC_SCAN = 16;
 export const LB_PROTO_TCP = 6;
 export const LB_PROTO_UDP = 17;
 export const LB_SCOPE_EXTERNAL = 0;
@@ -90,6 +101,9 @@ export const SLUICE_MAP_CT4 = "sluice_ct4";
 export const SLUICE_MAP_EVENTS = "sluice_events";
 export const SLUICE_MAP_EVENTS_ON = "sluice_ev_on";
 export const SLUICE_MAP_FRAG4 = "sluice_frag4";
+export const SLUICE_MAP_LC_COUNT4 = "sluice_lc_cnt4";
+export const SLUICE_MAP_LC_FLOW4 = "sluice_lc_flow4";
+export const SLUICE_MAP_LC_SOCK4 = "sluice_lc_sock4";
 export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_RR4 = "sluice_rr4";
@@ -105,6 +119,8 @@ export const SLUICE_MAX_AFFINITY = 131072;
 export const SLUICE_MAX_BACKENDS = 262144;
 export const SLUICE_MAX_CT4 = 262144;
 export const SLUICE_MAX_FRAG4 = 8192;
+export const SLUICE_MAX_LC_COUNT4 = 262145;
+export const SLUICE_MAX_LC_FLOW4 = 131072;
 export const SLUICE_MAX_NODEIP4 = 256;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
@@ -772,6 +788,45 @@ export function decodeLbEventsCtl(buf: Buffer, off = 0): LbEventsCtl {
 }
 export const lb_events_ctlCodec: Codec<LbEventsCtl> = { size: 4, encode: encodeLbEventsCtl, decode: decodeLbEventsCtl };
 
+/** struct lb_lc_flow (8 bytes) */
+export interface LbLcFlow {
+  word: bigint;
+}
+export const LB_LC_FLOW_SIZE = 8;
+export const lb_lc_flowLayout: StructLayout = {"name":"lb_lc_flow","size":8,"fields":[{"name":"word","kind":"int","offset":0,"size":8,"bigEndian":false}]};
+export function encodeLbLcFlow(v: LbLcFlow, buf: Buffer = Buffer.alloc(8), off = 0): Buffer {
+  buf.fill(0, off, off + 8);
+  buf.writeBigUInt64LE(v.word, off + 0);
+  return buf;
+}
+export function decodeLbLcFlow(buf: Buffer, off = 0): LbLcFlow {
+  return {
+    word: buf.readBigUInt64LE(off + 0),
+  };
+}
+export const lb_lc_flowCodec: Codec<LbLcFlow> = { size: 8, encode: encodeLbLcFlow, decode: decodeLbLcFlow };
+
+/** struct lb_lc_sock (8 bytes) */
+export interface LbLcSock {
+  lock: BpfSpinLock;
+  backend_id: number;
+}
+export const LB_LC_SOCK_SIZE = 8;
+export const lb_lc_sockLayout: StructLayout = {"name":"lb_lc_sock","size":8,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"backend_id","kind":"int","offset":4,"size":4,"bigEndian":false}]};
+export function encodeLbLcSock(v: LbLcSock, buf: Buffer = Buffer.alloc(8), off = 0): Buffer {
+  buf.fill(0, off, off + 8);
+  encodeBpfSpinLock(v.lock, buf, off + 0);
+  buf.writeUInt32LE(v.backend_id >>> 0, off + 4);
+  return buf;
+}
+export function decodeLbLcSock(buf: Buffer, off = 0): LbLcSock {
+  return {
+    lock: decodeBpfSpinLock(buf, off + 0),
+    backend_id: buf.readUInt32LE(off + 4),
+  };
+}
+export const lb_lc_sockCodec: Codec<LbLcSock> = { size: 8, encode: encodeLbLcSock, decode: decodeLbLcSock };
+
 /** struct lb_sock_config (16 bytes) */
 export interface LbSockConfig {
   host_netns_cookie: bigint;
@@ -887,6 +942,9 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_ev_on: {"name":"sluice_ev_on","type":2,"keyType":"u32","keySize":4,"valueType":"lb_events_ctl","valueSize":4,"maxEntries":1},
   sluice_events: {"name":"sluice_events","type":27,"maxEntries":262144},
   sluice_frag4: {"name":"sluice_frag4","type":9,"keyType":"lb4_frag_key","keySize":12,"valueType":"lb4_frag_ports","valueSize":4,"maxEntries":8192},
+  sluice_lc_cnt4: {"name":"sluice_lc_cnt4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":262145},
+  sluice_lc_flow4: {"name":"sluice_lc_flow4","type":1,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb_lc_flow","valueSize":8,"maxEntries":131072,"flags":1},
+  sluice_lc_sock4: {"name":"sluice_lc_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb_lc_sock","valueSize":8,"maxEntries":0},
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
   sluice_rr4: {"name":"sluice_rr4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":65536},

@@ -13,6 +13,7 @@ import { parseEndpoint, formatEndpoint } from '../datapath/addr';
 import * as abi from '../abi/generated';
 import { parseLbAlgorithm } from '../translate/algorithm';
 import { ALGORITHM_CODE } from '../agent/toSpecs';
+import { lcBackendIds, readLcCounts } from '../datapath/lcCounts';
 
 type Command = { summary: string; values: string[]; booleans?: string[]; run(args: ParsedArgs): Promise<number> | number };
 
@@ -36,13 +37,24 @@ const commands: Record<string, Command> = {
   trace: { ...traceCommand, run: (a) => traceCommand.run(a, bpffsOf(a)) },
   monitor: { ...monitorCommand, run: (a) => monitorCommand.run(a, bpffsOf(a)) },
   backends: {
-    summary: 'list backends by id',
+    summary: 'list backends by id (ACTIVE: connections counted by least-connection)',
     values: ['bpffs', 'output'],
     run(a) {
-      const rows = withMaps(bpffsOf(a), (maps) => LbProgrammer.adopt(maps).programmedBackends().sort((x, y) => x.id - y.id));
-      const view = rows.map((b) => ({ id: b.id, address: b.address, port: b.port, protocol: b.proto, flags: backendFlagNames(b.flags), zone: b.zone }));
+      const bpffs = bpffsOf(a);
+      const { rows, lcIds } = withMaps(bpffs, (maps) => {
+        const p = LbProgrammer.adopt(maps);
+        return { rows: p.programmedBackends().sort((x, y) => x.id - y.id), lcIds: lcBackendIds(p.programmedFrontends()) };
+      });
+      // Active counts only where least-connection is on: other algorithms do not count.
+      const active = lcIds.size > 0 ? readLcCounts(bpffs, lcIds) : undefined;
+      const view = rows.map((b) => ({
+        id: b.id, address: b.address, port: b.port, protocol: b.proto, flags: backendFlagNames(b.flags), zone: b.zone,
+        ...(active?.has(b.id) ? { active: active.get(b.id)! } : {}),
+      }));
       if (json(a)) printJson(view);
-      else print(table(['ID', 'BACKEND', 'FLAGS'], view.map((b) => [String(b.id), formatEndpoint({ ...b, proto: b.protocol }), b.flags.join(',') || '-'])));
+      else if (active) {
+        print(table(['ID', 'BACKEND', 'FLAGS', 'ACTIVE'], view.map((b) => [String(b.id), formatEndpoint({ ...b, proto: b.protocol }), b.flags.join(',') || '-', b.active === undefined ? '-' : String(b.active)])));
+      } else print(table(['ID', 'BACKEND', 'FLAGS'], view.map((b) => [String(b.id), formatEndpoint({ ...b, proto: b.protocol }), b.flags.join(',') || '-'])));
       return 0;
     },
   },

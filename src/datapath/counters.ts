@@ -34,6 +34,11 @@ const SOCKET: Row[] = [
   [abi.LB_CNT_SOCK_NS_SKIPPED, 'netns_skipped', 'original'],
   [abi.LB_CNT_SOCK_EXTIP_PASSED, 'external_ip_passed', 'original'],
   [abi.LB_CNT_SOCK_BIND_REFUSED, 'bind_refused', 'none'],
+  // least-connection (issue 15): counted by the socket hooks and by the TC
+  // paths' new flows and closes (one shared index each).
+  [abi.LB_CNT_LC_HELD, 'lc_count_held', 'original'],
+  [abi.LB_CNT_LC_RELEASED, 'lc_count_released', 'none'],
+  [abi.LB_CNT_LC_UNTRACKED, 'lc_untracked', 'original'],
 ];
 
 /** Counted by the north-south path only: fragments, PMTU, multi-homed nodes. */
@@ -44,6 +49,8 @@ const NORTH_SOUTH: Row[] = [
   [abi.LB_CNT_TC_FRAG_NEEDED_SENT, 'fragmentation_needed_sent', 'none'],
   [abi.LB_CNT_TC_TOO_BIG_DROP, 'too_big_drop', 'none'],
   [abi.LB_CNT_TC_SNAT_EGRESS_DEV, 'snat_egress_device', 'original'],
+  // least-connection: flows gone without a close (expired, evicted, replaced), found by the conntrack GC.
+  [abi.LB_CNT_LC_GC_RELEASED, 'lc_count_gc_released', 'none'],
 ];
 
 /** Per-packet flow reasons: counted at these indices on the north-south path, LB_CNT_POD_OFFSET above on pod veths. */

@@ -25,6 +25,8 @@ export const SOCK_LB_PROGRAMS: Record<string, { attachType: number; hook: string
   sluice_recvmsg4: { attachType: AttachType.CGROUP_UDP4_RECVMSG, hook: 'recvmsg4' },
   sluice_getpeer4: { attachType: AttachType.CGROUP_INET4_GETPEERNAME, hook: 'getpeername4' },
   sluice_bind4: { attachType: AttachType.CGROUP_INET4_POST_BIND, hook: 'post_bind4' },
+  // least-connection: a socket's count comes back when it is released.
+  sluice_release4: { attachType: AttachType.CGROUP_INET_SOCK_RELEASE, hook: 'sock_release' },
 };
 
 /**

@@ -2,13 +2,13 @@
 // (kernel.bpf_stats_enabled: run_time_ns / run_cnt per program), while a
 // bounded TCP and UDP client loop runs in a throwaway netns + cgroup.
 // Root only; switches kernel.bpf_stats_enabled off again if it switched it on.
-//   node dist/src/lab/hookCost.js [CONNECTIONS] [DATAGRAMS] [ALGORITHM]
+//   node dist/src/lab/hookCost.js [CONNECTIONS] [DATAGRAMS] [ALGORITHM] [BACKENDS]
+// BACKENDS: how many (default 3), for algorithms whose cost grows with it (least-connection).
 import * as fs from 'node:fs';
 import { Sandbox, sh, sluiceBin, labScript } from './sandbox';
 
 const STATS = '/proc/sys/kernel/bpf_stats_enabled';
 const VIP = '10.96.0.40';
-const BACKENDS = ['198.18.15.2', '198.18.15.3', '198.18.15.4'];
 
 interface ProgStats { name: string; run_time_ns?: number; run_cnt?: number }
 
@@ -16,6 +16,7 @@ async function main(): Promise<void> {
   const connections = Number(process.argv[2] ?? 3000);
   const datagrams = Number(process.argv[3] ?? 3000);
   const algorithm = process.argv[4] ? ['--algorithm', process.argv[4]] : []; // sluice.io/lb-algorithm names
+  const BACKENDS = Array.from({ length: Number(process.argv[5] ?? 3) }, (_, i) => `198.18.15.${2 + i}`);
   const sb = Sandbox.create('sluice-cost');
   const previous = fs.readFileSync(STATS, 'utf8').trim();
   try {

@@ -157,4 +157,4 @@ export async function waitFor(what: string, probe: () => boolean | Promise<boole
 export const repoRoot = path.resolve(__dirname, '..', '..', '..');
 export const sluiceBin = path.join(repoRoot, 'bin', 'sluice');
 /** The lab's traffic programs, compiled next to this file. */
-export const labScript = (name: 'backendServer' | 'lbClient' | 'rawSock') => path.join(__dirname, `${name}.js`);
+export const labScript = (name: 'backendServer' | 'lbClient' | 'rawSock' | 'holdClient') => path.join(__dirname, `${name}.js`);

@@ -89,7 +89,7 @@ test('sessionAffinity ClientIP wins over round-robin', async () => {
 
 test('an algorithm that is not implemented is refused by name and the frontend keeps what it had', async () => {
   upsert(83, ['--algorithm', 'rr']);
-  assert.throws(() => upsert(83, ['--algorithm', 'lc']), /--algorithm "lc" refused: least-connection is not implemented yet/);
+  assert.throws(() => upsert(83, ['--algorithm', 'wlc']), /--algorithm "wlc" refused: weighted schedulers need endpoint weights/);
   const listed = JSON.parse(sluice(['services', '-o', 'json'])) as Array<{ frontend: string; algorithm: string }>;
   assert.equal(listed.find((s) => s.frontend === `${VIP}:83/tcp`)?.algorithm, 'round-robin');
 });
