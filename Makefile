@@ -9,7 +9,7 @@ BPF_HDRS := $(wildcard bpf/lib/*.h) native/sluice_abi.h
 TS_SRCS := $(shell find src test bench -name '*.ts' 2>/dev/null)
 NATIVE_BINS := $(patsubst native/%.c,$(BUILD)/%,$(wildcard native/*.c))
 
-.PHONY: all deps build bpf ts native test-helpers abi abi-check test test-unit demo bench clean
+.PHONY: all deps build bpf ts native test-helpers abi abi-check test test-unit demo bench clean soak
 
 all: build
 
@@ -110,3 +110,10 @@ node-binaries:
 	@./scripts/node-binaries.sh $(if $(E2E),--e2e,)
 node-tier: build
 	@flock /tmp/sluice-cluster.lock ./scripts/node-tier.sh run
+
+# soak: the churn soak (issue 13 item 2; bench/soak.ts): the real agent under
+# endpoint churn with clients connecting through the socket LB; prints one
+# table, written to build/soak-results.md. SOAK_S (default 180),
+# SOAK_SERVICES (10000), SOAK_RATE (1000 updates/s), SOAK_SAMPLED (16).
+soak: build
+	@flock /tmp/sluice-bench.lock node dist/bench/soakReport.js
