@@ -97,7 +97,11 @@ export interface SoakResult {
   rss: Array<{ s: number; mib: number }>;
   rssSlopeMibPerMin: number;
   rssStartMib: number;
+  /** At the end of the churn, and once every Service was deleted. */
   rssEndMib: number;
+  rssAfterDeleteMib: number;
+  /** Most updates written to the API but not yet counted by the agent's watch (sampled every 5 s). */
+  maxBacklog: number;
   cpuMsPerUpdate: number;
   agentCpuMs: number;
   baseline: Record<string, number>;
@@ -365,6 +369,14 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     let applied = 0;
     const TICK_MS = 10;
     const sampler = setInterval(() => { if (!agent!.exited) rss.push({ s: (Date.now() - churnStart) / 1000, mib: agent!.memory().vmRss / 2 ** 20 }); }, 1000);
+    // Where a backlog sits: updates written to the API but not yet counted by the agent's watch.
+    let maxBacklog = 0;
+    const backlogSampler = setInterval(() => {
+      scrape(agent!).then((m) => {
+        maxBacklog = Math.max(maxBacklog, applied - (metricValue(m, 'kubeproxy_sync_proxy_rules_endpoint_changes_total') - changesStart));
+      }, () => undefined);
+    }, 5000);
+    timers.push(backlogSampler);
     timers.push(sampler);
     await new Promise<void>((resolve) => {
       const churn = setInterval(() => {
@@ -407,6 +419,8 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       timers.push(churn);
     });
     const churnSeconds = (Date.now() - churnStart) / 1000;
+    clearInterval(backlogSampler);
+    const rssChurnEnd = rss.at(-1)?.mib ?? NaN;
     const agentCpuMs = agent.cpuMs() - cpuStart;
     log(`soak: churn done: ${applied} updates in ${churnSeconds.toFixed(1)} s (${(applied / churnSeconds).toFixed(0)}/s asked ${o.rate}/s)`);
 
@@ -419,7 +433,6 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     }, 120000, 20);
     const convergeMs = Date.now() - convergeStart;
     await Promise.all(clientDone);
-    clearInterval(sampler);
     Atomics.store(new Int32Array(stopPoll), 0, 1);
     await pollerExit;
     if (!pollDone) throw new Error('soak: the map poller ended without its summary');
@@ -455,7 +468,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     const failedConnections = Object.values(failedReasons).reduce((a, b) => a + b, 0);
 
     // ---- RSS slope after warm-up (the first third of the churn) ----
-    const warm = rss.filter((p) => p.s >= churnSeconds / 3);
+    const warm = rss.filter((p) => p.s >= churnSeconds / 3 && p.s <= churnSeconds);
     const rssSlopeMibPerMin = slope(warm.map((p) => [p.s / 60, p.mib]));
 
     // ---- delete everything; the maps and allocators go back to the baseline ----
@@ -480,6 +493,8 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       }
       await sleep(500);
     }
+    clearInterval(sampler);
+    const rssAfterDeleteMib = agent.memory().vmRss / 2 ** 20;
     const leaked = Object.keys({ ...baseline, ...afterDelete }).reduce((n, k) => n + Math.max(0, (afterDelete[k] ?? 0) - (baseline[k] ?? 0)), 0);
 
     const sortedRemoval = [...removalLatencies].sort((a, b) => a - b);
@@ -508,7 +523,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       rss,
       rssSlopeMibPerMin,
       rssStartMib: rss[0]?.mib ?? NaN,
-      rssEndMib: rss.at(-1)?.mib ?? NaN,
+      rssEndMib: rssChurnEnd,
+      rssAfterDeleteMib,
+      maxBacklog,
       cpuMsPerUpdate: agentCpuMs / Math.max(1, applied),
       agentCpuMs,
       baseline,

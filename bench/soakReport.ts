@@ -36,7 +36,7 @@ export function soakRows(r: SoakResult): SoakRow[] {
   return [
     {
       figure: 'load held',
-      value: `${o.services} Services x ${o.endpointsPerService} endpoints; ${appliedRate.toFixed(0)} EndpointSlice updates/s applied (asked ${o.rate}/s; each removes one endpoint and adds one) for ${r.churnSeconds.toFixed(0)} s, ${(o.sampledShare * 100).toFixed(0)}% of them on the ${o.sampled} sampled Services; the agent counted ${r.agentEndpointChanges} changes (${(r.agentEndpointChanges / r.churnSeconds).toFixed(0)}/s) and its maps equaled the API ${r.convergeMs} ms after the churn stopped`,
+      value: `${o.services} Services x ${o.endpointsPerService} endpoints; ${appliedRate.toFixed(0)} EndpointSlice updates/s applied (asked ${o.rate}/s; each removes one endpoint and adds one) for ${r.churnSeconds.toFixed(0)} s, ${(o.sampledShare * 100).toFixed(0)}% of them on the ${o.sampled} sampled Services; the agent counted ${r.agentEndpointChanges} changes (${(r.agentEndpointChanges / r.churnSeconds).toFixed(0)}/s) and its maps equaled the API ${r.convergeMs} ms after the churn stopped; at most ${r.maxBacklog} updates written but not yet seen by the agent (sampled every 5 s)`,
     },
     {
       figure: 'programming latency (N)',
@@ -46,7 +46,7 @@ export function soakRows(r: SoakResult): SoakRow[] {
     { figure: `connections that reached a backend more than N = ${r.programmingP99Ms} ms after its removal was in the map`, value: String(r.staleAfterN), required: '0', ok: r.staleAfterN === 0 },
     { figure: 'the same with N = 0 (any connection after the removal was in the map)', value: `${r.staleAfterZero}; besides, ${r.staleUndecided} connections reached a backend the poll saw gone but the API had added back meanwhile (a presence between two polls; longest poll gap ${f1(r.pollMaxGapMs)} ms)${r.staleExamples.length ? `; e.g. ${r.staleExamples.join('; ')}` : ''}`, required: '0', ok: r.staleAfterZero === 0 },
     { figure: 'failed connections (Services that always had 10 live backends)', value: `${r.failedConnections}${r.failedConnections ? ` ${JSON.stringify(r.failedReasons)}` : ''}`, required: '0', ok: r.failedConnections === 0 },
-    { figure: 'agent RSS', value: `${f1(r.rssStartMib)} -> ${f1(r.rssEndMib)} MiB; slope after warm-up (last 2/3 of the churn) ${r.rssSlopeMibPerMin.toFixed(2)} MiB/min` },
+    { figure: 'agent RSS', value: `${f1(r.rssStartMib)} MiB at the start of the churn, ${f1(r.rssEndMib)} at its end, ${f1(r.rssAfterDeleteMib)} after every Service was deleted; slope after warm-up (last 2/3 of the churn) ${r.rssSlopeMibPerMin.toFixed(2)} MiB/min` },
     { figure: 'agent CPU per update', value: `${r.cpuMsPerUpdate.toFixed(2)} ms (${(r.agentCpuMs / 1000).toFixed(1)} s CPU for ${r.updatesApplied} updates)` },
     { figure: 'leaks after every Service was deleted (map entries, id allocators) vs. the baseline', value: r.leaked === 0 ? `0 (${Object.entries(r.afterDelete).map(([k, v]) => `${k} ${v}`).join(', ')})` : `${r.leaked}: ${r.leakDetail.join('; ')}`, required: '0', ok: r.leaked === 0 },
   ];
