@@ -100,8 +100,12 @@ export interface SoakResult {
   /** At the end of the churn, and once every Service was deleted. */
   rssEndMib: number;
   rssAfterDeleteMib: number;
+  /** V8 heap in use (nodejs_heap_size_used_bytes): whether RSS growth is live JS objects or memory V8 keeps. */
+  heapMib: { start: number; end: number; afterDelete: number };
   /** Most updates written to the API but not yet counted by the agent's watch (sampled every 5 s). */
   maxBacklog: number;
+  /** Every 5 s of the churn: RSS, V8 heap in use and external (Buffer) memory of the agent. */
+  memory: Array<{ s: number; rssMib: number; heapMib: number; heapTotalMib: number; externalMib: number }>;
   cpuMsPerUpdate: number;
   agentCpuMs: number;
   baseline: Record<string, number>;
@@ -364,6 +368,8 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     const cpuStart = agent.cpuMs();
     const startMetrics = await scrape(agent);
     const changesStart = metricValue(startMetrics, 'kubeproxy_sync_proxy_rules_endpoint_changes_total');
+    const HEAP = 'nodejs_heap_size_used_bytes';
+    const heapStartMib = metricValue(startMetrics, HEAP) / 2 ** 20;
     const PROGRAMMING = 'kubeproxy_network_programming_duration_seconds';
     const programmingStart = histogramBuckets(startMetrics, PROGRAMMING);
     let applied = 0;
@@ -371,9 +377,11 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     const sampler = setInterval(() => { if (!agent!.exited) rss.push({ s: (Date.now() - churnStart) / 1000, mib: agent!.memory().vmRss / 2 ** 20 }); }, 1000);
     // Where a backlog sits: updates written to the API but not yet counted by the agent's watch.
     let maxBacklog = 0;
+    const memory: SoakResult['memory'] = [];
     const backlogSampler = setInterval(() => {
       scrape(agent!).then((m) => {
         maxBacklog = Math.max(maxBacklog, applied - (metricValue(m, 'kubeproxy_sync_proxy_rules_endpoint_changes_total') - changesStart));
+        memory.push({ s: (Date.now() - churnStart) / 1000, rssMib: rss.at(-1)?.mib ?? NaN, heapMib: metricValue(m, HEAP) / 2 ** 20, heapTotalMib: metricValue(m, 'nodejs_heap_size_total_bytes') / 2 ** 20, externalMib: metricValue(m, 'nodejs_external_memory_bytes') / 2 ** 20 });
       }, () => undefined);
     }, 5000);
     timers.push(backlogSampler);
@@ -439,6 +447,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     for (const t of timelines) t.finish(pollDone.t);
     const metrics = await scrape(agent);
     const agentEndpointChanges = metricValue(metrics, 'kubeproxy_sync_proxy_rules_endpoint_changes_total') - changesStart;
+    const heapEndMib = metricValue(metrics, HEAP) / 2 ** 20;
     // Over the churn only: the preload's first sync is not a change's latency.
     const { p99Ms: programmingP99Ms, count: programmingSamples } = histogramP99(histogramBuckets(metrics, PROGRAMMING), programmingStart);
 
@@ -495,6 +504,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     }
     clearInterval(sampler);
     const rssAfterDeleteMib = agent.memory().vmRss / 2 ** 20;
+    const heapAfterDeleteMib = metricValue(await scrape(agent), HEAP) / 2 ** 20;
     const leaked = Object.keys({ ...baseline, ...afterDelete }).reduce((n, k) => n + Math.max(0, (afterDelete[k] ?? 0) - (baseline[k] ?? 0)), 0);
 
     const sortedRemoval = [...removalLatencies].sort((a, b) => a - b);
@@ -525,7 +535,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       rssStartMib: rss[0]?.mib ?? NaN,
       rssEndMib: rssChurnEnd,
       rssAfterDeleteMib,
+      heapMib: { start: heapStartMib, end: heapEndMib, afterDelete: heapAfterDeleteMib },
       maxBacklog,
+      memory,
       cpuMsPerUpdate: agentCpuMs / Math.max(1, applied),
       agentCpuMs,
       baseline,
