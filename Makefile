@@ -9,7 +9,7 @@ BPF_HDRS := $(wildcard bpf/lib/*.h) native/sluice_abi.h
 TS_SRCS := $(shell find src test bench -name '*.ts' 2>/dev/null)
 NATIVE_BINS := $(patsubst native/%.c,$(BUILD)/%,$(wildcard native/*.c))
 
-.PHONY: all deps build bpf ts native test-helpers abi abi-check test test-unit demo bench clean
+.PHONY: all deps build bpf ts native test-helpers abi abi-check test test-unit demo bench clean soak
 
 all: build
 
@@ -115,3 +115,11 @@ node-tier: build
 .PHONY: fuzz
 fuzz: build
 	FUZZ_RUNS=$${FUZZ_RUNS:-60} node --test --test-concurrency=1 dist/test/unit/bad-input-props.test.js dist/test/bpf/packet_fuzz.test.js dist/test/e2e/bad_input.test.js
+
+# soak: the churn soak (issue 13 item 2; bench/soak.ts): the real agent under
+# endpoint churn with clients connecting through the socket LB; prints one
+# table, written to build/soak-results.md. SOAK_S (default 180),
+# SOAK_SERVICES (10000), SOAK_RATE (1000 updates/s), SOAK_SAMPLED (16).
+.PHONY: soak
+soak: build
+	@flock /tmp/sluice-bench.lock node dist/bench/soakReport.js

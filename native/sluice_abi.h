@@ -105,9 +105,11 @@
  *    64-79  agent-side events
  *    80-95  socket destroy
  *   96-111  per-packet flows on the pod-veth path: LB_CNT_TC_* + LB_CNT_POD_OFFSET
- *  112-113  free
+ *  112-113  socket-path loadBalancerSourceRanges (issue 11)
  *  114-117  least-connection (issue 15)
- *  118-127  free
+ *  118-121  Maglev (issue 15)
+ *  122-123  SNAT port range exhausted (north-south, pod veths)
+ *  124-127  IPv6 socket path (issue 14)
  */
 #define LB_CNT_MAX               128
 #define LB_CNT_SOCK_TRANSLATED   0 /* connect/sendmsg rewritten to a backend */
@@ -269,6 +271,11 @@ _Static_assert(sizeof(struct sluice_agent_status) == 48, "sluice_agent_status la
 #define LB_TC_DEFAULT_SNAT_PORT_MIN     61000 /* above Linux's default ephemeral range */
 #define LB_TC_DEFAULT_SNAT_PORT_MAX     65535
 #define LB_TC_SNAT_RETRIES              16    /* random ports tried after the client's own */
+/* issue 13 item 5: after the random tries, a linear scan from a hashed start
+ * covers the rest of the range (bpf_loop), so a new flow fails only when
+ * every port toward its backend:port is held by a live flow. */
+#define LB_CNT_TC_SNAT_EXHAUSTED        122   /* original: dropped, every port of the SNAT range in use (north-south) */
+#define LB_CNT_POD_SNAT_EXHAUSTED       123   /* original: the same on the pod-veth path (hairpin) */
 
 /*
  * Counters of per-packet flows (SLUICE_MAP_COUNTERS indices 16..31 on the

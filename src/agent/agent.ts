@@ -212,4 +212,7 @@ function exportFill(maps: SockLbMaps, syncer: Syncer, metrics: AgentMetrics): vo
     metrics.mapEntries.set({ map: map.name }, entries);
     metrics.mapMaxEntries.set({ map: map.name }, map.map.maxEntries);
   }
+  const ids = p.idsInUse();
+  metrics.idsInUse.set({ kind: 'backend' }, ids.backend);
+  metrics.idsInUse.set({ kind: 'rev_nat' }, ids.revNat);
 }

@@ -141,6 +141,7 @@ export class AgentMetrics {
   readonly backendsProgrammed = new Gauge({ name: 'sluice_backends_programmed', help: 'Backends in the maps', registers: [this.registry] });
   readonly mapEntries = new Gauge({ name: 'sluice_map_entries', help: 'Entries in each pinned map', labelNames: ['map'], registers: [this.registry] });
   readonly mapMaxEntries = new Gauge({ name: 'sluice_map_max_entries', help: 'Capacity of each pinned map', labelNames: ['map'], registers: [this.registry] });
+  readonly idsInUse = new Gauge({ name: 'sluice_ids_in_use', help: 'Backend and rev-NAT ids the agent holds (leak check: 0 when no Service is left)', labelNames: ['kind'], registers: [this.registry] });
   readonly errors = new Counter({
     name: 'sluice_errors_total',
     help: 'Objects or operations rejected, by reason (invalid_port, invalid_ip, unsupported_protocol, too_many_endpoints, frontend_conflict, map_full, apply_failed, watch_failed, unhandled_rejection, ...)',

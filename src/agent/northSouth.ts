@@ -19,6 +19,7 @@ import { reserveSnatPorts } from '../datapath/tc/reservedPorts';
 import { purgeBackends, startConntrackGc } from '../datapath/tc/conntrack';
 import { HealthCheckServer } from '../datapath/tc/healthcheck';
 import * as abi from '../abi/generated';
+import { startSnatExhaustionLog } from './snatExhaustion';
 
 const CONNTRACK_GC_INTERVAL_MS = 10_000;
 
@@ -111,6 +112,7 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
   if (!snatAddress) log.warn({ devices }, 'no IPv4 address on the first device: flows to backends on other nodes will be dropped; set --snat-address');
   log.info({ attachments, snatAddress }, 'TC attached to the external devices');
   const stopGc = startConntrackGc(tcObject.program(abi.SLUICE_PROG_CT_GC), CONNTRACK_GC_INTERVAL_MS);
+  const stopSnatLog = startSnatExhaustionLog(tcObject.map(abi.SLUICE_MAP_COUNTERS), `${TC_DEFAULTS.snatPortMin}-${TC_DEFAULTS.snatPortMax}`, log);
   const health = new HealthCheckServer({
     addresses: config.healthCheckAddresses,
     proxyHealthy,
@@ -166,6 +168,7 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
     },
     async stop() {
       stopGc();
+      stopSnatLog();
       tcObject.close(); // the links are pinned: nothing detaches
       await health.close();
       maps.close();

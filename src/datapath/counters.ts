@@ -51,6 +51,8 @@ const NORTH_SOUTH: Row[] = [
   [abi.LB_CNT_TC_SNAT_EGRESS_DEV, 'snat_egress_device', 'original'],
   // least-connection: flows gone without a close (expired, evicted, replaced), found by the conntrack GC.
   [abi.LB_CNT_LC_GC_RELEASED, 'lc_count_gc_released', 'none'],
+  // issue 13 item 5: also counted as snat_failed; this row says the range was full.
+  [abi.LB_CNT_TC_SNAT_EXHAUSTED, 'snat_ports_exhausted', 'original'],
 ];
 
 /** Per-packet flow reasons: counted at these indices on the north-south path, LB_CNT_POD_OFFSET above on pod veths. */
@@ -78,6 +80,7 @@ function table(): Map<number, CounterLabels> {
   };
   for (const [index, reason, direction] of SOCKET) add(index, { reason, direction, path: 'socket' });
   for (const [index, reason, direction] of NORTH_SOUTH) add(index, { reason, direction, path: 'north_south' });
+  add(abi.LB_CNT_POD_SNAT_EXHAUSTED, { reason: 'snat_ports_exhausted', direction: 'original', path: 'pod' });
   for (const [index, reason, direction] of FLOW) {
     add(index, { reason, direction, path: 'north_south' });
     add(index + abi.LB_CNT_POD_OFFSET, { reason, direction, path: 'pod' });

@@ -283,6 +283,11 @@ export class LbProgrammer {
     return this.backends.size;
   }
 
+  /** Ids the allocators hold (issue 13 item 2: back to 0 once every Service is gone, or an id leaked). */
+  idsInUse(): { backend: number; revNat: number } {
+    return { backend: this.backendIds.size, revNat: this.revNatIds.size };
+  }
+
   backendById(id: number): ProgrammedBackend | undefined {
     return this.backendsById.get(id);
   }

@@ -16,6 +16,14 @@
 //                         echoed, for MS milliseconds; per connection the
 //                         backend, getpeername() at the start and at the end
 //                         (read again from the kernel), lines sent and echoed
+//   soak PORT MS VIPS [C]  churn soak (bench/soak.ts): C parallel loops connect
+//                         for MS milliseconds, round robin over the comma-joined
+//                         VIPS; one line per connection as it ends:
+//                         "t0 t1 vipIndex backend|!error", t0 before connect(),
+//                         t1 at its 'connect' (or the error), in ms of
+//                         process.hrtime (CLOCK_MONOTONIC, the same in every
+//                         process of the machine, so the soak can compare them
+//                         with the times it saw the maps change).
 import * as net from 'node:net';
 import * as dgram from 'node:dgram';
 
@@ -148,7 +156,47 @@ function holdOne(address: string, port: number, ms: number): Promise<Held> {
   });
 }
 
+const monoMs = () => Number(process.hrtime.bigint()) / 1e6;
+
+/** One soak connection: the backend that answered, with the times around connect(). */
+function soakOnce(address: string, port: number): Promise<string> {
+  const t0 = monoMs();
+  return new Promise((resolve) => {
+    const sock = net.connect({ host: address, port });
+    let t1 = 0;
+    let data = '';
+    const done = (what: string) => { clearTimeout(timer); sock.destroy(); resolve(`${t0.toFixed(3)} ${(t1 || monoMs()).toFixed(3)} ${what}`); };
+    const timer = setTimeout(() => done('!ETIMEDOUT'), 2000);
+    sock.on('connect', () => { t1 = monoMs(); });
+    sock.on('data', (d) => (data += d));
+    sock.on('end', () => done(data.trim().split(' ')[0] || '!EMPTY'));
+    sock.on('error', (e: NodeJS.ErrnoException) => done(`!${e.code ?? e.message}`));
+  });
+}
+
+async function soakLoops(port: number, ms: number, vips: string[], parallel: number): Promise<void> {
+  const end = Date.now() + ms;
+  let next = 0;
+  let out = '';
+  const flush = () => { if (out) process.stdout.write(out); out = ''; };
+  const flusher = setInterval(flush, 200);
+  await Promise.all(Array.from({ length: parallel }, async () => {
+    while (Date.now() < end) {
+      const i = next++ % vips.length;
+      const r = await soakOnce(vips[i]!, port);
+      const [t0, t1, what] = r.split(' ');
+      out += `${t0} ${t1} ${i} ${what}\n`;
+    }
+  }));
+  clearInterval(flusher);
+  flush();
+}
+
 async function main(): Promise<void> {
+  if (process.argv[2] === 'soak') {
+    const [, portText, msText, vips, parallel] = process.argv.slice(2);
+    return soakLoops(Number(portText), Number(msText), (vips ?? '').split(','), Number(parallel ?? 4));
+  }
   const [mode, address, portText, countText] = process.argv.slice(2);
   const port = Number(portText);
   const n = Number(countText);

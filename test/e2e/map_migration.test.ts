@@ -21,6 +21,7 @@ import { AGENT_CAPS, withCaps } from '../helpers/agentProcess';
 import { BpfMap } from '../../src/bpf/map';
 import { readLayouts } from '../../src/datapath/migrate';
 import * as abi from '../../src/abi/generated';
+import { recordSoakRow } from '../helpers/fuzzResults';
 
 /** The last commit before the h-alg merge changed the data path (new sluice_rr4 map, new programs). */
 const UPGRADE_FROM = process.env.UPGRADE_FROM ?? '2564673';
@@ -233,6 +234,8 @@ test(`upgrade from ${UPGRADE_FROM} (built from git) to this tree under traffic: 
     assert.equal(readLayouts(node.bpffs).get(abi.SLUICE_MAP_CT4), 1, 'the new agent records the layouts it found');
     assert.ok(fs.existsSync(path.join(node.bpffs, abi.SLUICE_MAP_RR4)), 'the map the new version added exists');
     process.stdout.write(`# upgrade ${UPGRADE_FROM} -> this tree: ${summary}\n`);
+    // reached only when every assertion held: 0 failed connections
+    recordSoakRow('migration-upgrade', { figure: `live map migration: failed connections, upgrade from ${UPGRADE_FROM}`, value: summary, required: '0 failed', ok: true });
   } finally {
     await agent?.stop();
     node.close();
@@ -278,6 +281,7 @@ test('maxEntries raised in the config, agent restarted under traffic: maps migra
     const ct = migrated.find((m) => m.map === abi.SLUICE_MAP_CT4)!;
     assert.ok(ct.carried >= ctBefore && ctBefore >= 6, `conntrack: ${ctBefore} entries before the restart, ${ct.carried} carried`);
     assert.ok(!fs.readdirSync(node.bpffs).some((f) => f.endsWith('_migrating')), 'old maps unpinned');
+    recordSoakRow('migration-capacity', { figure: 'live map migration: failed connections, maxEntries raised', value: summary, required: '0 failed', ok: true });
     process.stdout.write(`# capacity change: ${migrated.map((m) => `${m.map} ${m.carried}`).join(', ')} entries carried, 0 dropped; ${summary}\n`);
   } finally {
     await agent?.stop();

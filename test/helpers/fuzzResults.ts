@@ -27,6 +27,13 @@ export function recordFuzzResults(part: string, counts: FuzzCounts): void {
   all[part] = { ...counts, at: new Date().toISOString() };
   fs.mkdirSync(path.dirname(FILE), { recursive: true });
   fs.writeFileSync(FILE, `${JSON.stringify(all, null, 2)}\n`);
+  const parts = Object.entries(all) as Array<[string, FuzzCounts]>;
+  const crashed = parts.reduce((n, [, c]) => n + (c.crashed ?? 0), 0);
+  recordSoakRow('bad-input', {
+    figure: 'bad inputs tried (property-based API objects, packet fuzzing)',
+    value: parts.map(([p, c]) => `${p}: ${c.generated} generated, ${c.rejected} rejected, ${c.crashed} crashed`).join('; '),
+    required: '0 crashed', ok: crashed === 0,
+  });
 }
 
 /** FUZZ_RUNS (the long form) or the short form's count. */
@@ -39,4 +46,13 @@ export function fuzzRuns(short: number): number {
 export function fuzzSeed(fixed: number): number {
   const text = process.env['FUZZ_SEED'] ?? '';
   return text !== '' && Number.isInteger(Number(text)) ? Number(text) : fixed;
+}
+
+/** The directory `make soak`'s table reads extra rows from (bench/soakReport.ts). */
+const SOAK_ROWS = path.resolve(__dirname, '..', '..', '..', 'build', 'soak-rows');
+
+/** One row of `make soak`'s table from a test's measured result ({figure, value, required, ok}). */
+export function recordSoakRow(name: string, row: { figure: string; value: string; required?: string; ok?: boolean }): void {
+  fs.mkdirSync(SOAK_ROWS, { recursive: true });
+  fs.writeFileSync(path.join(SOAK_ROWS, `${name}.json`), `${JSON.stringify({ ...row, at: new Date().toISOString() })}\n`);
 }
