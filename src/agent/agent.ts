@@ -43,6 +43,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, socketLB: config.socketLB, hostNetns: config.hostNetns ?? 'own', ...install }, 'socket load balancer attached');
   if (config.podVethPrograms) preparePodPrograms(config.bpffs, log);
   const maps = openSockLbMaps(config.bpffs);
+  maps.maglevTableSize = config.maglevTableSize; // h-maglev
   const metrics = new AgentMetrics();
   const health = new ProxyHealth(2 * config.syncPeriodSeconds * 1000);
   let syncer: Syncer | undefined;

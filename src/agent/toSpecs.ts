@@ -39,6 +39,7 @@ export const ALGORITHM_CODE: Record<Frontend['algorithm'], number> = {
   random: abi.LB_ALG_RANDOM,
   'round-robin': abi.LB_ALG_ROUND_ROBIN,
   'source-hash': abi.LB_ALG_SOURCE_HASH,
+  maglev: abi.LB_ALG_MAGLEV, // h-maglev
 };
 
 /** "namespace/name" and the port name, for the names map the CLI reads. */

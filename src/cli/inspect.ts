@@ -36,6 +36,7 @@ export const ALGORITHMS: Record<number, string> = {
   [abi.LB_ALG_RANDOM]: 'random',
   [abi.LB_ALG_ROUND_ROBIN]: 'round-robin',
   [abi.LB_ALG_SOURCE_HASH]: 'source-hash',
+  [abi.LB_ALG_MAGLEV]: 'maglev', // h-maglev
 };
 
 export interface ServiceView {

@@ -34,6 +34,9 @@ const SOCKET: Row[] = [
   [abi.LB_CNT_SOCK_NS_SKIPPED, 'netns_skipped', 'original'],
   [abi.LB_CNT_SOCK_EXTIP_PASSED, 'external_ip_passed', 'original'],
   [abi.LB_CNT_SOCK_BIND_REFUSED, 'bind_refused', 'none'],
+  // h-maglev: counted by every path's selection (one shared index each).
+  [abi.LB_CNT_MAGLEV_PICKED, 'maglev_picked', 'original'],
+  [abi.LB_CNT_MAGLEV_FALLBACK, 'maglev_fallback', 'original'],
 ];
 
 /** Counted by the north-south path only: fragments, PMTU, multi-homed nodes. */

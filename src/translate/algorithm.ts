@@ -17,14 +17,14 @@ const ACCEPTED: Record<string, LbAlgorithm> = {
   rr: 'round-robin',
   'source-hash': 'source-hash',
   sh: 'source-hash',
+  maglev: 'maglev',
+  mh: 'maglev',
 };
 
 /** IPVS schedulers that are refused, and why (kept in docs/algorithms.md too). */
 const NOT_IMPLEMENTED: Record<string, string> = {
   lc: 'least-connection is not implemented yet',
   'least-connection': 'least-connection is not implemented yet',
-  maglev: 'maglev is not implemented yet',
-  mh: 'maglev hashing is not implemented yet',
   wrr: 'weighted schedulers need endpoint weights, which Kubernetes does not have',
   wlc: 'weighted schedulers need endpoint weights, which Kubernetes does not have',
   sed: 'shortest expected delay needs connection counts (least-connection), not implemented',
@@ -42,7 +42,7 @@ export function parseLbAlgorithm(value: string): AlgorithmParse {
   const algorithm = ACCEPTED[name];
   if (algorithm) return { algorithm };
   const why = NOT_IMPLEMENTED[name];
-  const known = 'random, round-robin (rr), source-hash (sh)';
+  const known = 'random, round-robin (rr), source-hash (sh), maglev (mh)';
   return { error: why ? `${JSON.stringify(value)} refused: ${why}; use ${known}` : `${JSON.stringify(value)} is not a known algorithm; use ${known}` };
 }
 
