@@ -24,6 +24,8 @@ import { ip4ToNumber, protoNumber } from './addr';
 
 const ROW = abi.LB_MAGLEV_ROW;
 const ROW_BYTES = ROW * 4;
+/** BPF_F_INNER_MAP: the outer map's template has it, so every inner array must too (sizes may then differ). */
+const BPF_F_INNER_MAP = 1 << 12;
 
 export interface MaglevFrontend {
   revNatId: number;
@@ -76,7 +78,10 @@ export function hash64(x: bigint): bigint {
 /** A big-endian port as the data path loads it (__be16 into a little-endian register). */
 const be16 = (port: number) => BigInt(((port & 0xff) << 8) | (port >> 8));
 /** An IPv4 address as the data path loads it (__be32, little-endian host). */
-const be32 = (address: string) => BigInt(ip4ToNumber(address) >>> 0);
+const be32 = (address: string) => {
+  const n = ip4ToNumber(address) >>> 0; // the address as a number, most significant byte first
+  return BigInt((((n & 0xff) << 24) | ((n & 0xff00) << 8) | ((n >>> 8) & 0xff00) | (n >>> 24)) >>> 0);
+};
 
 /**
  * lb4_maglev_flow_hash (bpf/lib/maglev.h) in TypeScript: the TC paths' hash of
@@ -227,7 +232,7 @@ export class MaglevTables {
     for (let e = 0; e < m; e++) ids[e] = sorted[order[e]!]!.id;
     const rows = encodeMaglevRows(ids, sorted.length);
     const count = rows.length / ROW_BYTES;
-    const map = BpfMap.create({ type: MapType.ARRAY, name: 'sluice_maglev', keySize: 4, valueSize: ROW_BYTES, maxEntries: count, btf: this.btfTypes() ?? undefined });
+    const map = BpfMap.create({ type: MapType.ARRAY, name: 'sluice_maglev', keySize: 4, valueSize: ROW_BYTES, maxEntries: count, flags: BPF_F_INNER_MAP, btf: this.btfTypes() ?? undefined });
     try {
       const keys = Buffer.alloc(count * 4);
       for (let i = 0; i < count; i++) keys.writeUInt32LE(i, i * 4);

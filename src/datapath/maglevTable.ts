@@ -16,7 +16,7 @@
 // byte-identical tables.
 
 /** Default table size: a prime; see docs/algorithms.md for why this one. */
-export const DEFAULT_MAGLEV_TABLE_SIZE = 1021;
+export const DEFAULT_MAGLEV_TABLE_SIZE = 4093;
 /** Bounds for the configured size (the data path reads it from entry 0). */
 export const MIN_MAGLEV_TABLE_SIZE = 251;
 export const MAX_MAGLEV_TABLE_SIZE = 131071;
