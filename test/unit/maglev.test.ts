@@ -7,6 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildMaglevTable, maglevShares, DEFAULT_MAGLEV_TABLE_SIZE, checkMaglevTableSize, isPrime } from '../../src/datapath/maglevTable';
+import { resolveConfig } from '../../src/agent/config';
 import { maglevFlowHash, maglevEntry, hash64, encodeMaglevRows, decodeMaglevRows } from '../../src/datapath/maglev';
 
 const M = DEFAULT_MAGLEV_TABLE_SIZE;
@@ -99,4 +100,12 @@ test('rows encoding round-trips (row 0: M and the backend count)', () => {
   const buf = encodeMaglevRows(ids, 3);
   assert.equal(buf.length, (1 + 2) * 32);
   assert.deepEqual(decodeMaglevRows(buf), { m: 13, backends: 3, ids });
+});
+
+test('agent config: --lb-algorithm mh (IPVS name) and --maglev-table-size; a non-prime size is a start-up error', () => {
+  const c = resolveConfig(new Map([['lb-algorithm', 'mh'], ['maglev-table-size', '16381']]));
+  assert.equal(c.lbAlgorithm, 'maglev');
+  assert.equal(c.maglevTableSize, 16381);
+  assert.equal(resolveConfig(new Map()).maglevTableSize, M);
+  assert.throws(() => resolveConfig(new Map([['maglev-table-size', '1000']])), /--maglev-table-size: 1000 is not a prime/);
 });
