@@ -83,7 +83,12 @@ function buildMany(m: number, count: number, perService: number): { seconds: num
   try {
     const tables = new MaglevTables(outer, m);
     const t0 = process.hrtime.bigint();
-    for (let s = 0; s < count; s++) tables.sync({ revNatId: s + 1, proto: 'tcp', scope: 'external' }, backendsFor(s, perService, s * perService));
+    // As the agent writes them: queued per apply batch, flushed per batch.
+    for (let s = 0; s < count; s++) {
+      tables.queue({ revNatId: s + 1, proto: 'tcp', scope: 'external' }, backendsFor(s, perService, s * perService));
+      if (s % 1000 === 999) tables.flush();
+    }
+    tables.flush();
     const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
     return { seconds, bytes: tables.stats().bytes };
   } finally {
@@ -128,8 +133,9 @@ export function markAlgorithm(bpffs: string, code: number): void {
           const b = maps.backends.get(id)!;
           return { id, address: numberToIp4(b.address), port: b.port };
         });
-        tables.sync({ revNatId: v.rev_nat_id, proto: protoName(k.proto), scope: k.scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' }, backends);
+        tables.queue({ revNatId: v.rev_nat_id, proto: protoName(k.proto), scope: k.scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' }, backends);
       }
+      tables.flush();
     }
     maps.services.setMany(masters.map(([k, v]) => [k, { ...v, algorithm: code }]));
   } finally {

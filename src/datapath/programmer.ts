@@ -336,6 +336,7 @@ export class LbProgrammer {
         result.frontendsDeleted++;
       }
     }
+    this.maglev?.flushRemovals();
     result.deletedBackendIds = this.collectGarbage();
     result.backendsDeleted = result.deletedBackendIds.length;
     this.recordServiceNames(wanted.values());
@@ -346,6 +347,7 @@ export class LbProgrammer {
   removeFrontend(id: string): { frontends: number; deletedBackendIds: number[] } {
     if (!this.frontends.has(id)) return { frontends: 0, deletedBackendIds: [] };
     this.deleteFrontend(id);
+    this.maglev?.flushRemovals();
     return { frontends: 1, deletedBackendIds: this.collectGarbage() };
   }
 
@@ -359,6 +361,7 @@ export class LbProgrammer {
         frontends++;
       }
     }
+    this.maglev?.flushRemovals();
     return { frontends, deletedBackendIds: this.collectGarbage() };
   }
 
@@ -432,6 +435,7 @@ export class LbProgrammer {
     for (const f of frontends) {
       if (algorithmOf(f) === abi.LB_ALG_MAGLEV) this.syncMaglev(f, this.revNats.get(revNatKeyOf(f))!, idsFor.get(f)!);
     }
+    this.maglev?.flush();
 
     // 2. slots, 3. masters, 4. shrink: slots beyond the new count.
     const slotWrites = new ServiceEntryBatch(frontends.length * 4);
@@ -491,6 +495,7 @@ export class LbProgrammer {
     for (const u of updates) {
       if (u.algorithm !== abi.LB_ALG_MAGLEV && this.frontends.get(u.id)?.algorithm === abi.LB_ALG_MAGLEV) this.maglevTables()?.remove(u);
     }
+    this.maglev?.flushRemovals();
     for (const u of updates) {
       const before = this.frontends.get(u.id)?.sourceRanges ?? [];
       if (rangeMap && u.sourceRanges.length === 0 && before.length > 0) syncSourceRanges(rangeMap, u.revNatId, []);
@@ -517,7 +522,7 @@ export class LbProgrammer {
     const slots: abi.Lb4ServiceKey[] = [];
     for (let slot = 1; slot <= cur.backendIds.length; slot++) slots.push(serviceKeyOf(cur, slot));
     this.maps.services.deleteMany(slots);
-    if (cur.algorithm === abi.LB_ALG_MAGLEV) this.maglevTables()?.remove(cur);
+    if (cur.algorithm === abi.LB_ALG_MAGLEV) this.maglevTables()?.remove(cur); // deleted by flushRemovals() below the callers
     for (const b of cur.backendIds) this.ref(b, -1);
     this.forgetAffinity(cur, cur.backendIds);
     this.frontends.delete(id);
@@ -560,7 +565,7 @@ export class LbProgrammer {
   private syncMaglev(f: FrontendSpec, revNatId: number, ids: number[]): void {
     const tables = this.maglevTables();
     if (!tables) throw new Error(`${frontendId(f)}: maglev needs the ${abi.SLUICE_MAP_MAGLEV4} map (pins from an older Sluice: restart with fresh pins)`);
-    tables.sync({ revNatId, proto: f.proto, scope: f.scope }, f.backends.map((b, i) => ({ id: ids[i]!, address: b.address, port: b.port })));
+    tables.queue({ revNatId, proto: f.proto, scope: f.scope }, f.backends.map((b, i) => ({ id: ids[i]!, address: b.address, port: b.port })));
   }
 
   private serviceNameWriter(): ServiceNameWriter | undefined {
