@@ -19,6 +19,15 @@ import { openSockLbMaps } from '../src/datapath/maps';
 import { numberToIp4, protoName } from '../src/datapath/addr';
 import { median } from './stats';
 
+/** NodePortResult.maglev (bench/nodeport.ts). */
+export interface NodePortMaglev {
+  rounds: number;
+  rrPerS: number;
+  failed: number;
+  vsRandom: number;
+  switchS: number;
+}
+
 export interface AlgorithmRow {
   name: string;
   code: number;
@@ -146,9 +155,16 @@ export function markAlgorithm(bpffs: string, code: number): void {
 const mib = (b: number) => (b / 2 ** 20).toFixed(1);
 
 /** PASS/FAIL rows for the report's target table. */
-export function algorithmTargets(a: AlgorithmBenchResult | undefined): Array<{ target: string; verdict: 'PASS' | 'FAIL' | 'n/a'; detail: string }> {
-  if (!a) return [];
+export function algorithmTargets(a: AlgorithmBenchResult | undefined, np?: NodePortMaglev): Array<{ target: string; verdict: 'PASS' | 'FAIL' | 'n/a'; detail: string }> {
   const out: Array<{ target: string; verdict: 'PASS' | 'FAIL' | 'n/a'; detail: string }> = [];
+  if (np) {
+    out.push({
+      target: 'NodePort TCP requests/s, Maglev vs random on the same Sluice node (informational)',
+      verdict: 'n/a',
+      detail: `${np.vsRandom.toFixed(3)}x (maglev ${np.rrPerS.toFixed(0)} req/s over ${np.rounds} rounds${np.failed ? `, ${np.failed} failed` : ''}; switched every Service in ${np.switchS.toFixed(1)} s)`,
+    });
+  }
+  if (!a) return out;
   const rows = a.connect;
   const missing = ALGORITHM_ROWS.filter((r) => !rows.some((x) => x.algorithm === r.name)).map((r) => r.name);
   out.push({

@@ -289,7 +289,7 @@ export function svgChart(rep: BenchReport): string {
 
 /** Prints the table and writes results/bench[-quick]-<time>.{md,json,svg} plus latest copies. */
 export function writeReport(rep: BenchReport, dir: string, docsDir?: string): string[] {
-  rep.targets = [...evaluateTargets(rep), ...algorithmTargets(rep.algorithms)]; // h-maglev: algorithm rows
+  rep.targets = [...evaluateTargets(rep), ...algorithmTargets(rep.algorithms, rep.nodePort?.maglev)]; // h-maglev: algorithm rows
   fs.mkdirSync(dir, { recursive: true });
   const md = markdown(rep);
   process.stdout.write(md + '\n');
