@@ -320,6 +320,8 @@ test('the sluice.io/lb-algorithm annotation changes the algorithm live without f
   await waitFor('the default again', () => algorithmOf() === 'random');
   const metrics = await (await fetch(`http://${addresses(agent.find(/serving \/healthz/)!).metrics}/metrics`)).text();
   assert.match(metrics, /sluice_errors_total\{reason="unknown_lb_algorithm"\} [1-9]/);
+  assert.match(metrics, /sluice_maglev_table_build_seconds_count [1-9]/, 'the maglev table build was observed'); // h-maglev
+  assert.match(metrics, /sluice_maglev_tables 0\n/, 'the table went with the switch away from maglev');
 
   const { ok, errors } = JSON.parse(await loop) as { ok: number; errors: Record<string, number> };
   assert.deepEqual(errors, {}, `connections failed while the algorithm changed: ${JSON.stringify(errors)}`);
