@@ -76,3 +76,24 @@ test('switching the frontend away from maglev removes its table; deleting it rem
     maps.close();
   }
 });
+
+test('table swaps while a client connects in a loop: no failed connection, no fallback (make-before-break)', async () => {
+  const setA = BACKENDS.slice(0, 3).map((b) => `${b}:8080`).join(',');
+  const setB = BACKENDS.slice(1).map((b) => `${b}:8080`).join(',');
+  sluice(['service', 'upsert', '--frontend', `${VIP}:83/tcp`, '--backends', setA, '--algorithm', 'maglev']);
+  const maps = openSockLbMaps(sb.bpffs);
+  try {
+    const fallback0 = readCounter(maps.counters, abi.LB_CNT_MAGLEV_FALLBACK);
+    const picked0 = readCounter(maps.counters, abi.LB_CNT_MAGLEV_PICKED);
+    const loop = sb.runInCgroup(['node', labScript('lbClient'), 'loop', VIP, '83', '7000'], 30000, sb.netns);
+    // Each upsert builds a new table and swaps it in while connects run.
+    for (let i = 0; i < 6; i++) sluice(['service', 'upsert', '--frontend', `${VIP}:83/tcp`, '--backends', i % 2 ? setA : setB, '--algorithm', 'maglev']);
+    const { ok, errors } = JSON.parse(await loop) as { ok: number; errors: Record<string, number> };
+    assert.deepEqual(errors, {}, 'connections failed during table swaps');
+    assert.ok(ok > 20, `only ${ok} connections`);
+    assert.equal(readCounter(maps.counters, abi.LB_CNT_MAGLEV_FALLBACK) - fallback0, 0n, 'a connect found no usable table');
+    assert.ok(readCounter(maps.counters, abi.LB_CNT_MAGLEV_PICKED) - picked0 >= BigInt(ok));
+  } finally {
+    maps.close();
+  }
+});
