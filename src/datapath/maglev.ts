@@ -20,7 +20,7 @@ import { BpfMap } from '../bpf/map';
 import { MapType } from '../bpf/constants';
 import { libbpf } from '../bpf/libbpf';
 import { buildMaglevTable, maglevBackendName, DEFAULT_MAGLEV_TABLE_SIZE } from './maglevTable';
-import { ip4ToNumber, protoNumber } from './addr';
+import { ip4ToNumber, protoName, protoNumber } from './addr';
 
 const ROW = abi.LB_MAGLEV_ROW;
 const ROW_BYTES = ROW * 4;
@@ -259,6 +259,43 @@ export class MaglevTables {
       this.release(this.frontends.get(k));
       this.frontends.delete(k);
     }
+  }
+
+  /**
+   * At agent start: account the tables the pinned map already holds for
+   * these (maglev) frontends, and delete outer entries no such frontend owns
+   * (left by a crash between a table write and its master, or by a switch
+   * away that did not finish). Nothing looks those up; they only hold
+   * memory. Returns how many were deleted.
+   */
+  adopt(owned: readonly MaglevFrontend[]): number {
+    const want = new Set(owned.map(keyText));
+    const stale: Buffer[] = [];
+    for (const [raw, value] of this.outer.entries()) {
+      const k = abi.lb4_maglev_keyCodec.decode(raw);
+      const f: MaglevFrontend = { revNatId: k.rev_nat_id, proto: protoName(k.proto), scope: k.scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' };
+      const kt = keyText(f);
+      if (!want.has(kt)) {
+        stale.push(Buffer.from(raw));
+        continue;
+      }
+      const mapId = value.readUInt32LE(0);
+      const sig = `adopted:${mapId}`; // content unknown: never shared, replaced on the next change
+      let table = this.tables.get(sig);
+      if (!table) {
+        const inner = BpfMap.fromId(mapId);
+        try {
+          table = { mapId, refs: 0, bytes: memlockOf(inner.fd) };
+        } finally {
+          inner.close();
+        }
+        this.tables.set(sig, table);
+      }
+      table.refs++;
+      this.frontends.set(kt, sig);
+    }
+    if (stale.length) this.outer.deleteBatch(Buffer.concat(stale), stale.length);
+    return stale.length;
   }
 
   /** Build durations (seconds) since the last call, for the histogram. */

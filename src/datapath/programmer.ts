@@ -89,6 +89,8 @@ export interface RepairReport {
   backends: number;
   /** Affinity entries naming a rev-NAT id or a backend that is gone, or a backend not of that frontend. */
   affinity: number;
+  /** h-maglev: Maglev tables no maglev frontend owns. */
+  maglevTables?: number;
 }
 
 export function frontendId(f: { address: string; port: number; proto: string; scope: ScopeName }): string {
@@ -246,11 +248,12 @@ export class LbProgrammer {
       if (!members.get(k.rev_nat_id)?.has(v.backend_id)) staleAffinity.push(k);
     }
     maps.affinity.deleteMany(staleAffinity);
+    const maglevTables = p.maglevTables()?.adopt(p.programmedFrontends().filter((f) => f.algorithm === abi.LB_ALG_MAGLEV)); // h-maglev
     p.leftovers.slots = [];
     p.leftovers.revNatIds = [];
     return {
       programmer: p,
-      repaired: { orphanSlots: slots.length - slotsBeyondCount, slotsBeyondCount, revNats: revNatIds.length, backends, affinity: staleAffinity.length },
+      repaired: { orphanSlots: slots.length - slotsBeyondCount, slotsBeyondCount, revNats: revNatIds.length, backends, affinity: staleAffinity.length, ...(maglevTables ? { maglevTables } : {}) },
     };
   }
 

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import * as abi from '../../src/abi/generated';
 import { openSockLbMaps, readCounter } from '../../src/datapath/maps';
 import { LbProgrammer } from '../../src/datapath/programmer';
-import { readMaglevTable } from '../../src/datapath/maglev';
+import { MaglevTables, readMaglevTable } from '../../src/datapath/maglev';
 import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
 
 const VIP = '10.96.0.21';
@@ -93,6 +93,26 @@ test('table swaps while a client connects in a loop: no failed connection, no fa
     assert.ok(ok > 20, `only ${ok} connections`);
     assert.equal(readCounter(maps.counters, abi.LB_CNT_MAGLEV_FALLBACK) - fallback0, 0n, 'a connect found no usable table');
     assert.ok(readCounter(maps.counters, abi.LB_CNT_MAGLEV_PICKED) - picked0 >= BigInt(ok));
+  } finally {
+    maps.close();
+  }
+});
+
+test('agent start (adoptAndRepair): a table no maglev frontend owns is deleted; owned tables stay and are counted', () => {
+  sluice(['service', 'upsert', '--frontend', `${VIP}:84/tcp`, '--backends', `${BACKENDS[0]}:8080,${BACKENDS[1]}:8080`, '--algorithm', 'maglev']);
+  const maps = openSockLbMaps(sb.bpffs);
+  try {
+    // As a crash between a table write and its master would leave it.
+    const orphan = { revNatId: 60000, proto: 'tcp', scope: 'external' as const };
+    new MaglevTables(maps.maglev!).sync(orphan, [{ id: 1, address: BACKENDS[0]!, port: 8080 }]);
+    assert.ok(readMaglevTable(maps.maglev!, orphan));
+    const { programmer, repaired } = LbProgrammer.adoptAndRepair(maps);
+    assert.equal(repaired.maglevTables, 1);
+    assert.equal(readMaglevTable(maps.maglev!, orphan), undefined, 'the orphan table is gone');
+    const owned = programmer.programmedFrontends().find((x) => x.port === 84)!;
+    assert.ok(readMaglevTable(maps.maglev!, { revNatId: owned.revNatId, proto: 'tcp', scope: 'external' }), 'an owned table stays');
+    const st = programmer.maglevTables()!.stats();
+    assert.ok(st.frontends >= 1 && st.bytes > 4093 * 4, JSON.stringify(st));
   } finally {
     maps.close();
   }
