@@ -89,8 +89,8 @@ const backendsFor = (service: number, n: number, base = 0) =>
 /** Build `count` tables of distinct backend sets at size m; seconds and kernel bytes. */
 function buildMany(m: number, count: number, perService: number): { seconds: number; bytes: number } {
   const outer = scratchOuter();
+  const tables = new MaglevTables(outer, m);
   try {
-    const tables = new MaglevTables(outer, m);
     const t0 = process.hrtime.bigint();
     // As the agent writes them: queued per apply batch, flushed per batch.
     for (let s = 0; s < count; s++) {
@@ -101,6 +101,7 @@ function buildMany(m: number, count: number, perService: number): { seconds: num
     const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
     return { seconds, bytes: tables.stats().bytes };
   } finally {
+    tables.close();
     outer.close(); // the kernel frees every inner table with it
   }
 }
@@ -145,6 +146,7 @@ export function markAlgorithm(bpffs: string, code: number): void {
         tables.queue({ revNatId: v.rev_nat_id, proto: protoName(k.proto), scope: k.scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' }, backends);
       }
       tables.flush();
+      tables.close();
     }
     maps.services.setMany(masters.map(([k, v]) => [k, { ...v, algorithm: code }]));
   } finally {

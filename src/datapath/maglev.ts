@@ -51,6 +51,10 @@ export interface MaglevStats {
 }
 
 interface Table {
+  /** Open while the table lives: frontends that get the same backends later share it by this fd
+   * (bpf_map_get_fd_by_id would need CAP_SYS_ADMIN, which the agent does not have). Absent for
+   * tables adopted from the pins: those are never shared. */
+  map?: BpfMap;
   mapId: number;
   refs: number;
   bytes: number;
@@ -136,6 +140,24 @@ export function readMaglevTable(outer: BpfMap, f: MaglevFrontend): { m: number; 
   }
 }
 
+/**
+ * Kernel memory of a table the agent did not create (found at start): its
+ * memlock when it can be opened by id (needs CAP_SYS_ADMIN), else the array's
+ * size at the configured M.
+ */
+function adoptedBytes(mapId: number, m: number): number {
+  try {
+    const inner = BpfMap.fromId(mapId);
+    try {
+      return memlockOf(inner.fd);
+    } finally {
+      inner.close();
+    }
+  } catch {
+    return (1 + Math.ceil(m / ROW)) * ROW_BYTES;
+  }
+}
+
 /** memlock of a map as the kernel accounts it (/proc/self/fdinfo). */
 function memlockOf(fd: number): number {
   const m = /memlock:\s*(\d+)/.exec(fs.readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'));
@@ -148,7 +170,7 @@ export class MaglevTables {
   /** Each frontend's table signature. */
   private readonly frontends = new Map<string, string>();
   /** Tables built and waiting for flush(), by frontend. */
-  private readonly pending = new Map<string, { f: MaglevFrontend; sig: string; map: BpfMap }>();
+  private readonly pending = new Map<string, { f: MaglevFrontend; sig: string }>();
   /** Frontends whose outer entry flushRemovals() deletes. */
   private readonly removals = new Map<string, MaglevFrontend>();
   private btf?: { fd: number; keyTypeId: number; valueTypeId: number } | null;
@@ -191,17 +213,12 @@ export class MaglevTables {
       this.remove(f);
       return true;
     }
-    let table = this.tables.get(sig);
-    let map: BpfMap;
-    if (table) {
-      map = BpfMap.fromId(table.mapId);
-    } else {
-      map = this.build(sorted);
-      table = { mapId: map.id, refs: 0, bytes: memlockOf(map.fd) };
-      this.tables.set(sig, table);
+    if (!this.tables.has(sig)) {
+      const map = this.build(sorted);
+      this.tables.set(sig, { map, mapId: map.id, refs: 0, bytes: memlockOf(map.fd) });
     }
-    pending?.map.close();
-    this.pending.set(k, { f, sig, map });
+    this.pending.set(k, { f, sig });
+    if (pending) this.dropUnused(pending.sig);
     this.removals.delete(k);
     return true;
   }
@@ -215,17 +232,13 @@ export class MaglevTables {
     const fds = Buffer.alloc(items.length * 4);
     items.forEach((it, i) => {
       abi.lb4_maglev_keyCodec.encode(maglevKeyOf(it.f), keys, i * abi.lb4_maglev_keyCodec.size);
-      fds.writeUInt32LE(it.map.fd, i * 4);
+      fds.writeUInt32LE(this.tables.get(it.sig)!.map!.fd, i * 4);
     });
     try {
       this.outer.updateBatch(keys, fds, items.length);
     } catch (err) {
-      for (const it of items) {
-        if (this.tables.get(it.sig)?.refs === 0) this.tables.delete(it.sig);
-      }
+      for (const it of items) this.dropUnused(it.sig);
       throw err;
-    } finally {
-      for (const it of items) it.map.close(); // the outer entries hold the tables now
     }
     for (const it of items) {
       const k = keyText(it.f);
@@ -240,9 +253,8 @@ export class MaglevTables {
     const k = keyText(f);
     const pending = this.pending.get(k);
     if (pending) {
-      pending.map.close();
       this.pending.delete(k);
-      if (this.tables.get(pending.sig)?.refs === 0) this.tables.delete(pending.sig);
+      this.dropUnused(pending.sig);
     }
     this.removals.set(k, f);
   }
@@ -283,12 +295,7 @@ export class MaglevTables {
       const sig = `adopted:${mapId}`; // content unknown: never shared, replaced on the next change
       let table = this.tables.get(sig);
       if (!table) {
-        const inner = BpfMap.fromId(mapId);
-        try {
-          table = { mapId, refs: 0, bytes: memlockOf(inner.fd) };
-        } finally {
-          inner.close();
-        }
+        table = { mapId, refs: 0, bytes: adoptedBytes(mapId, this.tableSize) };
         this.tables.set(sig, table);
       }
       table.refs++;
@@ -296,6 +303,14 @@ export class MaglevTables {
     }
     if (stale.length) this.outer.deleteBatch(Buffer.concat(stale), stale.length);
     return stale.length;
+  }
+
+  /** Close the fds this object holds (the tables live on in the outer map's entries). */
+  close(): void {
+    for (const t of this.tables.values()) t.map?.close();
+    this.tables.clear();
+    this.frontends.clear();
+    this.pending.clear();
   }
 
   /** Build durations (seconds) since the last call, for the histogram. */
@@ -312,7 +327,17 @@ export class MaglevTables {
   private release(sig: string | undefined): void {
     if (sig === undefined) return;
     const t = this.tables.get(sig);
-    if (t && --t.refs <= 0) this.tables.delete(sig); // the kernel frees it with its last outer entry
+    if (t) t.refs--;
+    this.dropUnused(sig);
+  }
+
+  /** Close a table no frontend uses and none is about to (the kernel frees it with its last outer entry). */
+  private dropUnused(sig: string): void {
+    const t = this.tables.get(sig);
+    if (!t || t.refs > 0) return;
+    for (const p of this.pending.values()) if (p.sig === sig) return;
+    t.map?.close();
+    this.tables.delete(sig);
   }
 
   /** A new inner array holding the table of these (name-sorted) backends. */

@@ -104,7 +104,9 @@ test('agent start (adoptAndRepair): a table no maglev frontend owns is deleted; 
   try {
     // As a crash between a table write and its master would leave it.
     const orphan = { revNatId: 60000, proto: 'tcp', scope: 'external' as const };
-    new MaglevTables(maps.maglev!).sync(orphan, [{ id: 1, address: BACKENDS[0]!, port: 8080 }]);
+    const writer = new MaglevTables(maps.maglev!);
+    writer.sync(orphan, [{ id: 1, address: BACKENDS[0]!, port: 8080 }]);
+    writer.close();
     assert.ok(readMaglevTable(maps.maglev!, orphan));
     const { programmer, repaired } = LbProgrammer.adoptAndRepair(maps);
     assert.equal(repaired.maglevTables, 1);

@@ -28,12 +28,16 @@ let tables: MaglevTables;
 before(() => {
   h = TcHarness.create('sluice-maglev');
 });
-after(() => h?.close());
+after(() => {
+  tables?.close();
+  h?.close();
+});
 beforeEach(() => {
   h.reset();
   writeTcConfig(h.tc.config, { snatAddress: NODE });
   const outer = h.obj.map(abi.SLUICE_MAP_MAGLEV4);
   for (const k of [...outer.keys()]) outer.delete(k);
+  tables?.close();
   tables = new MaglevTables(outer, M);
 });
 

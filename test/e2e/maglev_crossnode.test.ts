@@ -20,6 +20,7 @@ import { maglevEntry, maglevFlowHash, readMaglevTable } from '../../src/datapath
 import { numberToIp4 } from '../../src/datapath/addr';
 import { Topology, ADDR, SERVER_SCRIPT } from './tc_topology';
 import { cgroup2Root, bpffsRoot, sluiceBin, waitFor } from '../helpers/sandbox';
+import { AGENT_CAPS, withCaps } from '../helpers/agentProcess';
 
 const FORWARDER = path.join(__dirname, '..', 'cluster', 'forwarder.js');
 const VIP = '198.18.100.7';
@@ -72,10 +73,12 @@ before(async () => {
     const a = { node, bpffs: path.join(bpffsRoot(), suffix), cgroup: path.join(cgroup2Root(), suffix), log: '' } as (typeof agents)[number];
     fs.mkdirSync(a.cgroup);
     agents.push(a);
-    const proc = spawn('nsenter', [`--net=${topo.netnsPath(node)}`, sluiceBin, 'agent',
+    // nsenter first (it needs CAP_SYS_ADMIN), then the agent with exactly the
+    // documented capabilities (the tables and their BTF need nothing more).
+    const proc = spawn('nsenter', [`--net=${topo.netnsPath(node)}`, ...withCaps(AGENT_CAPS, [sluiceBin, 'agent',
       '--kubeconfig', kubeconfig, '--k8s-api-server', '127.0.0.1:6443', '--node-name', node,
       '--cgroup-path', a.cgroup, '--bpffs', a.bpffs, '--devices', 'eth0',
-      '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--stale-socket-netns='], { stdio: ['ignore', 'pipe', 'pipe'] });
+      '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--stale-socket-netns='])], { stdio: ['ignore', 'pipe', 'pipe'] });
     a.proc = proc;
     children.push(proc);
     proc.stdout!.on('data', (d) => (a.log += d));
@@ -127,7 +130,8 @@ test('the same 5-tuples reach the same backends through either node; both agents
     endpoints: [[ADDR.pod1, 'n1'], [ADDR.pod1b, 'n1'], [ADDR.pod2, 'n2']].map(([ip, node]) => ({ addresses: [ip], conditions: { ready: true }, nodeName: node })),
   });
   // Both nodes programmed (tables present) before the flows.
-  await waitFor('both tables written', () => agents.every((a) => { try { return tableOf(a.bpffs).addresses.length > 0; } catch { return false; } }), 20000);
+  await waitFor('both tables written', () => agents.every((a) => { try { return tableOf(a.bpffs).addresses.length > 0; } catch { return false; } }), 20000)
+    .catch((err: Error) => { throw new Error(`${err.message}; agents: ${agents.map((a) => a.log.split('\n').filter((l) => /"level":[45]0/.test(l)).join(' | ')).join(' || ').slice(0, 3000)}`); });
   await waitFor('the VIP answers through node 1', () => /^p/.test(flows(29000, 1)[0] ?? ''), 20000);
 
   const t1 = tableOf(agents[0]!.bpffs);
