@@ -13,6 +13,7 @@ import { openSockLbMaps, readCounter } from '../../src/datapath/maps';
 import { LbProgrammer } from '../../src/datapath/programmer';
 import { MaglevTables, readMaglevTable } from '../../src/datapath/maglev';
 import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
+import { markAlgorithm } from '../../bench/algorithms';
 
 const VIP = '10.96.0.21';
 const BACKENDS = ['198.18.21.2', '198.18.21.3', '198.18.21.4', '198.18.21.5'];
@@ -117,5 +118,27 @@ test('agent start (adoptAndRepair): a table no maglev frontend owns is deleted; 
     assert.ok(st.frontends >= 1 && st.bytes > 4093 * 4, JSON.stringify(st));
   } finally {
     maps.close();
+  }
+});
+
+test('bench: markAlgorithm re-marks every master and, for maglev, writes each frontend its table first', () => {
+  markAlgorithm(sb.bpffs, abi.LB_ALG_MAGLEV);
+  const maps = openSockLbMaps(sb.bpffs);
+  try {
+    const fronts = LbProgrammer.adopt(maps).programmedFrontends();
+    assert.ok(fronts.length >= 2);
+    for (const f of fronts) {
+      assert.equal(f.algorithm, abi.LB_ALG_MAGLEV, f.id);
+      assert.ok(readMaglevTable(maps.maglev!, { revNatId: f.revNatId, proto: f.proto, scope: f.scope }), `${f.id}: no table`);
+    }
+  } finally {
+    maps.close();
+  }
+  markAlgorithm(sb.bpffs, abi.LB_ALG_ROUND_ROBIN);
+  const again = openSockLbMaps(sb.bpffs);
+  try {
+    assert.ok(LbProgrammer.adopt(again).programmedFrontends().every((f) => f.algorithm === abi.LB_ALG_ROUND_ROBIN));
+  } finally {
+    again.close();
   }
 });
