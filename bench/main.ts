@@ -16,13 +16,15 @@ import { describeMachine } from './machine';
 import { backendTargets, DirectMode, LoadOutcome, makeBaselineModes, Mode, serviceTargets, Target } from './modes';
 import { writeReport, BenchReport, ScaleResult, SeriesResult } from './report';
 import { SluiceSockMode, SluiceTcMode } from './sluice';
-import { RoundResult, summarize } from './stats';
+import { median, RoundResult, summarize } from './stats';
 import { runRound } from './rounds';
+import * as abi from '../src/abi/generated';
 import { makeServicePorts, Proto, targetLines } from './services';
 import { measureControlPlane } from './controlplane';
 import { measureNodePort } from './nodeport';
 import { measureRuleUpdates } from './ruleupdates';
 import { measureUpstream } from './upstream';
+import { ALGORITHM_ROWS, markAlgorithm, measureMaglevBuild, type AlgorithmBenchResult } from './algorithms';
 
 interface Plan {
   quick: boolean;
@@ -204,6 +206,44 @@ async function main(): Promise<void> {
           sr.series.push(res);
         }
       }
+      // h-maglev: connect per algorithm at the tax scale, socket LB against direct.
+      if (scale === p.taxScale && loaded.includes(sock) && sock.bpffs) {
+        const t0 = Date.now();
+        const alg: AlgorithmBenchResult = (report.algorithms ??= { connect: [], addedS: 0, notes: [] });
+        alg.connectServices = scale;
+        const rounds = p.quick ? 2 : 3;
+        try {
+          for (const row of ALGORITHM_ROWS) {
+            markAlgorithm(sock.bpffs, row.code);
+            const pairs: Array<[RoundResult, RoundResult]> = [];
+            for (let r = 0; r < rounds; r++) {
+              // Back to back, the order alternating (A B, B A, ...).
+              const one = (m: Mode) => runRound(m, 'tcp', m === direct ? directTargets.tcp : vipTargets.tcp, p, 7000 + r, h.serverPid);
+              if (r % 2 === 0) {
+                const d = await one(direct);
+                pairs.push([d, await one(sock)]);
+              } else {
+                const s2 = await one(sock);
+                pairs.push([await one(direct), s2]);
+              }
+            }
+            alg.connect.push({
+              algorithm: row.name, rounds,
+              p50Ratio: median(pairs.map(([d, s]) => s.p50_us / d.p50_us)),
+              sluiceP50Us: median(pairs.map(([, s]) => s.p50_us)), directP50Us: median(pairs.map(([d]) => d.p50_us)),
+              failed: pairs.reduce((n, [, s]) => n + (s.attempted - s.ok) + s.wrong_peer, 0),
+            });
+            log(`scale ${scale}: algorithm ${row.name}: connect p50 ${alg.connect.at(-1)!.p50Ratio.toFixed(3)}x direct`);
+          }
+        } catch (e) {
+          alg.notes.push(`connect per algorithm: ${(e as Error).message}`);
+        } finally {
+          try {
+            markAlgorithm(sock.bpffs, abi.LB_ALG_RANDOM);
+          } catch { /* the next scale reloads */ }
+        }
+        alg.addedS += (Date.now() - t0) / 1000;
+      }
       // One endpoint change with kube-proxy's writers, while the baselines are loaded.
       if (scale === p.taxScale) {
         const ns = (m: Mode) => (loaded.includes(m) ? m.client.netns : undefined);
@@ -230,6 +270,17 @@ async function main(): Promise<void> {
     // half, each in its own budget (docs/bench.md).
     const makeCgroup = (t: string) => h.makeCgroup(t);
     const makeBpffs = (t: string) => h.makeBpffsDir(t);
+    {
+      // h-maglev: Maglev table build time and memory (no traffic).
+      const t0 = Date.now();
+      const alg: AlgorithmBenchResult = (report.algorithms ??= { connect: [], addedS: 0, notes: [] });
+      try {
+        alg.maglev = measureMaglevBuild(p.quick ? 1000 : 10000, log);
+      } catch (e) {
+        alg.notes.push(`maglev build: ${(e as Error).message}`);
+      }
+      alg.addedS += (Date.now() - t0) / 1000;
+    }
     report.controlPlane = await measureControlPlane({ root: ROOT, ...p.cp, makeCgroup, makeBpffs, log });
     report.nodePort = await measureNodePort({ root: ROOT, ...p.nodePort, suffix: h.suffix, makeCgroup, makeBpffs, log });
     // The real thing: upstream kube-proxy's own sync against the agent's, on the cluster tier's control plane.

@@ -36,7 +36,7 @@ const { LB_PROTO_TCP, LB_PROTO_UDP } = abi;
 import { AgentProcess } from '../src/lab/agentProcess';
 import { masterKey, openWhenPinned, tick, waitMastersProgrammed } from './controlplane';
 import { inNetns, run } from './exec';
-import { BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, nodePortOf, preload } from './k8sobjects';
+import { BENCH_NAMESPACE, BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, nodePortOf, preload, serviceName } from './k8sobjects';
 import { iptablesRestoreInput, portProtoHash, svcChain } from './kube-iptables';
 import { BACKEND_COUNT, BACKEND_PORT, backendAddress, makeServicePorts, ServicePort } from './services';
 import { median } from './stats';
@@ -80,6 +80,8 @@ export interface NodePortResult {
   ppsRatio?: number;
   /** Sluice's data-path counters (LB_CNT_*) after the rounds, non-zero ones. */
   sluiceCounters?: Record<string, number>;
+  /** h-maglev: Sluice TC with every Service annotated maglev, rounds after the random ones (TCP req/s). */
+  maglev?: { rounds: number; rrPerS: number; failed: number; vsRandom: number; switchS: number };
   error?: string;
   notes: string[];
 }
@@ -297,6 +299,32 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
         modes[s.id]!.rounds.push({ rr: JSON.parse(rr.stdout) as NodePortRound['rr'], pps: JSON.parse(pps.stdout) as NodePortRound['pps'] });
       }
     }
+    // h-maglev: the same node, every Service switched to maglev through the
+    // API (the agent rebuilds its frontends), then rounds again. Not
+    // interleaved with the random rounds: the switch takes a sync.
+    const maglevRounds: NodePortRound[] = [];
+    const slSide = sides.find((x) => x.id === 'sluice-tc');
+    if (slSide && api && maps && Date.now() + 3 * (o.roundMs + 2000) + 60_000 < deadline) {
+      const t0 = Date.now();
+      for (let i = 0; i < o.services; i++) {
+        api.store.patch('services', serviceName(i), { metadata: { annotations: { 'sluice.io/lb-algorithm': 'maglev' } } }, { namespace: BENCH_NAMESPACE, contentType: 'application/merge-patch+json' });
+      }
+      const keys = ports.map((sp) => masterKey(slSide.nodeAddr, nodePort(sp), sp.proto === 'tcp' ? LB_PROTO_TCP : LB_PROTO_UDP));
+      const until = Math.min(deadline - 3 * (o.roundMs + 2000), Date.now() + 120_000);
+      while (Date.now() < until && !keys.every((k) => maps!.services.get(k)?.algorithm === abi.LB_ALG_MAGLEV)) await tick(200);
+      const switchS = (Date.now() - t0) / 1000;
+      if (keys.every((k) => maps!.services.get(k)?.algorithm === abi.LB_ALG_MAGLEV)) {
+        const ns = ['nsenter', `--net=/run/netns/${slSide.client}`, npbench];
+        for (let r = 0; r < Math.min(3, o.rounds); r++) {
+          const rr = await run([...ns, 'rr', '--targets', targets[slSide.id]!.tcp, '--max-ms', String(o.roundMs), '--timeout-ms', '1000', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 });
+          maglevRounds.push({ rr: JSON.parse(rr.stdout) as NodePortRound['rr'], pps: { sent: 0, received: 0, per_s: NaN } });
+        }
+        o.log(`nodeport: maglev on every Service after ${switchS.toFixed(1)} s; ${maglevRounds.length} rounds`);
+        res.maglev = { rounds: maglevRounds.length, rrPerS: median(maglevRounds.map((x) => x.rr.per_s)), failed: maglevRounds.reduce((n, x) => n + x.rr.failed, 0), vsRandom: NaN, switchS };
+      } else {
+        res.notes.push(`NodePort maglev: the agent had not switched every frontend within ${switchS.toFixed(0)} s`);
+      }
+    }
     if (maps) {
       res.sluiceCounters = {};
       for (const { labels, value } of readCounters(maps.counters)) {
@@ -310,6 +338,7 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       m.ppsPerS = median(m.rounds.map((x) => x.pps.per_s));
       m.failed = m.rounds.reduce((n, x) => n + x.rr.failed, 0);
     }
+    if (res.maglev) res.maglev.vsRandom = res.maglev.rrPerS / modes['sluice-tc']!.rrPerS;
     const a = modes['sluice-tc']!.rounds;
     const b = modes['iptables-legacy']!.rounds;
     if (a.length && a.length === b.length) {

@@ -7,6 +7,7 @@
 //   node dist/bench/part.js upstream [--services N] [--changes N]
 //   node dist/bench/part.js statememory [--services N]   (no root needed)
 //   node dist/bench/part.js lc [--services N] [--rounds N] [--per-round N]   (least-connection connect ratio)
+//   node dist/bench/part.js maglev [--services N]        (Maglev table build time and memory)
 //
 // Prints the part's result as JSON. Needs root; cleans up like main.ts.
 import * as path from 'node:path';
@@ -20,6 +21,7 @@ import { makeBaselineModes } from './modes';
 import { makeServicePorts } from './services';
 import { measureStateMemory } from './statememory';
 import { measureLcConnect } from './lcconnect';
+import { measureMaglevBuild } from './algorithms';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -41,7 +43,9 @@ async function main(): Promise<void> {
   process.once('SIGTERM', onSignal);
   try {
     let result: unknown;
-    if (part === 'statememory') {
+    if (part === 'maglev') {
+      result = measureMaglevBuild(flag('services', 10000), log);
+    } else if (part === 'statememory') {
       result = measureStateMemory(flag('services', 10000));
     } else if (part === 'controlplane') {
       result = await measureControlPlane({

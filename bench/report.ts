@@ -1,6 +1,7 @@
 // The bench report: a markdown table on stdout (and in results/), the full
 // JSON (every round), an SVG chart, and PASS/FAIL per target of issue 6.
 import * as fs from 'node:fs';
+import { algorithmMarkdown, algorithmTargets, type AlgorithmBenchResult } from './algorithms';
 import * as path from 'node:path';
 import type { MachineInfo } from './machine';
 import type { LoadOutcome } from './modes';
@@ -50,6 +51,8 @@ export interface BenchReport {
   ruleUpdates?: RuleUpdateResult;
   nodePort?: NodePortResult;
   upstream?: UpstreamResult;
+  /** h-maglev: algorithms (bench/algorithms.ts). */
+  algorithms?: AlgorithmBenchResult;
 }
 
 const SLUICE_MODES = ['sluice-sock', 'sluice-tc'];
@@ -223,6 +226,7 @@ export function markdown(rep: BenchReport): string {
     lines.push('');
   }
   lines.push(...controlPlaneMarkdown(rep));
+  lines.push(...algorithmMarkdown(rep.algorithms)); // h-maglev
   lines.push(...upstreamMarkdown(rep.upstream));
   lines.push('## Targets');
   lines.push('');
@@ -285,7 +289,7 @@ export function svgChart(rep: BenchReport): string {
 
 /** Prints the table and writes results/bench[-quick]-<time>.{md,json,svg} plus latest copies. */
 export function writeReport(rep: BenchReport, dir: string, docsDir?: string): string[] {
-  rep.targets = evaluateTargets(rep);
+  rep.targets = [...evaluateTargets(rep), ...algorithmTargets(rep.algorithms, rep.nodePort?.maglev)]; // h-maglev: algorithm rows
   fs.mkdirSync(dir, { recursive: true });
   const md = markdown(rep);
   process.stdout.write(md + '\n');

@@ -123,6 +123,11 @@ export class SluiceSockMode implements Mode {
     return this.maps.cgroup;
   }
 
+  /** The pinned maps' directory (h-maglev: the algorithm rows re-mark its masters). */
+  get bpffs(): string | undefined {
+    return this.maps.bpffs;
+  }
+
   async ensureCapacity(servicePorts: number): Promise<void> {
     await this.maps.ensure(servicePorts);
   }

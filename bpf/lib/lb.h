@@ -83,6 +83,8 @@ static __always_inline __u64 lb_hash64(__u64 x)
 	return x;
 }
 
+#include "maglev.h" /* h-maglev: needs lb_hash64 */
+
 /*
  * The number a slot is derived from (slot = choice % count + 1), once per
  * pick. Round-robin takes the frontend's next counter value (shared by every
@@ -153,6 +155,13 @@ lb4_select_backend(struct lb4_service_key *key, struct lb4_service *svc, __u64 c
 
 		if (least)
 			return least;
+	}
+	/* Maglev: the table names the backend; without one, a random slot. */
+	if (svc->algorithm == LB_ALG_MAGLEV) {
+		struct lb4_backend *picked = lb4_maglev_select(key, svc, client_id, backend_id);
+
+		if (picked)
+			return picked;
 	}
 	for (attempt = 0; attempt < LB_SELECT_ATTEMPTS; attempt++) {
 		struct lb4_backend *backend;

@@ -146,7 +146,7 @@ lb4_pod_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const stru
 	}
 	if (!svc->count)
 		return lb4_pod_reject(skb, pkt);
-	akey.client_id = t->saddr;
+	akey.client_id = lb4_maglev_tc_client(svc, t->saddr, t->daddr, t->sport, t->dport, t->proto);
 	akey.rev_nat_id = svc->rev_nat_id;
 	backend = lb4_pick_backend(&skey, svc, &akey, &backend_id);
 	if (!backend)

@@ -257,6 +257,9 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 			akey.client_id = bpf_get_netns_cookie(ctx);
 			akey.rev_nat_id = svc.rev_nat_id;
 			akey.netns_cookie = 1;
+		} else if (svc.algorithm == LB_ALG_MAGLEV) {
+			/* h-maglev: no 5-tuple yet at connect; the socket is the flow. */
+			akey.client_id = lb_hash64(bpf_get_socket_cookie(ctx));
 		}
 		key.backend_slot = 0;
 		backend = lb4_pick_backend_copy(&key, &svc, &akey, &backend_id);

@@ -90,7 +90,7 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 		lb4_event_packet(LB_EVENT_DROP, LB_CNT_TC_NO_BACKEND, t, svc->rev_nat_id, skb->ingress_ifindex);
 		return TC_ACT_SHOT;
 	}
-	akey.client_id = t->saddr;
+	akey.client_id = lb4_maglev_tc_client(svc, t->saddr, t->daddr, t->sport, t->dport, t->proto);
 	akey.rev_nat_id = svc->rev_nat_id;
 	backend = lb4_pick_backend(&skey, svc, &akey, &backend_id);
 	if (!backend) {

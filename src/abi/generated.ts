@@ -7,6 +7,7 @@ import type { Codec, StructLayout, MapSpec } from './types';
 
 // ---- constants (native/sluice_abi.h) ----
 export const LB_ALG_LEAST_CONN = 4;
+export const LB_ALG_MAGLEV = 3;
 export const LB_ALG_RANDOM = 0;
 export const LB_ALG_ROUND_ROBIN = 1;
 export const LB_ALG_SOURCE_HASH = 2;
@@ -16,6 +17,8 @@ export const LB_CNT_LC_GC_RELEASED = 116;
 export const LB_CNT_LC_HELD = 114;
 export const LB_CNT_LC_RELEASED = 115;
 export const LB_CNT_LC_UNTRACKED = 117;
+export const LB_CNT_MAGLEV_FALLBACK = 119;
+export const LB_CNT_MAGLEV_PICKED = 118;
 export const LB_CNT_MAX = 128;
 export const LB_CNT_POD_OFFSET = 80;
 export const LB_CNT_POD_SNAT_EXHAUSTED = 123;
@@ -69,6 +72,7 @@ export const LB_LC_FLOW_HELD = 1;
 export const LB_LC_FLOW_RELEASED = 2;
 export const LB_LC_FLOW_REVIVING = 0;
 export const LB_LC_SCAN = 16;
+export const LB_MAGLEV_ROW = 8;
 export const LB_PROTO_TCP = 6;
 export const LB_PROTO_UDP = 17;
 export const LB_SCOPE_EXTERNAL = 0;
@@ -106,6 +110,7 @@ export const SLUICE_MAP_FRAG4 = "sluice_frag4";
 export const SLUICE_MAP_LC_COUNT4 = "sluice_lc_cnt4";
 export const SLUICE_MAP_LC_FLOW4 = "sluice_lc_flow4";
 export const SLUICE_MAP_LC_SOCK4 = "sluice_lc_sock4";
+export const SLUICE_MAP_MAGLEV4 = "sluice_maglev4";
 export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_RR4 = "sluice_rr4";
@@ -123,6 +128,7 @@ export const SLUICE_MAX_CT4 = 262144;
 export const SLUICE_MAX_FRAG4 = 8192;
 export const SLUICE_MAX_LC_COUNT4 = 262145;
 export const SLUICE_MAX_LC_FLOW4 = 131072;
+export const SLUICE_MAX_MAGLEV4 = 131072;
 export const SLUICE_MAX_NODEIP4 = 256;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
@@ -405,6 +411,30 @@ export function decodeLb4FragPorts(buf: Buffer, off = 0): Lb4FragPorts {
   };
 }
 export const lb4_frag_portsCodec: Codec<Lb4FragPorts> = { size: 4, encode: encodeLb4FragPorts, decode: decodeLb4FragPorts };
+
+/** struct lb4_maglev_key (8 bytes) */
+export interface Lb4MaglevKey {
+  rev_nat_id: number;
+  proto: number;
+  scope: number;
+}
+export const LB4_MAGLEV_KEY_SIZE = 8;
+export const lb4_maglev_keyLayout: StructLayout = {"name":"lb4_maglev_key","size":8,"fields":[{"name":"rev_nat_id","kind":"int","offset":0,"size":4,"bigEndian":false},{"name":"proto","kind":"int","offset":4,"size":1,"bigEndian":false},{"name":"scope","kind":"int","offset":5,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":6,"size":2}]};
+export function encodeLb4MaglevKey(v: Lb4MaglevKey, buf: Buffer = Buffer.alloc(8), off = 0): Buffer {
+  buf.fill(0, off, off + 8);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 0);
+  buf.writeUInt8(v.proto & 0xff, off + 4);
+  buf.writeUInt8(v.scope & 0xff, off + 5);
+  return buf;
+}
+export function decodeLb4MaglevKey(buf: Buffer, off = 0): Lb4MaglevKey {
+  return {
+    rev_nat_id: buf.readUInt32LE(off + 0),
+    proto: buf.readUInt8(off + 4),
+    scope: buf.readUInt8(off + 5),
+  };
+}
+export const lb4_maglev_keyCodec: Codec<Lb4MaglevKey> = { size: 8, encode: encodeLb4MaglevKey, decode: decodeLb4MaglevKey };
 
 /** struct lb4_reverse_nat (8 bytes) */
 export interface Lb4ReverseNat {
@@ -829,6 +859,36 @@ export function decodeLbLcSock(buf: Buffer, off = 0): LbLcSock {
 }
 export const lb_lc_sockCodec: Codec<LbLcSock> = { size: 8, encode: encodeLbLcSock, decode: decodeLbLcSock };
 
+/** struct lb_maglev_inner (40 bytes) */
+export interface LbMaglevInner {
+  type: Buffer;
+  map_flags: Buffer;
+  key_size: Buffer;
+  value_size: Buffer;
+  max_entries: Buffer;
+}
+export const LB_MAGLEV_INNER_SIZE = 40;
+export const lb_maglev_innerLayout: StructLayout = {"name":"lb_maglev_inner","size":40,"fields":[{"name":"type","kind":"bytes","offset":0,"size":8},{"name":"map_flags","kind":"bytes","offset":8,"size":8},{"name":"key_size","kind":"bytes","offset":16,"size":8},{"name":"value_size","kind":"bytes","offset":24,"size":8},{"name":"max_entries","kind":"bytes","offset":32,"size":8}]};
+export function encodeLbMaglevInner(v: LbMaglevInner, buf: Buffer = Buffer.alloc(40), off = 0): Buffer {
+  buf.fill(0, off, off + 40);
+  v.type.copy(buf, off + 0, 0, 8);
+  v.map_flags.copy(buf, off + 8, 0, 8);
+  v.key_size.copy(buf, off + 16, 0, 8);
+  v.value_size.copy(buf, off + 24, 0, 8);
+  v.max_entries.copy(buf, off + 32, 0, 8);
+  return buf;
+}
+export function decodeLbMaglevInner(buf: Buffer, off = 0): LbMaglevInner {
+  return {
+    type: Buffer.from(buf.subarray(off + 0, off + 0 + 8)),
+    map_flags: Buffer.from(buf.subarray(off + 8, off + 8 + 8)),
+    key_size: Buffer.from(buf.subarray(off + 16, off + 16 + 8)),
+    value_size: Buffer.from(buf.subarray(off + 24, off + 24 + 8)),
+    max_entries: Buffer.from(buf.subarray(off + 32, off + 32 + 8)),
+  };
+}
+export const lb_maglev_innerCodec: Codec<LbMaglevInner> = { size: 40, encode: encodeLbMaglevInner, decode: decodeLbMaglevInner };
+
 /** struct lb_sock_config (16 bytes) */
 export interface LbSockConfig {
   host_netns_cookie: bigint;
@@ -947,6 +1007,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_lc_cnt4: {"name":"sluice_lc_cnt4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":262145},
   sluice_lc_flow4: {"name":"sluice_lc_flow4","type":1,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb_lc_flow","valueSize":8,"maxEntries":131072,"flags":1},
   sluice_lc_sock4: {"name":"sluice_lc_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb_lc_sock","valueSize":8,"maxEntries":0},
+  sluice_maglev4: {"name":"sluice_maglev4","type":13,"keyType":"lb4_maglev_key","keySize":8,"maxEntries":131072,"flags":1},
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
   sluice_rr4: {"name":"sluice_rr4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":65536},

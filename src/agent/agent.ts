@@ -45,6 +45,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   if (migrated.length > 0) log.info({ migrated: summarize(migrated) }, 'pinned maps migrated to their new capacity or layout; programs switched in place');
   log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, socketLB: config.socketLB, hostNetns: config.hostNetns ?? 'own', ...links }, 'socket load balancer attached');
   const maps = openSockLbMaps(config.bpffs);
+  maps.maglevTableSize = config.maglevTableSize; // h-maglev
   const metrics = new AgentMetrics();
   const health = new ProxyHealth(2 * config.syncPeriodSeconds * 1000);
   let syncer: Syncer | undefined;

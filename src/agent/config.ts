@@ -10,6 +10,7 @@ import { parseSocketLbMode, type SocketLbMode } from '../datapath/sockConfig';
 import { parseDurationFlagMs } from './duration';
 import { fromKubeProxyConfiguration, isKubeProxyConfiguration, type IgnoredField } from './kubeProxyConfig';
 import { parseDefaultLbAlgorithm } from '../translate/algorithm';
+import { DEFAULT_MAGLEV_TABLE_SIZE, checkMaglevTableSize } from '../datapath/maglevTable';
 import type { LbAlgorithm } from '../model/frontend';
 
 export interface AgentConfig {
@@ -94,6 +95,8 @@ export interface AgentConfig {
    */
   lbAlgorithm: LbAlgorithm;
   // ---- end h-alg ----
+  /** h-maglev: Maglev table size M (a prime; docs/algorithms.md). */
+  maglevTableSize: number;
 }
 
 export function defaultConfig(): AgentConfig {
@@ -123,6 +126,7 @@ export function defaultConfig(): AgentConfig {
     driftRepairPeriodSeconds: 3600, // h-watch
     localhostNodePorts: true,
     lbAlgorithm: 'random', // h-alg
+    maglevTableSize: DEFAULT_MAGLEV_TABLE_SIZE, // h-maglev
   };
 }
 
@@ -166,6 +170,7 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   'iptables-min-sync-period': { field: 'minSyncPeriodMs', parse: (v) => durationFlag('iptables-min-sync-period', v, 1000) },
   master: { field: 'k8sApiServer', parse: String },
   'lb-algorithm': { field: 'lbAlgorithm', parse: (v) => parseDefaultLbAlgorithm(v, '--lb-algorithm') }, // h-alg
+  'maglev-table-size': { field: 'maglevTableSize', parse: (v) => checkMaglevTableSize(Number(v), '--maglev-table-size') }, // h-maglev
 };
 
 /** A duration flag: Go syntax (30s, 1m, 500ms) or, as before, a bare number of `bareUnitMs`. */
@@ -265,6 +270,7 @@ export function resolveConfigWithNotes(flags: Map<string, string>): { config: Ag
     ignored = read.ignored;
     config.socketLB = parseSocketLbMode(config.socketLB, `config file ${file}: socketLB`);
     config.lbAlgorithm = parseDefaultLbAlgorithm(String(config.lbAlgorithm), `config file ${file}: lbAlgorithm`); // h-alg
+    config.maglevTableSize = checkMaglevTableSize(Number(config.maglevTableSize), `config file ${file}: maglevTableSize`); // h-maglev
   }
   for (const [flag, value] of flags) {
     const spec = FLAGS[flag];

@@ -139,6 +139,15 @@ export class AgentMetrics {
   readonly servicesProgrammed = new Gauge({ name: 'sluice_services_programmed', help: 'Services with at least one frontend in the maps', registers: [this.registry] });
   readonly frontendsProgrammed = new Gauge({ name: 'sluice_frontends_programmed', help: 'Frontends (address, port, protocol, scope) in the maps', registers: [this.registry] });
   readonly backendsProgrammed = new Gauge({ name: 'sluice_backends_programmed', help: 'Backends in the maps', registers: [this.registry] });
+  // h-maglev: Maglev table builds and their kernel memory.
+  readonly maglevBuildDuration = new Histogram({
+    name: 'sluice_maglev_table_build_seconds',
+    help: 'Time to build and write one Maglev lookup table (permutation fill and the inner array write)',
+    buckets: exponentialBuckets(0.00005, 2, 14),
+    registers: [this.registry],
+  });
+  readonly maglevTables = new Gauge({ name: 'sluice_maglev_tables', help: 'Distinct Maglev tables in the data path (frontends with the same backends share one)', registers: [this.registry] });
+  readonly maglevTableBytes = new Gauge({ name: 'sluice_maglev_table_bytes', help: 'Kernel memory of the Maglev tables (memlock of each inner array and of the outer map)', registers: [this.registry] });
   readonly mapEntries = new Gauge({ name: 'sluice_map_entries', help: 'Entries in each pinned map', labelNames: ['map'], registers: [this.registry] });
   readonly mapMaxEntries = new Gauge({ name: 'sluice_map_max_entries', help: 'Capacity of each pinned map', labelNames: ['map'], registers: [this.registry] });
   readonly idsInUse = new Gauge({ name: 'sluice_ids_in_use', help: 'Backend and rev-NAT ids the agent holds (leak check: 0 when no Service is left)', labelNames: ['kind'], registers: [this.registry] });

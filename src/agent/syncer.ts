@@ -650,6 +650,13 @@ export class Syncer {
     this.metrics.servicesProgrammed.set(this.desired.size);
     this.metrics.frontendsProgrammed.set(this.programmer.frontendCount());
     this.metrics.backendsProgrammed.set(this.programmer.backendCount());
+    const maglev = this.programmer.maglevTables(); // h-maglev
+    if (maglev) {
+      for (const seconds of maglev.takeBuildSeconds()) this.metrics.maglevBuildDuration.observe(seconds);
+      const st = maglev.stats();
+      this.metrics.maglevTables.set(st.tables);
+      this.metrics.maglevTableBytes.set(st.bytes);
+    }
   }
 
   programmed(): LbProgrammer {

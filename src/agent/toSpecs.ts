@@ -40,6 +40,7 @@ export const ALGORITHM_CODE: Record<Frontend['algorithm'], number> = {
   'round-robin': abi.LB_ALG_ROUND_ROBIN,
   'source-hash': abi.LB_ALG_SOURCE_HASH,
   'least-connection': abi.LB_ALG_LEAST_CONN,
+  maglev: abi.LB_ALG_MAGLEV, // h-maglev
 };
 
 /** "namespace/name" and the port name, for the names map the CLI reads. */

@@ -166,6 +166,16 @@ export interface LibbpfFunctions {
   bpf_prog_test_run_opts(progFd: number, opts: TestRunOpts): number;
 
   bpf_iter_create(linkFd: number): number;
+  // BTF built in user space (h-maglev: typing the Maglev inner tables the agent creates).
+  btf__new_empty(): Handle | null;
+  btf__add_int(btf: Handle, name: string, byteSize: number, encoding: number): number;
+  btf__add_typedef(btf: Handle, name: string, refTypeId: number): number;
+  btf__add_array(btf: Handle, indexTypeId: number, elemTypeId: number, nrElems: number): number;
+  btf__add_struct(btf: Handle, name: string, byteSize: number): number;
+  btf__add_field(btf: Handle, name: string, typeId: number, bitOffset: number, bitSize: number): number;
+  btf__load_into_kernel(btf: Handle): number;
+  btf__fd(btf: Handle): number;
+  btf__free(btf: Handle): void;
   // Ring buffers (src/bpf/ringBuffer.ts): sampleFn is a koffi-registered ring_buffer_sample_fn.
   ring_buffer__new(mapFd: number, sampleFn: unknown, ctx: null, opts: null): Handle | null;
   ring_buffer__consume(rb: Handle): number;
@@ -227,6 +237,7 @@ function load(): LibbpfFunctions {
   koffi.opaque('bpf_map');
   koffi.opaque('bpf_program');
   koffi.opaque('ring_buffer');
+  koffi.opaque('btf');
   koffi.proto('int ring_buffer_sample_fn(void *ctx, void *data, size_t size)');
   const batchOpts = koffi.struct('bpf_map_batch_opts', { sz: 'size_t', elem_flags: 'uint64_t', flags: 'uint64_t' });
   const linkUpdateOpts = koffi.struct('bpf_link_update_opts', { sz: 'size_t', flags: 'uint32_t', old_prog_fd: 'uint32_t' });
@@ -315,6 +326,15 @@ function load(): LibbpfFunctions {
     'int bpf_prog_test_run_opts(int prog_fd, _Inout_ bpf_test_run_opts *opts)',
 
     'int bpf_iter_create(int link_fd)',
+    'btf *btf__new_empty(void)',
+    'int btf__add_int(btf *btf, const char *name, size_t byte_sz, int encoding)',
+    'int btf__add_typedef(btf *btf, const char *name, int ref_type_id)',
+    'int btf__add_array(btf *btf, int index_type_id, int elem_type_id, uint32_t nr_elems)',
+    'int btf__add_struct(btf *btf, const char *name, uint32_t sz)',
+    'int btf__add_field(btf *btf, const char *name, int field_type_id, uint32_t bit_offset, uint32_t bit_size)',
+    'int btf__load_into_kernel(btf *btf)',
+    'int btf__fd(const btf *btf)',
+    'void btf__free(btf *btf)',
     'ring_buffer *ring_buffer__new(int map_fd, ring_buffer_sample_fn *sample_cb, void *ctx, void *opts)',
     'int ring_buffer__consume(ring_buffer *rb)',
     'void ring_buffer__free(ring_buffer *rb)',

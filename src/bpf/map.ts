@@ -70,6 +70,8 @@ export interface CreateMapOptions {
   flags?: number;
   /** Map-in-map types: a map whose shape the inner maps must have. */
   innerMapFd?: number;
+  /** BTF types of key and value (bpftool then prints named fields). */
+  btf?: { fd: number; keyTypeId: number; valueTypeId: number };
 }
 
 export interface BatchLookupResult {
@@ -136,10 +138,16 @@ export class BpfMap {
   /** Creates a map that belongs to no object (bpf_map_create): for tests, benchmarks, scratch maps. */
   static create(opts: CreateMapOptions): BpfMap {
     let createOpts: Buffer | null = null;
-    if (opts.flags || opts.innerMapFd !== undefined) {
-      // struct bpf_map_create_opts (48 bytes): sz at 0, inner_map_fd at 24, map_flags at 28.
+    if (opts.flags || opts.innerMapFd !== undefined || opts.btf) {
+      // struct bpf_map_create_opts (48 bytes): sz at 0, btf_fd/key/value type
+      // ids at 8/12/16, inner_map_fd at 24, map_flags at 28.
       createOpts = Buffer.alloc(48);
       createOpts.writeBigUInt64LE(48n, 0);
+      if (opts.btf) {
+        createOpts.writeUInt32LE(opts.btf.fd, 8);
+        createOpts.writeUInt32LE(opts.btf.keyTypeId, 12);
+        createOpts.writeUInt32LE(opts.btf.valueTypeId, 16);
+      }
       createOpts.writeUInt32LE(opts.innerMapFd ?? 0, 24);
       createOpts.writeUInt32LE(opts.flags ?? 0, 28);
     }

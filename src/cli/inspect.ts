@@ -37,6 +37,7 @@ export const ALGORITHMS: Record<number, string> = {
   [abi.LB_ALG_ROUND_ROBIN]: 'round-robin',
   [abi.LB_ALG_SOURCE_HASH]: 'source-hash',
   [abi.LB_ALG_LEAST_CONN]: 'least-connection',
+  [abi.LB_ALG_MAGLEV]: 'maglev', // h-maglev
 };
 
 export interface ServiceView {

@@ -39,6 +39,9 @@ const SOCKET: Row[] = [
   [abi.LB_CNT_LC_HELD, 'lc_count_held', 'original'],
   [abi.LB_CNT_LC_RELEASED, 'lc_count_released', 'none'],
   [abi.LB_CNT_LC_UNTRACKED, 'lc_untracked', 'original'],
+  // Maglev (issue 15): counted by every path's selection (one shared index each).
+  [abi.LB_CNT_MAGLEV_PICKED, 'maglev_picked', 'original'],
+  [abi.LB_CNT_MAGLEV_FALLBACK, 'maglev_fallback', 'original'],
 ];
 
 /** Counted by the north-south path only: fragments, PMTU, multi-homed nodes. */

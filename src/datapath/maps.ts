@@ -26,6 +26,10 @@ export interface SockLbMaps {
   agent?: TypedMap<number, abi.SluiceAgentStatus>;
   /** Which Service owns each frontend (the CLI's view); absent in pins made by an older Sluice. */
   serviceNames?: ServiceNameMap;
+  /** h-maglev: frontend -> Maglev table (HASH_OF_MAPS); absent in pins made by an older Sluice. */
+  maglev?: BpfMap;
+  /** h-maglev: M for tables built from now on (the agent sets it from its config). */
+  maglevTableSize?: number;
   close(): void;
 }
 
@@ -62,6 +66,7 @@ export function openSockLbMaps(bpffs: string): SockLbMaps {
       serviceNames: fs.existsSync(mapPinPath(bpffs, abi.SLUICE_MAP_SVC_NAMES))
         ? new TypedMap(open(abi.SLUICE_MAP_SVC_NAMES), abi.lb_svc_name_keyCodec, abi.lb_svc_nameCodec)
         : undefined,
+      maglev: fs.existsSync(mapPinPath(bpffs, abi.SLUICE_MAP_MAGLEV4)) ? open(abi.SLUICE_MAP_MAGLEV4) : undefined,
       close: () => opened.forEach((m) => m.close()),
     };
     return maps;

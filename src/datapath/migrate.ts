@@ -75,6 +75,15 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // sockets from user space: its layout must only ever grow compatibly.
   [abi.SLUICE_MAP_SOCK4]: { kind: 'drop', reason: 'per-socket state cannot be copied from user space: existing sockets lose their reverse translation (keep lb4_sock_state compatible instead)' },
   [abi.SLUICE_MAP_SOCKTERM4]: { kind: 'rebuild' },
+  // least-connection: the active counts and the flows holding them must
+  // survive, or counts drift; a socket's note of its count lives with the socket.
+  [abi.SLUICE_MAP_LC_COUNT4]: { kind: 'carry' },
+  [abi.SLUICE_MAP_LC_FLOW4]: { kind: 'carry' },
+  [abi.SLUICE_MAP_LC_SOCK4]: { kind: 'drop', reason: 'per-socket state cannot be copied from user space: sockets open across the swap keep their counts held until the counts map is re-read (keep lb_lc_sock compatible instead)' },
+  // Maglev: the outer map holds inner-map references that user space cannot
+  // copy between map families; tables are rebuilt when the frontend's
+  // backends next change, random slots meanwhile (counted as maglev_fallback).
+  [abi.SLUICE_MAP_MAGLEV4]: { kind: 'rebuild' },
 };
 
 /** Unlisted maps: copied when the layout allows it, else empty (logged). */

@@ -12,6 +12,7 @@ import { IdAllocator } from './ids';
 import { ServiceEntryBatch } from './serviceBatch';
 import { readSourceRanges, syncSourceRanges } from './tc/sourceRanges';
 import { ServiceNameWriter, type ServiceName } from './serviceNames';
+import { MaglevTables } from './maglev';
 
 export type ScopeName = 'external' | 'internal';
 
@@ -88,6 +89,8 @@ export interface RepairReport {
   backends: number;
   /** Affinity entries naming a rev-NAT id or a backend that is gone, or a backend not of that frontend. */
   affinity: number;
+  /** h-maglev: Maglev tables no maglev frontend owns. */
+  maglevTables?: number;
 }
 
 export function frontendId(f: { address: string; port: number; proto: string; scope: ScopeName }): string {
@@ -147,6 +150,7 @@ export class LbProgrammer {
   /** Found by adopt(), removed by adoptAndRepair(): never visible to the data path. */
   private readonly leftovers = { slots: [] as abi.Lb4ServiceKey[], slotsBeyondCount: 0, revNatIds: [] as number[] };
   private names?: ServiceNameWriter;
+  private maglev?: MaglevTables;
 
   private constructor(private readonly maps: SockLbMaps) {
     this.backendIds = new IdAllocator('backend');
@@ -244,11 +248,12 @@ export class LbProgrammer {
       if (!members.get(k.rev_nat_id)?.has(v.backend_id)) staleAffinity.push(k);
     }
     maps.affinity.deleteMany(staleAffinity);
+    const maglevTables = p.maglevTables()?.adopt(p.programmedFrontends().filter((f) => f.algorithm === abi.LB_ALG_MAGLEV)); // h-maglev
     p.leftovers.slots = [];
     p.leftovers.revNatIds = [];
     return {
       programmer: p,
-      repaired: { orphanSlots: slots.length - slotsBeyondCount, slotsBeyondCount, revNats: revNatIds.length, backends, affinity: staleAffinity.length },
+      repaired: { orphanSlots: slots.length - slotsBeyondCount, slotsBeyondCount, revNats: revNatIds.length, backends, affinity: staleAffinity.length, ...(maglevTables ? { maglevTables } : {}) },
     };
   }
 
@@ -339,6 +344,7 @@ export class LbProgrammer {
         result.frontendsDeleted++;
       }
     }
+    this.maglev?.flushRemovals();
     result.deletedBackendIds = this.collectGarbage();
     result.backendsDeleted = result.deletedBackendIds.length;
     this.recordServiceNames(wanted.values());
@@ -349,6 +355,7 @@ export class LbProgrammer {
   removeFrontend(id: string): { frontends: number; deletedBackendIds: number[] } {
     if (!this.frontends.has(id)) return { frontends: 0, deletedBackendIds: [] };
     this.deleteFrontend(id);
+    this.maglev?.flushRemovals();
     return { frontends: 1, deletedBackendIds: this.collectGarbage() };
   }
 
@@ -362,6 +369,7 @@ export class LbProgrammer {
         frontends++;
       }
     }
+    this.maglev?.flushRemovals();
     return { frontends, deletedBackendIds: this.collectGarbage() };
   }
 
@@ -430,6 +438,13 @@ export class LbProgrammer {
     for (const [k, id] of newRevNats) this.revNats.set(k, id);
     result.backendsWritten += backendWrites.length;
 
+    // 1b. Maglev tables of frontends that use it (before the master that
+    // turns the algorithm on; unchanged backend sets are not rebuilt).
+    for (const f of frontends) {
+      if (algorithmOf(f) === abi.LB_ALG_MAGLEV) this.syncMaglev(f, this.revNats.get(revNatKeyOf(f))!, idsFor.get(f)!);
+    }
+    this.maglev?.flush();
+
     // 2. slots, 3. masters, 4. shrink: slots beyond the new count.
     const slotWrites = new ServiceEntryBatch(frontends.length * 4);
     const masterWrites = new ServiceEntryBatch(frontends.length);
@@ -486,6 +501,10 @@ export class LbProgrammer {
     }
     this.maps.services.deleteMany(slotDeletes);
     for (const u of updates) {
+      if (u.algorithm !== abi.LB_ALG_MAGLEV && this.frontends.get(u.id)?.algorithm === abi.LB_ALG_MAGLEV) this.maglevTables()?.remove(u);
+    }
+    this.maglev?.flushRemovals();
+    for (const u of updates) {
       const before = this.frontends.get(u.id)?.sourceRanges ?? [];
       if (rangeMap && u.sourceRanges.length === 0 && before.length > 0) syncSourceRanges(rangeMap, u.revNatId, []);
     }
@@ -511,6 +530,7 @@ export class LbProgrammer {
     const slots: abi.Lb4ServiceKey[] = [];
     for (let slot = 1; slot <= cur.backendIds.length; slot++) slots.push(serviceKeyOf(cur, slot));
     this.maps.services.deleteMany(slots);
+    if (cur.algorithm === abi.LB_ALG_MAGLEV) this.maglevTables()?.remove(cur); // deleted by flushRemovals() below the callers
     for (const b of cur.backendIds) this.ref(b, -1);
     this.forgetAffinity(cur, cur.backendIds);
     this.frontends.delete(id);
@@ -542,6 +562,18 @@ export class LbProgrammer {
   private forgetServiceName(f: ProgrammedFrontend): void {
     const other = frontendId({ ...f, scope: f.scope === 'internal' ? 'external' : 'internal' });
     if (!this.frontends.has(other)) this.serviceNameWriter()?.forget(f.revNatId, f.proto);
+  }
+
+  /** h-maglev: the Maglev tables (undefined on pins without the map). */
+  maglevTables(): MaglevTables | undefined {
+    if (!this.maglev && this.maps.maglev) this.maglev = new MaglevTables(this.maps.maglev, this.maps.maglevTableSize);
+    return this.maglev;
+  }
+
+  private syncMaglev(f: FrontendSpec, revNatId: number, ids: number[]): void {
+    const tables = this.maglevTables();
+    if (!tables) throw new Error(`${frontendId(f)}: maglev needs the ${abi.SLUICE_MAP_MAGLEV4} map (pins from an older Sluice: restart with fresh pins)`);
+    tables.queue({ revNatId, proto: f.proto, scope: f.scope }, f.backends.map((b, i) => ({ id: ids[i]!, address: b.address, port: b.port })));
   }
 
   private serviceNameWriter(): ServiceNameWriter | undefined {

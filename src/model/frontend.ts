@@ -7,7 +7,7 @@ export type FrontendKind = 'ClusterIP' | 'NodePort' | 'ExternalIP' | 'LoadBalanc
 export type Scope = 'external' | 'internal';
 export type IPFamily = 'IPv4' | 'IPv6';
 /** Backend selection (src/translate/algorithm.ts; sessionAffinity ClientIP wins over it). */
-export type LbAlgorithm = 'random' | 'round-robin' | 'source-hash' | 'least-connection';
+export type LbAlgorithm = 'random' | 'round-robin' | 'source-hash' | 'least-connection' | 'maglev';
 
 export interface Backend {
   /** Pod IP in canonical text form (dotted IPv4, RFC 5952 IPv6). */

@@ -19,12 +19,12 @@ const ACCEPTED: Record<string, LbAlgorithm> = {
   sh: 'source-hash',
   'least-connection': 'least-connection',
   lc: 'least-connection',
+  maglev: 'maglev',
+  mh: 'maglev',
 };
 
 /** IPVS schedulers that are refused, and why (kept in docs/algorithms.md too). */
 const NOT_IMPLEMENTED: Record<string, string> = {
-  maglev: 'maglev is not implemented yet',
-  mh: 'maglev hashing is not implemented yet',
   wrr: 'weighted schedulers need endpoint weights, which Kubernetes does not have',
   wlc: 'weighted schedulers need endpoint weights, which Kubernetes does not have',
   sed: 'shortest expected delay weighs connection counts by endpoint weights, which Kubernetes does not have (without weights it is least-connection: use lc)',
@@ -42,7 +42,7 @@ export function parseLbAlgorithm(value: string): AlgorithmParse {
   const algorithm = ACCEPTED[name];
   if (algorithm) return { algorithm };
   const why = NOT_IMPLEMENTED[name];
-  const known = 'random, round-robin (rr), source-hash (sh), least-connection (lc)';
+  const known = 'random, round-robin (rr), source-hash (sh), least-connection (lc), maglev (mh)';
   return { error: why ? `${JSON.stringify(value)} refused: ${why}; use ${known}` : `${JSON.stringify(value)} is not a known algorithm; use ${known}` };
 }
 

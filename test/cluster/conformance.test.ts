@@ -66,6 +66,11 @@ const SCENARIOS: Record<string, string> = {
   'td-same-node': 'trafficDistribution PreferSameNode',
   morph: 'type ClusterIP > NodePort > LoadBalancer > ClusterIP',
   kubernetes: 'default/kubernetes',
+  // h-maglev: the algorithm annotation must not change any backend set.
+  'alg-maglev': 'annotated maglev (NodePort)',
+  'alg-mh-lb': 'annotated mh (IPVS name; LoadBalancer-less NodePort + ExternalIP)',
+  'alg-rr': 'annotated round-robin (ClusterIP)',
+  'alg-sh': 'annotated source-hash (NodePort eTP Local)',
 };
 
 interface PhaseResult { phase: string; mode: KubeProxyMode; rows: ConformanceRow[] }
@@ -354,6 +359,13 @@ async function createScenarios(c: Cluster): Promise<void> {
   await svc(c, 'td-same-node', { trafficDistribution: 'PreferSameNode', selector: web, ports: [http(80)] })
     .catch((err: Error) => { console.error(`td-same-node not created: ${err.message}`); });
   await svc(c, 'morph', { selector: web, ports: [http(80)] });
+  // h-maglev: annotated Services (sluice.io/lb-algorithm); kube-proxy ignores the annotation.
+  const annotated = (name: string, algorithm: string, spec: V1Service['spec']) =>
+    c.core.createNamespacedService({ namespace: NS, body: { metadata: { name, annotations: { 'sluice.io/lb-algorithm': algorithm } }, spec } });
+  await annotated('alg-maglev', 'maglev', { type: 'NodePort', selector: web, ports: [http(8086)] });
+  await annotated('alg-mh-lb', 'mh', { type: 'NodePort', externalIPs: [EXT_IP_CLUSTER], selector: web, ports: [http(8087)] });
+  await annotated('alg-rr', 'rr', { selector: web, ports: [http(8088)] });
+  await annotated('alg-sh', 'sh', { type: 'NodePort', externalTrafficPolicy: 'Local', selector: web, ports: [http(8089)] });
 
   // Selector-less: an Endpoints object the mirroring controller turns into a slice.
   await svc(c, 'selectorless-endpoints', { ports: [{ name: 'http', port: 80, targetPort: 8080 as never, protocol: 'TCP' }] });

@@ -302,7 +302,7 @@ test('the sluice.io/lb-algorithm annotation changes the algorithm live without f
   for (const r of await connect(vip, 80, 40)) counts.set(r.backend ?? r.error ?? '?', (counts.get(r.backend ?? r.error ?? '?') ?? 0) + 1);
   for (const b of BACKENDS) assert.ok(Math.abs((counts.get(`${b}:8080`) ?? 0) - 10) <= 1, `round-robin: ${JSON.stringify([...counts])}`);
 
-  // From here a client connects in a loop while the algorithm changes twice.
+  // From here a client connects in a loop while the algorithm changes three times.
   const loop = sb.runInCgroup(['node', labScript('lbClient'), 'loop', vip, '80', '5000']);
   await new Promise((r) => setTimeout(r, 500));
 
@@ -310,12 +310,18 @@ test('the sluice.io/lb-algorithm annotation changes the algorithm live without f
   await waitFor('source-hash programmed', () => algorithmOf() === 'source-hash');
   assert.equal(new Set((await connect(vip, 80, 20)).map((r) => r.backend ?? r.error)).size, 1, 'source-hash: one client, one backend');
 
-  annotate('maglev');
-  const line = await agent.waitForLog(/Service default\/algo: annotation sluice.io\/lb-algorithm: "maglev" refused/);
+  annotate('maglev'); // h-maglev: accepted now, switched live like the others
+  await waitFor('maglev programmed', () => algorithmOf() === 'maglev');
+  assert.ok(new Set((await connect(vip, 80, 40)).map((r) => r.backend ?? r.error)).size >= 2, 'maglev on the socket path: new sockets spread');
+
+  annotate('wrr');
+  const line = await agent.waitForLog(/Service default\/algo: annotation sluice.io\/lb-algorithm: "wrr" refused/);
   assert.equal(line.reason, 'unknown_lb_algorithm');
   await waitFor('the default again', () => algorithmOf() === 'random');
   const metrics = await (await fetch(`http://${addresses(agent.find(/serving \/healthz/)!).metrics}/metrics`)).text();
   assert.match(metrics, /sluice_errors_total\{reason="unknown_lb_algorithm"\} [1-9]/);
+  assert.match(metrics, /sluice_maglev_table_build_seconds_count [1-9]/, 'the maglev table build was observed'); // h-maglev
+  assert.match(metrics, /sluice_maglev_tables 0\n/, 'the table went with the switch away from maglev');
 
   const { ok, errors } = JSON.parse(await loop) as { ok: number; errors: Record<string, number> };
   assert.deepEqual(errors, {}, `connections failed while the algorithm changed: ${JSON.stringify(errors)}`);

@@ -23,15 +23,17 @@ test('algorithm names: ours and the IPVS schedulers we implement', () => {
     ['source-hash', 'source-hash'],
     ['lc', 'least-connection'],
     ['Least-Connection', 'least-connection'],
+    ['maglev', 'maglev'],
+    ['MH', 'maglev'],
   ];
   for (const [input, want] of table) assert.deepEqual(parseLbAlgorithm(input), { algorithm: want }, input);
 });
 
 test('IPVS schedulers not implemented are refused, each with a reason', () => {
-  for (const name of ['maglev', 'wrr', 'wlc', 'sed', 'nq', 'dh', 'lblc']) {
+  for (const name of ['wrr', 'wlc', 'sed', 'nq', 'dh', 'lblc']) {
     const r = parseLbAlgorithm(name);
     assert.ok('error' in r, `${name} must be refused`);
-    assert.match(r.error, new RegExp(`^"${name}" refused: .+; use random, round-robin \\(rr\\), source-hash \\(sh\\), least-connection \\(lc\\)$`));
+    assert.match(r.error, new RegExp(`^"${name}" refused: .+; use random, round-robin \\(rr\\), source-hash \\(sh\\), least-connection \\(lc\\), maglev \\(mh\\)$`));
   }
   const unknown = parseLbAlgorithm('fastest');
   assert.ok('error' in unknown);
@@ -60,7 +62,7 @@ test('translate: no annotation takes the agent default; random when none is give
 });
 
 test('translate: an unknown or refused annotation is a named problem and the Service keeps the default', () => {
-  for (const value of ['wlc', 'maglev', 'bogus']) {
+  for (const value of ['wlc', 'wrr', 'bogus']) {
     const t = translateService(annotated(value), SLICES, NODE, { maxEndpointsPerService: 0, defaultLbAlgorithm: 'round-robin' });
     assert.deepEqual(t.frontends.map((f) => f.algorithm), ['round-robin', 'round-robin'], value);
     assert.equal(t.problems.length, 1, value);

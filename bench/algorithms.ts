@@ -1,0 +1,212 @@
+// Load-balancing algorithms in `make bench` (issue 15):
+//
+// * Maglev table build time (1 Service x 1 000 backends; 10 000 Services x
+//   10 backends, each a distinct backend set so nothing is shared) and the
+//   kernel memory of 10 000 tables at the default M, plus the other
+//   candidate sizes (the numbers that chose the default; docs/algorithms.md).
+//   Built by the agent's writer (src/datapath/maglev.ts) into a scratch
+//   HASH_OF_MAPS of our own: no data path, no traffic.
+// * Socket connect latency per algorithm at the bench's largest data-path
+//   scale: the bench's socket-LB maps are re-marked with each algorithm in
+//   turn (and Maglev tables written), and connect rounds alternate with
+//   direct. ALGORITHM_ROWS is the list: a new algorithm is one row.
+import * as abi from '../src/abi/generated';
+import { BpfMap } from '../src/bpf/map';
+import { MapType } from '../src/bpf/constants';
+import { MaglevTables } from '../src/datapath/maglev';
+import { DEFAULT_MAGLEV_TABLE_SIZE } from '../src/datapath/maglevTable';
+import { openSockLbMaps } from '../src/datapath/maps';
+import { numberToIp4, protoName } from '../src/datapath/addr';
+import { median } from './stats';
+
+/** NodePortResult.maglev (bench/nodeport.ts). */
+export interface NodePortMaglev {
+  rounds: number;
+  rrPerS: number;
+  failed: number;
+  vsRandom: number;
+  switchS: number;
+}
+
+export interface AlgorithmRow {
+  name: string;
+  code: number;
+}
+
+/** The algorithms measured per row; append new ones here. */
+export const ALGORITHM_ROWS: AlgorithmRow[] = [
+  { name: 'random', code: abi.LB_ALG_RANDOM },
+  { name: 'round-robin', code: abi.LB_ALG_ROUND_ROBIN },
+  { name: 'source-hash', code: abi.LB_ALG_SOURCE_HASH },
+  { name: 'least-connection', code: abi.LB_ALG_LEAST_CONN },
+  { name: 'maglev', code: abi.LB_ALG_MAGLEV },
+];
+
+export interface MaglevBuildResult {
+  m: number;
+  /** ms per table, 1 Service x 1 000 backends (median of 5). */
+  oneByThousandMs: number;
+  /** 10 000 Services x 10 backends: total seconds and kernel bytes at M. */
+  services: number;
+  manyTotalS: number;
+  manyBytes: number;
+  /** Kernel bytes per table at other sizes (measured on `sampleTables` tables, per table). */
+  bytesPerTableBySize: Record<string, number>;
+  sampleTables: number;
+}
+
+export interface AlgorithmConnectRow {
+  algorithm: string;
+  rounds: number;
+  /** Median over rounds of (Sluice p50 / direct p50), each pair measured back to back. */
+  p50Ratio: number;
+  sluiceP50Us: number;
+  directP50Us: number;
+  failed: number;
+}
+
+export interface AlgorithmBenchResult {
+  maglev?: MaglevBuildResult;
+  connect: AlgorithmConnectRow[];
+  /** Services of the connect rows (the bench's largest data-path scale). */
+  connectServices?: number;
+  /** Seconds the algorithm part added to the run. */
+  addedS: number;
+  notes: string[];
+}
+
+function scratchOuter(): BpfMap {
+  const inner = BpfMap.create({ type: MapType.ARRAY, name: 'sl_bench_mg_in', keySize: 4, valueSize: abi.LB_MAGLEV_ROW * 4, maxEntries: 1, flags: 1 << 12 });
+  try {
+    return BpfMap.create({ type: MapType.HASH_OF_MAPS, name: 'sl_bench_mg', keySize: 8, valueSize: 4, maxEntries: abi.SLUICE_MAX_MAGLEV4, flags: 1, innerMapFd: inner.fd });
+  } finally {
+    inner.close();
+  }
+}
+
+const backendsFor = (service: number, n: number, base = 0) =>
+  Array.from({ length: n }, (_, i) => ({ id: base + i + 1, address: `10.${64 + (service >> 16)}.${(service >> 8) & 255}.${service & 255}`, port: 1024 + i }));
+
+/** Build `count` tables of distinct backend sets at size m; seconds and kernel bytes. */
+function buildMany(m: number, count: number, perService: number): { seconds: number; bytes: number } {
+  const outer = scratchOuter();
+  const tables = new MaglevTables(outer, m);
+  try {
+    const t0 = process.hrtime.bigint();
+    // As the agent writes them: queued per apply batch, flushed per batch.
+    for (let s = 0; s < count; s++) {
+      tables.queue({ revNatId: s + 1, proto: 'tcp', scope: 'external' }, backendsFor(s, perService, s * perService));
+      if (s % 1000 === 999) tables.flush();
+    }
+    tables.flush();
+    const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+    return { seconds, bytes: tables.stats().bytes };
+  } finally {
+    tables.close();
+    outer.close(); // the kernel frees every inner table with it
+  }
+}
+
+export function measureMaglevBuild(services: number, log: (m: string) => void): MaglevBuildResult {
+  const m = DEFAULT_MAGLEV_TABLE_SIZE;
+  const one: number[] = [];
+  for (let r = 0; r < 5; r++) one.push(buildMany(m, 1, 1000).seconds * 1000);
+  const many = buildMany(m, services, 10);
+  const sampleTables = Math.min(1000, services);
+  const bytesPerTableBySize: Record<string, number> = {};
+  for (const size of [1021, 4093, 16381]) bytesPerTableBySize[size] = buildMany(size, sampleTables, 10).bytes / sampleTables;
+  log(`maglev: M=${m}: 1x1000 backends ${median(one).toFixed(2)} ms; ${services}x10 in ${many.seconds.toFixed(2)} s, ${(many.bytes / 2 ** 20).toFixed(1)} MiB`);
+  return { m, oneByThousandMs: median(one), services, manyTotalS: many.seconds, manyBytes: many.bytes, bytesPerTableBySize, sampleTables };
+}
+
+/**
+ * Re-mark every master entry of the bench's socket-LB maps with `code`; for
+ * Maglev first write each frontend's table (make-before-break, as the agent).
+ */
+export function markAlgorithm(bpffs: string, code: number): void {
+  const maps = openSockLbMaps(bpffs);
+  try {
+    const all = maps.services.readAll();
+    const slots = new Map<string, number[]>();
+    const fkey = (k: abi.Lb4ServiceKey) => `${k.address}:${k.port}:${k.proto}:${k.scope}`;
+    for (const [k, v] of all) {
+      if (k.backend_slot === 0) continue;
+      let s = slots.get(fkey(k));
+      if (!s) slots.set(fkey(k), (s = []));
+      s[k.backend_slot - 1] = v.backend_id;
+    }
+    const masters = all.filter(([k]) => k.backend_slot === 0);
+    if (code === abi.LB_ALG_MAGLEV) {
+      if (!maps.maglev) throw new Error(`${bpffs}: no ${abi.SLUICE_MAP_MAGLEV4} pinned`);
+      const tables = new MaglevTables(maps.maglev);
+      for (const [k, v] of masters) {
+        const backends = (slots.get(fkey(k)) ?? []).map((id) => {
+          const b = maps.backends.get(id)!;
+          return { id, address: numberToIp4(b.address), port: b.port };
+        });
+        tables.queue({ revNatId: v.rev_nat_id, proto: protoName(k.proto), scope: k.scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' }, backends);
+      }
+      tables.flush();
+      tables.close();
+    }
+    maps.services.setMany(masters.map(([k, v]) => [k, { ...v, algorithm: code }]));
+  } finally {
+    maps.close();
+  }
+}
+
+const mib = (b: number) => (b / 2 ** 20).toFixed(1);
+
+/** PASS/FAIL rows for the report's target table. */
+export function algorithmTargets(a: AlgorithmBenchResult | undefined, np?: NodePortMaglev): Array<{ target: string; verdict: 'PASS' | 'FAIL' | 'n/a'; detail: string }> {
+  const out: Array<{ target: string; verdict: 'PASS' | 'FAIL' | 'n/a'; detail: string }> = [];
+  if (np) {
+    out.push({
+      target: 'NodePort TCP requests/s, Maglev vs random on the same Sluice node (informational)',
+      verdict: 'n/a',
+      detail: `${np.vsRandom.toFixed(3)}x (maglev ${np.rrPerS.toFixed(0)} req/s over ${np.rounds} rounds${np.failed ? `, ${np.failed} failed` : ''}; switched every Service in ${np.switchS.toFixed(1)} s)`,
+    });
+  }
+  if (!a) return out;
+  const rows = a.connect;
+  const missing = ALGORITHM_ROWS.filter((r) => !rows.some((x) => x.algorithm === r.name)).map((r) => r.name);
+  out.push({
+    target: `Socket LB: every algorithm's ClusterIP TCP connect p50 within 1.05x direct${a.connectServices ? ` at ${a.connectServices} Services` : ''}`,
+    verdict: rows.length === 0 ? 'n/a' : rows.every((r) => r.p50Ratio <= 1.05 && r.failed === 0) && missing.length === 0 ? 'PASS' : 'FAIL',
+    detail: rows.map((r) => `${r.algorithm} ${r.p50Ratio.toFixed(3)}x${r.failed ? ` (${r.failed} failed)` : ''}`).join(', ') + (missing.length ? `; not measured: ${missing.join(', ')}` : '') || a.notes.join('; '),
+  });
+  if (a.maglev) {
+    const g = a.maglev;
+    out.push({
+      target: `Maglev map memory at ${g.services} Services x 10 backends, default M=${g.m} (informational: the number that chose M)`,
+      verdict: 'n/a',
+      detail: `${mib(g.manyBytes)} MiB; per table: ${Object.entries(g.bytesPerTableBySize).map(([m, b]) => `M=${m} ${(b / 1024).toFixed(1)} KiB (x${g.services} = ${mib(b * g.services)} MiB)`).join(', ')}`,
+    });
+  }
+  return out;
+}
+
+export function algorithmMarkdown(a: AlgorithmBenchResult | undefined): string[] {
+  if (!a) return [];
+  const lines = ['## Load-balancing algorithms (issue 15)', ''];
+  if (a.maglev) {
+    const g = a.maglev;
+    lines.push(`Maglev, default M = ${g.m} (agent writer into a scratch map; kernel memory = memlock of each inner array):`, '');
+    lines.push('| measurement | value |', '|---|---|');
+    lines.push(`| table build, 1 Service x 1 000 backends | ${g.oneByThousandMs.toFixed(2)} ms |`);
+    lines.push(`| table build, ${g.services} Services x 10 backends (distinct sets) | ${g.manyTotalS.toFixed(2)} s (${((g.manyTotalS * 1e6) / g.services).toFixed(0)} µs per Service) |`);
+    lines.push(`| map memory, ${g.services} Services at M=${g.m} | ${mib(g.manyBytes)} MiB |`);
+    for (const [m, b] of Object.entries(g.bytesPerTableBySize)) lines.push(`| per table at M=${m} (over ${g.sampleTables} tables) | ${(b / 1024).toFixed(1)} KiB -> ${mib(b * g.services)} MiB at ${g.services} |`);
+    lines.push('');
+  }
+  if (a.connect.length) {
+    lines.push(`Socket LB connect per algorithm${a.connectServices ? ` at ${a.connectServices} Services` : ''} (rounds alternate with direct; ratio = median of per-pair p50 ratios):`, '');
+    lines.push('| algorithm | rounds | Sluice p50 µs | direct p50 µs | p50 ratio | failed |', '|---|---|---|---|---|---|');
+    for (const r of a.connect) lines.push(`| ${r.algorithm} | ${r.rounds} | ${r.sluiceP50Us.toFixed(1)} | ${r.directP50Us.toFixed(1)} | ${r.p50Ratio.toFixed(3)}x | ${r.failed} |`);
+    lines.push('');
+  }
+  lines.push(`Added to the run: ${a.addedS.toFixed(0)} s.`, '');
+  for (const n of a.notes) lines.push(`- ${n}`);
+  if (a.notes.length) lines.push('');
+  return lines;
+}

@@ -1,0 +1,400 @@
+// Maglev tables in the data path (issue 15): build (maglevTable.ts), write,
+// swap, free. Owned by the programmer, called for frontends whose algorithm
+// is maglev.
+//
+// Layout (native/sluice_abi.h, bpf/lib/maglev.h): the pinned HASH_OF_MAPS
+// sluice_maglev4 maps a frontend (rev-NAT id, protocol, scope) to an inner
+// ARRAY of lb_maglev_row: row 0 holds M and the number of backends, entry e
+// of the table is row 1 + e/8, column e%8, a backend id.
+//
+// Make-before-break: a new table is a new inner array, created and filled
+// completely before one update of the outer entry installs it. A pick that
+// started on the old table finishes on it (the kernel frees the old array
+// after an RCU grace period), a pick that starts later sees the new one: no
+// pick ever sees a half-written table. Frontends with the same backend set
+// and M (a Service's ClusterIP, NodePorts and both scopes) share one inner
+// array. Nothing is rebuilt when a frontend's backends did not change.
+import * as fs from 'node:fs';
+import * as abi from '../abi/generated';
+import { BpfMap } from '../bpf/map';
+import { MapType } from '../bpf/constants';
+import { libbpf } from '../bpf/libbpf';
+import { buildMaglevTable, maglevBackendName, DEFAULT_MAGLEV_TABLE_SIZE } from './maglevTable';
+import { ip4ToNumber, protoName, protoNumber } from './addr';
+
+const ROW = abi.LB_MAGLEV_ROW;
+const ROW_BYTES = ROW * 4;
+/** BPF_F_INNER_MAP: the outer map's template has it, so every inner array must too (sizes may then differ). */
+const BPF_F_INNER_MAP = 1 << 12;
+
+export interface MaglevFrontend {
+  revNatId: number;
+  proto: string;
+  scope: 'external' | 'internal';
+}
+
+export interface MaglevBackend {
+  id: number;
+  address: string;
+  port: number;
+}
+
+/** What the agent exports as metrics. */
+export interface MaglevStats {
+  /** Distinct inner tables live (frontends with one backend set share one). */
+  tables: number;
+  /** Frontends with a table. */
+  frontends: number;
+  /** Kernel memory of the live tables (memlock of each inner array) plus the outer map. */
+  bytes: number;
+  builds: number;
+}
+
+interface Table {
+  /** Open while the table lives: frontends that get the same backends later share it by this fd
+   * (bpf_map_get_fd_by_id would need CAP_SYS_ADMIN, which the agent does not have). Absent for
+   * tables adopted from the pins: those are never shared. */
+  map?: BpfMap;
+  mapId: number;
+  refs: number;
+  bytes: number;
+}
+
+/** The outer map's key for a frontend. */
+export function maglevKeyOf(f: MaglevFrontend): abi.Lb4MaglevKey {
+  return { rev_nat_id: f.revNatId, proto: protoNumber(f.proto), scope: f.scope === 'internal' ? abi.LB_SCOPE_INTERNAL : abi.LB_SCOPE_EXTERNAL };
+}
+
+const keyText = (f: MaglevFrontend) => `${f.revNatId}/${f.proto}/${f.scope}`;
+
+/** MurmurHash3's 64-bit finaliser, as lb_hash64 in bpf/lib/lb.h. */
+export function hash64(x: bigint): bigint {
+  const M64 = 0xffffffffffffffffn;
+  x &= M64;
+  x ^= x >> 33n;
+  x = (x * 0xff51afd7ed558ccdn) & M64;
+  x ^= x >> 33n;
+  x = (x * 0xc4ceb9fe1a85ec53n) & M64;
+  x ^= x >> 33n;
+  return x;
+}
+
+/** A big-endian port as the data path loads it (__be16 into a little-endian register). */
+const be16 = (port: number) => BigInt(((port & 0xff) << 8) | (port >> 8));
+/** An IPv4 address as the data path loads it (__be32, little-endian host). */
+const be32 = (address: string) => {
+  const n = ip4ToNumber(address) >>> 0; // the address as a number, most significant byte first
+  return BigInt((((n & 0xff) << 24) | ((n & 0xff00) << 8) | ((n >>> 8) & 0xff00) | (n >>> 24)) >>> 0);
+};
+
+/**
+ * lb4_maglev_flow_hash (bpf/lib/maglev.h) in TypeScript: the TC paths' hash of
+ * a flow. Tests and `sluice trace` predict the entry with it; keep both equal.
+ */
+export function maglevFlowHash(t: { saddr: string; daddr: string; sport: number; dport: number; proto: string }): bigint {
+  const ports = (be16(t.sport) << 32n) | (be16(t.dport) << 16n) | BigInt(protoNumber(t.proto));
+  return hash64(((be32(t.saddr) << 32n) | be32(t.daddr)) ^ hash64(ports));
+}
+
+/** The table entry a hash selects (lb4_maglev_select: low 32 bits mod M). */
+export function maglevEntry(hash: bigint, m: number): number {
+  return Number((hash & 0xffffffffn) % BigInt(m));
+}
+
+/** Encode a table of backend ids as the inner array's rows (row 0: M, backends). */
+export function encodeMaglevRows(ids: Uint32Array, backends: number): Buffer {
+  const m = ids.length;
+  const rows = 1 + Math.ceil(m / ROW);
+  const buf = Buffer.alloc(rows * ROW_BYTES);
+  buf.writeUInt32LE(m, 0);
+  buf.writeUInt32LE(backends, 4);
+  for (let e = 0; e < m; e++) buf.writeUInt32LE(ids[e]!, ROW_BYTES + e * 4);
+  return buf;
+}
+
+/** Decode an inner array's rows back to { m, backends, ids } (CLI, tests). */
+export function decodeMaglevRows(buf: Buffer): { m: number; backends: number; ids: Uint32Array } {
+  const m = buf.readUInt32LE(0);
+  const ids = new Uint32Array(m);
+  for (let e = 0; e < m; e++) ids[e] = buf.readUInt32LE(ROW_BYTES + e * 4);
+  return { m, backends: buf.readUInt32LE(4), ids };
+}
+
+/** Read one frontend's table from the pinned outer map; undefined when it has none. */
+export function readMaglevTable(outer: BpfMap, f: MaglevFrontend): { m: number; backends: number; ids: Uint32Array; mapId: number } | undefined {
+  const raw = outer.lookup(abi.lb4_maglev_keyCodec.encode(maglevKeyOf(f)));
+  if (!raw) return undefined;
+  const mapId = raw.readUInt32LE(0);
+  const inner = BpfMap.fromId(mapId);
+  try {
+    const all = Buffer.alloc(inner.maxEntries * ROW_BYTES);
+    const key = Buffer.alloc(4);
+    const row = Buffer.alloc(ROW_BYTES);
+    for (let i = 0; i < inner.maxEntries; i++) {
+      key.writeUInt32LE(i, 0);
+      if (inner.lookupInto(key, row)) row.copy(all, i * ROW_BYTES);
+    }
+    return { ...decodeMaglevRows(all), mapId };
+  } finally {
+    inner.close();
+  }
+}
+
+/**
+ * Kernel memory of a table the agent did not create (found at start): its
+ * memlock when it can be opened by id (needs CAP_SYS_ADMIN), else the array's
+ * size at the configured M.
+ */
+function adoptedBytes(mapId: number, m: number): number {
+  try {
+    const inner = BpfMap.fromId(mapId);
+    try {
+      return memlockOf(inner.fd);
+    } finally {
+      inner.close();
+    }
+  } catch {
+    return (1 + Math.ceil(m / ROW)) * ROW_BYTES;
+  }
+}
+
+/** memlock of a map as the kernel accounts it (/proc/self/fdinfo). */
+function memlockOf(fd: number): number {
+  const m = /memlock:\s*(\d+)/.exec(fs.readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'));
+  return m ? Number(m[1]) : 0;
+}
+
+export class MaglevTables {
+  /** Inner tables by content (M and the name=id list). */
+  private readonly tables = new Map<string, Table>();
+  /** Each frontend's table signature. */
+  private readonly frontends = new Map<string, string>();
+  /** Tables built and waiting for flush(), by frontend. */
+  private readonly pending = new Map<string, { f: MaglevFrontend; sig: string }>();
+  /** Frontends whose outer entry flushRemovals() deletes. */
+  private readonly removals = new Map<string, MaglevFrontend>();
+  private btf?: { fd: number; keyTypeId: number; valueTypeId: number } | null;
+  private builds = 0;
+  private readonly buildSeconds: number[] = [];
+  private readonly outerBytes: number;
+
+  constructor(
+    private readonly outer: BpfMap,
+    readonly tableSize: number = DEFAULT_MAGLEV_TABLE_SIZE,
+  ) {
+    this.outerBytes = memlockOf(outer.fd);
+  }
+
+  /**
+   * Make the frontend's table name these backends, now. Builds a table only
+   * when no live table has this backend set; returns true when the
+   * frontend's outer entry changed.
+   */
+  sync(f: MaglevFrontend, backends: readonly MaglevBackend[]): boolean {
+    const changed = this.queue(f, backends);
+    this.flush();
+    return changed;
+  }
+
+  /**
+   * sync() for many frontends: tables are built now, the outer entries all
+   * written by the next flush() in one batch. Every single update of a
+   * map-in-map waits for an RCU grace period (the kernel's
+   * maybe_wait_bpf_programs, ~13 ms here), a batch waits once: 10 000
+   * tables went from 154 s one by one to seconds.
+   */
+  queue(f: MaglevFrontend, backends: readonly MaglevBackend[]): boolean {
+    const k = keyText(f);
+    const sorted = [...backends].sort((a, b) => cmp(maglevBackendName(a), maglevBackendName(b)));
+    const sig = `${this.tableSize}|${sorted.map((b) => `${maglevBackendName(b)}=${b.id}`).join(',')}`;
+    const pending = this.pending.get(k);
+    if ((pending?.sig ?? this.frontends.get(k)) === sig) return false;
+    if (backends.length === 0) {
+      this.remove(f);
+      return true;
+    }
+    if (!this.tables.has(sig)) {
+      const map = this.build(sorted);
+      this.tables.set(sig, { map, mapId: map.id, refs: 0, bytes: memlockOf(map.fd) });
+    }
+    this.pending.set(k, { f, sig });
+    if (pending) this.dropUnused(pending.sig);
+    this.removals.delete(k);
+    return true;
+  }
+
+  /** Write every queued table into the outer map (one batch). */
+  flush(): void {
+    if (this.pending.size === 0) return;
+    const items = [...this.pending.values()];
+    this.pending.clear();
+    const keys = Buffer.alloc(items.length * abi.lb4_maglev_keyCodec.size);
+    const fds = Buffer.alloc(items.length * 4);
+    items.forEach((it, i) => {
+      abi.lb4_maglev_keyCodec.encode(maglevKeyOf(it.f), keys, i * abi.lb4_maglev_keyCodec.size);
+      fds.writeUInt32LE(this.tables.get(it.sig)!.map!.fd, i * 4);
+    });
+    try {
+      this.outer.updateBatch(keys, fds, items.length);
+    } catch (err) {
+      for (const it of items) this.dropUnused(it.sig);
+      throw err;
+    }
+    for (const it of items) {
+      const k = keyText(it.f);
+      this.tables.get(it.sig)!.refs++;
+      this.release(this.frontends.get(k));
+      this.frontends.set(k, it.sig);
+    }
+  }
+
+  /** The frontend no longer uses Maglev (or is gone): queued, see flushRemovals (after its master says so). */
+  remove(f: MaglevFrontend): void {
+    const k = keyText(f);
+    const pending = this.pending.get(k);
+    if (pending) {
+      this.pending.delete(k);
+      this.dropUnused(pending.sig);
+    }
+    this.removals.set(k, f);
+  }
+
+  /** Delete the queued frontends' outer entries (one batch; missing ones are skipped). */
+  flushRemovals(): void {
+    if (this.removals.size === 0) return;
+    const items = [...this.removals];
+    this.removals.clear();
+    const keys = Buffer.alloc(items.length * abi.lb4_maglev_keyCodec.size);
+    items.forEach(([, f], i) => abi.lb4_maglev_keyCodec.encode(maglevKeyOf(f), keys, i * abi.lb4_maglev_keyCodec.size));
+    this.outer.deleteBatch(keys, items.length);
+    for (const [k] of items) {
+      this.release(this.frontends.get(k));
+      this.frontends.delete(k);
+    }
+  }
+
+  /**
+   * At agent start: account the tables the pinned map already holds for
+   * these (maglev) frontends, and delete outer entries no such frontend owns
+   * (left by a crash between a table write and its master, or by a switch
+   * away that did not finish). Nothing looks those up; they only hold
+   * memory. Returns how many were deleted.
+   */
+  adopt(owned: readonly MaglevFrontend[]): number {
+    const want = new Set(owned.map(keyText));
+    const stale: Buffer[] = [];
+    for (const [raw, value] of this.outer.entries()) {
+      const k = abi.lb4_maglev_keyCodec.decode(raw);
+      const f: MaglevFrontend = { revNatId: k.rev_nat_id, proto: protoName(k.proto), scope: k.scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' };
+      const kt = keyText(f);
+      if (!want.has(kt)) {
+        stale.push(Buffer.from(raw));
+        continue;
+      }
+      const mapId = value.readUInt32LE(0);
+      const sig = `adopted:${mapId}`; // content unknown: never shared, replaced on the next change
+      let table = this.tables.get(sig);
+      if (!table) {
+        table = { mapId, refs: 0, bytes: adoptedBytes(mapId, this.tableSize) };
+        this.tables.set(sig, table);
+      }
+      table.refs++;
+      this.frontends.set(kt, sig);
+    }
+    if (stale.length) this.outer.deleteBatch(Buffer.concat(stale), stale.length);
+    return stale.length;
+  }
+
+  /** Close the fds this object holds (the tables live on in the outer map's entries). */
+  close(): void {
+    for (const t of this.tables.values()) t.map?.close();
+    this.tables.clear();
+    this.frontends.clear();
+    this.pending.clear();
+  }
+
+  /** Build durations (seconds) since the last call, for the histogram. */
+  takeBuildSeconds(): number[] {
+    return this.buildSeconds.splice(0);
+  }
+
+  stats(): MaglevStats {
+    let bytes = this.outerBytes;
+    for (const t of this.tables.values()) bytes += t.bytes;
+    return { tables: this.tables.size, frontends: this.frontends.size, bytes, builds: this.builds };
+  }
+
+  private release(sig: string | undefined): void {
+    if (sig === undefined) return;
+    const t = this.tables.get(sig);
+    if (t) t.refs--;
+    this.dropUnused(sig);
+  }
+
+  /** Close a table no frontend uses and none is about to (the kernel frees it with its last outer entry). */
+  private dropUnused(sig: string): void {
+    const t = this.tables.get(sig);
+    if (!t || t.refs > 0) return;
+    for (const p of this.pending.values()) if (p.sig === sig) return;
+    t.map?.close();
+    this.tables.delete(sig);
+  }
+
+  /** A new inner array holding the table of these (name-sorted) backends. */
+  private build(sorted: readonly MaglevBackend[]): BpfMap {
+    const start = process.hrtime.bigint();
+    const m = this.tableSize;
+    const order = buildMaglevTable(sorted.map(maglevBackendName), m);
+    const ids = new Uint32Array(m);
+    for (let e = 0; e < m; e++) ids[e] = sorted[order[e]!]!.id;
+    const rows = encodeMaglevRows(ids, sorted.length);
+    const count = rows.length / ROW_BYTES;
+    const map = BpfMap.create({ type: MapType.ARRAY, name: 'sluice_maglev', keySize: 4, valueSize: ROW_BYTES, maxEntries: count, flags: BPF_F_INNER_MAP, btf: this.btfTypes() ?? undefined });
+    try {
+      const keys = Buffer.alloc(count * 4);
+      for (let i = 0; i < count; i++) keys.writeUInt32LE(i, i * 4);
+      map.updateBatch(keys, rows, count);
+    } catch (err) {
+      map.close();
+      throw err;
+    }
+    this.builds++;
+    this.buildSeconds.push(Number(process.hrtime.bigint() - start) / 1e9);
+    return map;
+  }
+
+  /** BTF for the inner arrays (__u32 -> struct lb_maglev_row), so bpftool prints named rows; null when it cannot be loaded. */
+  private btfTypes(): { fd: number; keyTypeId: number; valueTypeId: number } | null {
+    return (this.btf ??= maglevRowBtf());
+  }
+}
+
+let rowBtf: { fd: number; keyTypeId: number; valueTypeId: number } | null | undefined;
+
+/**
+ * The types of one inner array, loaded into the kernel once per process
+ * (kept for its life: every table created references it). Built here rather
+ * than taken from the object: its BTF has lb_maglev_row only as a forward
+ * declaration (the type is used only through pointers there).
+ */
+function maglevRowBtf(): { fd: number; keyTypeId: number; valueTypeId: number } | null {
+  if (rowBtf !== undefined) return rowBtf;
+  rowBtf = null;
+  const lib = libbpf();
+  const btf = lib.btf__new_empty();
+  if (!btf) return null;
+  const u = lib.btf__add_int(btf, 'unsigned int', 4, 0);
+  const u32 = lib.btf__add_typedef(btf, '__u32', u);
+  const arr = lib.btf__add_array(btf, u, u32, ROW);
+  const row = lib.btf__add_struct(btf, 'lb_maglev_row', ROW_BYTES);
+  if (u <= 0 || u32 <= 0 || arr <= 0 || row <= 0 || lib.btf__add_field(btf, 'backend_id', arr, 0, 0) < 0 || lib.btf__load_into_kernel(btf) < 0) {
+    lib.btf__free(btf);
+    return null;
+  }
+  rowBtf = { fd: lib.btf__fd(btf), keyTypeId: u32, valueTypeId: row };
+  return rowBtf;
+}
+
+function cmp(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
