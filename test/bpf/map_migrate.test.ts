@@ -13,7 +13,7 @@ import { Sandbox, sh, sluiceBin, labScript, waitFor } from '../helpers/sandbox';
 import { BpfMap } from '../../src/bpf/map';
 import { BpfLink } from '../../src/bpf/link';
 import { MapType } from '../../src/bpf/constants';
-import { installSockLb, linkDir } from '../../src/datapath/sockLb';
+import { installSockLb, linkDir, SOCK_LB_PROGRAMS } from '../../src/datapath/sockLb';
 import { recordLayouts, readLayouts, LAYOUT_MAP } from '../../src/datapath/migrate';
 import * as abi from '../../src/abi/generated';
 
@@ -91,7 +91,7 @@ test('maxEntries raised on a running node: maps replaced at the new size, every 
       assert.deepEqual(dump(sb.bpffs, name), before[name], `${name}: every entry carried`);
     }
     assert.deepEqual(result.migrated.map((m) => [m.map, m.why, m.policy]).sort(), carried.map((n) => [n, 'capacity', 'carry']).sort());
-    assert.deepEqual(result.replaced.sort(), ['connect4', 'getpeername4', 'post_bind4', 'recvmsg4', 'sendmsg4']);
+    assert.deepEqual(result.replaced.sort(), Object.values(SOCK_LB_PROGRAMS).map((p) => p.hook).sort(), 'every socket hook swapped in place');
     assert.ok(!fs.readdirSync(sb.bpffs).some((f) => f.endsWith('_migrating')), 'old pins removed');
 
     const held = (JSON.parse(await hold) as { results: Held[] }).results;
