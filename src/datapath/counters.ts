@@ -34,6 +34,8 @@ const SOCKET: Row[] = [
   [abi.LB_CNT_SOCK_NS_SKIPPED, 'netns_skipped', 'original'],
   [abi.LB_CNT_SOCK_EXTIP_PASSED, 'external_ip_passed', 'original'],
   [abi.LB_CNT_SOCK_BIND_REFUSED, 'bind_refused', 'none'],
+  [abi.LB_CNT_SOCK_SRC_RANGE_DROP, 'source_range_drop', 'original'],
+  [abi.LB_CNT_SOCK_SRC_RANGE_UNKNOWN, 'source_range_unknown_source', 'original'],
 ];
 
 /** Counted by the north-south path only: fragments, PMTU, multi-homed nodes. */

@@ -7,6 +7,12 @@
 //   stress ADDR PORT MS MAXCOUNT     connected-UDP loop: socket, connect, getpeername, close;
 //                                    counts refusals and peers other than ADDR:PORT
 //   bind tcp|udp ADDR PORT           bind() once; prints ok or the errno name
+//   from SRC ADDR PORT               connected UDP from SRC (bound to SRC:0; '-': unbound) to
+//                                    ADDR:PORT; prints the peer getpeername shows, or the errno
+//   hold ADDR PORT FLAG MS           TCP connect; prints {cookie, peer} at once, waits until
+//                                    the file FLAG exists (at most MS), then prints the
+//                                    peer again and the greeting read from the connection
+import * as fs from 'node:fs';
 import { libcSockets, lastErrno as lastError, u64SockOption as u64Option, SO_COOKIE } from '../datapath/netnsCookie';
 
 const AF_INET = 2;
@@ -95,6 +101,37 @@ function bindOnce(proto: string, address: string, port: number) {
   return { result };
 }
 
+function hold(address: string, port: number, flag: string, maxMs: number) {
+  const s = open(SOCK_STREAM);
+  const err = connect(s, address, port);
+  if (err) throw new Error(`connect ${address}:${port}: ${err}`);
+  process.stdout.write(JSON.stringify({ cookie: String(u64Option(s, SO_COOKIE)), peer: peer(s) }) + '\n');
+  const end = Date.now() + maxMs;
+  const tick = new Int32Array(new SharedArrayBuffer(4));
+  while (!fs.existsSync(flag) && Date.now() < end) Atomics.wait(tick, 0, 0, 20);
+  const buf = Buffer.alloc(256);
+  let greeting: string;
+  try {
+    greeting = buf.subarray(0, fs.readSync(s, buf)).toString().trim();
+  } catch (e) {
+    greeting = `error:${(e as NodeJS.ErrnoException).code}`;
+  }
+  const out = { peerAfter: peer(s), greeting };
+  c.close(s);
+  return out;
+}
+
+function connectFromSource(source: string, address: string, port: number) {
+  const fd = open(SOCK_DGRAM);
+  try {
+    if (source !== '-' && c.bind(fd, sockaddr(source, 0), 16) < 0) throw new Error(`bind ${source}: ${lastError()}`);
+    const e = connect(fd, address, port);
+    return { result: e || peer(fd) };
+  } finally {
+    c.close(fd);
+  }
+}
+
 function main(): unknown {
   const [mode, ...a] = process.argv.slice(2);
   switch (mode) {
@@ -104,8 +141,12 @@ function main(): unknown {
       return stress(a[0]!, Number(a[1]), Number(a[2]), Number(a[3]));
     case 'bind':
       return bindOnce(a[0]!, a[1]!, Number(a[2]));
+    case 'from':
+      return connectFromSource(a[0]!, a[1]!, Number(a[2]));
+    case 'hold':
+      return hold(a[0]!, Number(a[1]), a[2]!, Number(a[3]));
     default:
-      throw new Error('usage: rawSock alias|stress|bind ...');
+      throw new Error('usage: rawSock alias|stress|bind|from|hold ...');
   }
 }
 
