@@ -32,9 +32,9 @@ function tcpPairs(): TypedMap<abi.Lb4SockTcpKey, abi.Lb4SockTcp> {
 }
 
 /** A TCP connection through the VIP held open until release() (rawSock hold). */
-async function holdConnection(): Promise<{ cookie: bigint; peer: string; release: () => Promise<{ peerAfter: string; greeting: string }> }> {
+async function holdConnection(legacy = false): Promise<{ cookie: bigint; peer: string; release: () => Promise<{ peerAfter: string; greeting: string }> }> {
   const flag = path.join(flagDir, `release-${Math.random().toString(36).slice(2)}`);
-  const child: ChildProcess = sb.spawnInCgroup(['node', labScript('rawSock'), 'hold', VIP, '80', flag, '20000']);
+  const child: ChildProcess = sb.spawnInCgroup(['node', labScript('rawSock'), 'hold', VIP, '80', flag, '20000', ...(legacy ? [sb.bpffs, `${BACKEND}:8080`] : [])]);
   const lines: string[] = [];
   let stderr = '';
   child.stdout!.setEncoding('utf8').on('data', (d: string) => lines.push(...d.split('\n').filter(Boolean)));
@@ -131,4 +131,24 @@ test('the LRU under pressure (twice its capacity in other sockets\' pairs): a li
   const next = await holdConnection();
   assert.equal(next.peer, `${VIP}:80`, 'a new connection gets its own pair');
   await next.release();
+});
+
+test('a TCP connection made before the upgrade to the LRU (its pair in socket storage): getpeername still shows the VIP and destroy still ends it', async () => {
+  const conn = await holdConnection(true);
+  const m = tcpPairs();
+  try {
+    assert.equal(m.get({ cookie: conn.cookie, backend_address: ip4ToNumber(BACKEND), backend_port: 8080 }), undefined, 'the pair is in storage only');
+  } finally {
+    m.map.close();
+  }
+  assert.equal(conn.peer, `${VIP}:80`, 'getpeername falls back to the socket storage');
+  const t = StaleSocketTerminator.load({ bpffs: sb.bpffs, tcp: true, netns: [`/run/netns/${sb.netns}`] });
+  try {
+    const report = t.terminate([{ address: BACKEND, port: 8080, proto: 'tcp' }]);
+    assert.deepEqual(report.destroyed.map((d) => d.backend), [`${BACKEND}:8080/tcp`]);
+  } finally {
+    t.close();
+  }
+  // Destroyed: no longer connected (what the greeting read finds is what had arrived before).
+  assert.equal((await conn.release()).peerAfter, 'ENOTCONN');
 });
