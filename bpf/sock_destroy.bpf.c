@@ -6,6 +6,8 @@
  */
 /* The TC conntrack map is not used here: do not create it (36 MiB). */
 #define SLUICE_NO_CONNTRACK
+/* The socket objects create the TCP reverse map (lib/maps.h). */
+#define SLUICE_SOCK_OBJECT
 #include "lib/sock_destroy.h"
 
 SEC("iter/udp")

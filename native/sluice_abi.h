@@ -524,6 +524,54 @@ struct lb_sock_config {
 _Static_assert(sizeof(struct lb4_sock_pair) == 24, "lb4_sock_pair layout");
 _Static_assert(sizeof(struct lb4_sock_state) == 8 + 24 * SLUICE_SOCK_PAIRS, "lb4_sock_state layout");
 _Static_assert(sizeof(struct lb_sock_config) == 16, "lb_sock_config layout");
+
+/*
+ * TCP keeps its one reverse pair out of socket-local storage: creating that
+ * storage on every connect() (two allocations, and an RCU free when the
+ * socket closes) cost about 4 points of connect latency against direct
+ * (docs/bench-results.md). A TCP socket's pair goes into this LRU hash keyed
+ * by the socket cookie and the backend (Cilium's lb4_reverse_sk shape).
+ * Cookies are never reused (64-bit, allocated once per socket), so no socket
+ * sees another's entry; an entry outlives its socket until the LRU recycles
+ * it. Under pressure (more than SLUICE_MAX_SOCK_TCP4 TCP connects since a
+ * live connection last used its entry) the entry of a live connection can be
+ * recycled: its getpeername() then shows the backend, and the stale-socket
+ * destroy (sock_destroy.bpf.c) no longer recognises it as translated, as for
+ * a socket that dialled the backend itself. Traffic is not affected: the
+ * connection already talks to the backend.
+ */
+#define SLUICE_MAP_SOCK_TCP4 sluice_sk_tcp4 /* lb4_sock_tcp_key -> lb4_sock_tcp (LRU hash) */
+#define SLUICE_MAX_SOCK_TCP4 131072
+
+struct lb4_sock_tcp_key {
+	__u64  cookie;           /* bpf_get_socket_cookie() of the socket */
+	__be32 backend_address;  /* the backend connect() was sent to */
+	__be16 backend_port;
+	__u16  pad;
+};
+
+struct lb4_sock_tcp {
+	__be32 frontend_address; /* what getpeername() shows */
+	__be16 frontend_port;
+	__u16  pad;
+	__u32  rev_nat_id;       /* the frontend's rev-NAT id; checked before a reverse translation */
+};
+
+_Static_assert(sizeof(struct lb4_sock_tcp_key) == 16, "lb4_sock_tcp_key layout");
+_Static_assert(sizeof(struct lb4_sock_tcp) == 12, "lb4_sock_tcp layout");
+
+/*
+ * loadBalancerSourceRanges on the socket path (issue 11 item 1): a connect()
+ * or sendmsg() to a frontend with LB_SVC_FLAG_SOURCE_RANGE whose source is
+ * outside the ranges (SLUICE_MAP_SRCRANGE4) fails with EHOSTUNREACH, as a
+ * frontend with LB_SVC_FLAG_DROP_NO_BACKEND does (kube-proxy drops; a socket
+ * cannot). The source is the socket's bound address; an unbound socket of the
+ * host netns is judged by the node's addresses (SLUICE_MAP_NODEIP4: allowed
+ * when a range holds one of them); an unbound socket of another netns (a
+ * pod) has no address the hook can know, and is refused.
+ */
+#define LB_CNT_SOCK_SRC_RANGE_DROP    112 /* refused: source outside the LB IP's loadBalancerSourceRanges */
+#define LB_CNT_SOCK_SRC_RANGE_UNKNOWN 113 /* refused: unbound pod socket on a ranged LB IP (source not known at connect) */
 /* ==== end of socket path ======================================================== */
 /* ==== Stale socket termination (issue 13.1; bpf/sock_destroy.bpf.c) =========== */
 /*

@@ -276,4 +276,22 @@ lb4_pick_backend(struct lb4_service_key *key, const struct lb4_service *svc,
 	return lb4_pick_backend_copy(key, &copy, &acopy, backend_id);
 }
 
+/* loadBalancerSourceRanges, checked by the TC path and the socket hooks. */
+static __always_inline bool lb_svc_has_source_ranges(const struct lb4_service *svc)
+{
+	return svc->flags & LB_SVC_FLAG_SOURCE_RANGE;
+}
+
+/* loadBalancerSourceRanges: is this client inside one of the frontend's CIDRs? */
+static __always_inline bool lb4_source_allowed(__u32 rev_nat_id, __be32 client)
+{
+	struct lb4_src_range_key key = {
+		.prefixlen = 64,
+		.rev_nat_id = rev_nat_id,
+		.address = client,
+	};
+
+	return bpf_map_lookup_elem(&SLUICE_MAP_SRCRANGE4, &key) != NULL;
+}
+
 #endif /* SLUICE_BPF_LB_H */

@@ -46,6 +46,19 @@ struct {
 	__uint(max_entries, 0); /* socket-local storage: one value per socket, no capacity */
 } SLUICE_MAP_SOCK4 SEC(".maps");
 
+/* A TCP socket's one reverse pair (see lb4_sock_tcp): written on every
+ * translated TCP connect, so an LRU (preallocated: no allocation per
+ * connect, and no free when the socket closes). Preallocated means memory
+ * up front, so only the socket objects (SLUICE_SOCK_OBJECT) create it. */
+#ifdef SLUICE_SOCK_OBJECT
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lb4_sock_tcp_key);
+	__type(value, struct lb4_sock_tcp);
+	__uint(max_entries, SLUICE_MAX_SOCK_TCP4);
+} SLUICE_MAP_SOCK_TCP4 SEC(".maps");
+#endif
+
 /* Which sockets the socket LB translates; written by the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -4,10 +4,11 @@
  *
  * connect()/sendmsg() to a frontend are rewritten to a backend before the
  * kernel routes anything: no per-packet NAT and no conntrack entry for
- * traffic that starts on this node. The choice is kept in the socket's own
+ * traffic that starts on this node. A UDP socket keeps its choices in its own
  * storage (lb4_sock_state in sluice_abi.h): later datagrams of an
  * unconnected UDP socket go to the same backend, and recvmsg()/getpeername()
- * show the frontend again. post_bind4 refuses binds that would shadow a
+ * show the frontend again. A TCP socket's one choice goes into an LRU keyed
+ * by its cookie (lb4_sock_tcp): cheaper per connect() than creating storage. post_bind4 refuses binds that would shadow a
  * NodePort, ExternalIP or LoadBalancer frontend.
  */
 #ifndef SLUICE_BPF_SOCK_H
@@ -78,6 +79,56 @@ static __always_inline bool lb4_extip_elsewhere(const struct lb4_service *svc, _
 	if (!(svc->flags & LB_SVC_FLAG_EXTERNAL_IP))
 		return false;
 	return !bpf_map_lookup_elem(&SLUICE_MAP_NODEIP4, &address);
+}
+
+/* ---- loadBalancerSourceRanges (issue 11 item 1) --------------------------- */
+
+struct lb4_src_probe {
+	__u32 rev_nat_id;
+	__u8  allowed;
+};
+
+/* bpf_for_each_map_elem callback over SLUICE_MAP_NODEIP4: stops at the first
+ * node address inside the frontend's ranges. */
+static long lb4_src_probe_node(void *map, const __be32 *address, __u8 *value, struct lb4_src_probe *probe)
+{
+	if (lb4_source_allowed(probe->rev_nat_id, *address)) {
+		probe->allowed = 1;
+		return 1; /* stop */
+	}
+	return 0;
+}
+
+/*
+ * kube-proxy's firewall chain drops a connection to a LoadBalancer IP whose
+ * source is outside loadBalancerSourceRanges, for the node's and pods' own
+ * clients too (the flag is set on LoadBalancer frontends only: ClusterIPs
+ * are never filtered). The source kube-proxy sees is the packet's: here the
+ * socket's bound address. An unbound socket gets its address only after
+ * this hook (routing picks it): in the host netns that is one of the node's
+ * addresses, so it is allowed when a range holds one of them (kube-proxy
+ * also lets the node in when a range holds its node IP); in a pod's netns it
+ * is the pod's address, which a socket hook cannot know: refused (counted
+ * apart), rather than letting every pod around the ranges.
+ * Returns 0 when allowed, else the counter of the refusal.
+ */
+static __always_inline __u32 lb4_sock_src_range_refusal(struct bpf_sock_addr *ctx, const struct lb4_service *svc)
+{
+	struct lb4_src_probe probe = { .rev_nat_id = svc->rev_nat_id };
+	const struct lb_sock_config *cfg;
+	struct bpf_sock *sk = ctx->sk;
+	__be32 source;
+
+	if (!lb_svc_has_source_ranges(svc))
+		return 0;
+	source = sk ? sk->src_ip4 : 0;
+	if (source)
+		return lb4_source_allowed(svc->rev_nat_id, source) ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
+	cfg = lb_sock_config();
+	if (!cfg || !lb_sock_in_host_ns(ctx, cfg))
+		return LB_CNT_SOCK_SRC_RANGE_UNKNOWN;
+	bpf_for_each_map_elem(&SLUICE_MAP_NODEIP4, lb4_src_probe_node, &probe, 0);
+	return probe.allowed ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
 }
 
 /* ---- Per-socket pairs (lb4_sock_state; the caller holds st->lock) --------- */
@@ -206,6 +257,26 @@ lb4_sock_remember(struct lb4_sock_state *st, const struct lb4_service_key *key, 
 		lb_count(LB_CNT_SOCK_PAIR_EVICTED);
 }
 
+/* A TCP connect's reverse pair (lb4_sock_tcp in sluice_abi.h). */
+static __always_inline void
+lb4_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb4_service_key *key, const struct lb4_service *svc,
+		      const struct lb4_backend *backend)
+{
+	struct lb4_sock_tcp_key tkey = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.backend_address = backend->address,
+		.backend_port = backend->port,
+	};
+	struct lb4_sock_tcp pair = {
+		.frontend_address = key->address,
+		.frontend_port = key->port,
+		.rev_nat_id = svc->rev_nat_id,
+	};
+
+	if (bpf_map_update_elem(&SLUICE_MAP_SOCK_TCP4, &tkey, &pair, BPF_ANY))
+		lb_count(LB_CNT_SOCK_STATE_FAILED);
+}
+
 /*
  * Forward translation for connect4 and sendmsg4. Returns 0 when the address
  * was rewritten or is left alone, -ECONNREFUSED when the frontend has no
@@ -223,6 +294,7 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 	struct lb4_sock_state *st;
 	struct lb4_service svc;
 	__u32 backend_id = 0;
+	__u32 refusal;
 
 	if (!sock_proto_supported(ctx->protocol))
 		return 0;
@@ -236,6 +308,14 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 		lb_count(LB_CNT_SOCK_EXTIP_PASSED);
 		return 0;
 	}
+	refusal = lb4_sock_src_range_refusal(ctx, &svc);
+	if (refusal) {
+		lb_count(refusal);
+		lb4_event_sock(ctx, refusal, &key, svc.rev_nat_id);
+		/* kube-proxy drops: answered as a drop is at the socket (see
+		 * LB_SVC_FLAG_DROP_NO_BACKEND below). */
+		return -EHOSTUNREACH;
+	}
 	if (svc.count == 0) {
 		lb_count(LB_CNT_SOCK_NO_BACKEND);
 		lb4_event_sock(ctx, LB_CNT_SOCK_NO_BACKEND, &key, svc.rev_nat_id);
@@ -243,13 +323,19 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 		 * (Cilium's answer) instead of "refused". */
 		return (svc.flags & LB_SVC_FLAG_DROP_NO_BACKEND) ? -EHOSTUNREACH : -ECONNREFUSED;
 	}
-	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!st)
-		lb_count(LB_CNT_SOCK_STATE_FAILED);
-	/* UDP keeps its backend per frontend. A TCP socket that connects again
-	 * (its first attempt failed) picks again, as a new socket would. */
-	else if (key.proto == LB_PROTO_UDP)
-		backend = lb4_sock_sticky_backend(st, &key, &svc, &backend_id);
+	/* UDP keeps its backend per frontend, in the socket's storage. TCP has
+	 * no storage (its pair goes into the LRU below); a TCP socket that
+	 * connects again (its first attempt failed) picks again, as a new socket
+	 * would. */
+	if (key.proto == LB_PROTO_UDP) {
+		st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!st)
+			lb_count(LB_CNT_SOCK_STATE_FAILED);
+		else
+			backend = lb4_sock_sticky_backend(st, &key, &svc, &backend_id);
+	} else {
+		st = NULL;
+	}
 	if (!backend) {
 		/* The client, as far as a socket hook knows it: its network
 		 * namespace (a pod). Source-hash uses it too. */
@@ -272,6 +358,8 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 		}
 		if (st)
 			lb4_sock_remember(st, &key, &svc, backend, backend_id);
+		else if (key.proto == LB_PROTO_TCP)
+			lb4_sock_tcp_remember(ctx, &key, &svc, backend);
 	}
 	if (svc.algorithm == LB_ALG_LEAST_CONN)
 		lc4_sock_hold(ctx->sk, backend_id);
@@ -300,15 +388,53 @@ static __always_inline void lb4_sock_forget(struct lb4_sock_state *st, const str
 	bpf_spin_unlock(&st->lock);
 }
 
+/* The frontend still exists with this address and port under this rev-NAT
+ * id (it may have been deleted or re-used since the socket was sent). */
+static __always_inline bool lb4_sock_frontend_current(__u32 rev_nat_id, __be32 address, __be16 port)
+{
+	struct lb4_reverse_nat *rev_nat = bpf_map_lookup_elem(&SLUICE_MAP_REVNAT4, &rev_nat_id);
+
+	return rev_nat && rev_nat->address == address && rev_nat->port == port;
+}
+
+/* TCP: the pair in the LRU under this socket's cookie and its peer. false:
+ * none (not translated, translated before an upgrade to this layout, or
+ * recycled by the LRU). */
+static __always_inline bool lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx)
+{
+	struct lb4_sock_tcp_key tkey = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.backend_address = ctx->user_ip4,
+		.backend_port = sock4_dst_port(ctx),
+	};
+	struct lb4_sock_tcp *found = bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
+	struct lb4_sock_tcp pair;
+
+	if (!found)
+		return false;
+	pair = *found;
+	if (!lb4_sock_frontend_current(pair.rev_nat_id, pair.frontend_address, pair.frontend_port)) {
+		bpf_map_delete_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
+		return true;
+	}
+	ctx->user_ip4 = pair.frontend_address;
+	ctx->user_port = (__u32)pair.frontend_port;
+	lb_count(LB_CNT_SOCK_REV_XLATED);
+	return true;
+}
+
 /* The peer is a backend this socket was sent to: show the frontend instead,
- * if it still exists. A socket never translated has no storage: one lookup. */
+ * if it still exists. A TCP socket looks in the LRU first; a socket never
+ * translated has no storage: one more lookup. (A TCP socket connected
+ * before an upgrade to the LRU layout has its pair in storage.) */
 static __always_inline void lb4_sock_xlate_rev(struct bpf_sock_addr *ctx)
 {
 	struct lb4_sock_pair pair = {};
-	struct lb4_reverse_nat *rev_nat;
 	struct lb4_sock_state *st;
 	bool found;
 
+	if (ctx->protocol == LB_PROTO_TCP && lb4_sock_tcp_xlate_rev(ctx))
+		return;
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, 0);
 	if (!st)
 		return;
@@ -319,8 +445,7 @@ static __always_inline void lb4_sock_xlate_rev(struct bpf_sock_addr *ctx)
 		return;
 	/* The frontend may have been deleted or re-used since: only rewrite when
 	 * its rev-NAT entry still names the same address and port. */
-	rev_nat = bpf_map_lookup_elem(&SLUICE_MAP_REVNAT4, &pair.rev_nat_id);
-	if (!rev_nat || rev_nat->address != pair.frontend_address || rev_nat->port != pair.frontend_port) {
+	if (!lb4_sock_frontend_current(pair.rev_nat_id, pair.frontend_address, pair.frontend_port)) {
 		lb4_sock_forget(st, &pair);
 		return;
 	}

@@ -42,15 +42,29 @@ struct {
  * keeps the event layout in the object's BTF for the ABI generator. */
 struct lb4_sock_term_event lb4_last_sock_term;
 
-/* The socket LB sent this socket to the backend: one of the pairs in its
- * socket-local storage (lib/sock.h) names it. A socket never translated has
- * no storage. */
-static __always_inline bool lb4_sock_was_translated(struct sock_common *skc, __be32 address, __be16 port)
+/* The socket LB sent this socket to the backend: a TCP socket's pair in
+ * SLUICE_MAP_SOCK_TCP4 (keyed by its cookie and the backend), or one of the
+ * pairs in its socket-local storage (UDP; and TCP sockets connected before an
+ * upgrade to the LRU layout) names it (lib/sock.h). A socket never
+ * translated has neither. A TCP pair the LRU recycled is not found: that
+ * socket is left alone, as one that dialled the backend itself would be. */
+static __always_inline bool lb4_sock_was_translated(struct sock_common *skc, __be32 address, __be16 port, __u8 proto)
 {
-	struct lb4_sock_state *st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, skc, 0, 0);
+	struct lb4_sock_state *st;
 	bool found = false;
 	int i;
 
+	if (proto == LB_PROTO_TCP) {
+		struct lb4_sock_tcp_key tkey = {
+			.cookie = bpf_get_socket_cookie(skc),
+			.backend_address = address,
+			.backend_port = port,
+		};
+
+		if (bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey))
+			return true;
+	}
+	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, skc, 0, 0);
 	if (!st)
 		return false;
 	bpf_spin_lock(&st->lock);
@@ -82,7 +96,7 @@ static __always_inline int lb4_sock_term(struct seq_file *seq, struct sock_commo
 	term.proto = proto;
 	if (!bpf_map_lookup_elem(&SLUICE_MAP_SOCKTERM4, &term))
 		return 0;
-	if (!lb4_sock_was_translated(skc, term.address, term.port))
+	if (!lb4_sock_was_translated(skc, term.address, term.port, proto))
 		return 0;
 	event.cookie = bpf_get_socket_cookie(skc);
 	event.address = term.address;

@@ -37,26 +37,9 @@ static __always_inline bool lb_svc_is_ext_local(const struct lb4_service *svc)
 	return svc->flags & LB_SVC_FLAG_EXT_LOCAL;
 }
 
-static __always_inline bool lb_svc_has_source_ranges(const struct lb4_service *svc)
-{
-	return svc->flags & LB_SVC_FLAG_SOURCE_RANGE;
-}
-
 static __always_inline bool lb4_backend_is_local(const struct lb4_backend *backend)
 {
 	return backend->flags & LB_BACKEND_FLAG_LOCAL;
-}
-
-/* loadBalancerSourceRanges: is this client inside one of the frontend's CIDRs? */
-static __always_inline bool lb4_source_allowed(__u32 rev_nat_id, __be32 client)
-{
-	struct lb4_src_range_key key = {
-		.prefixlen = 64,
-		.rev_nat_id = rev_nat_id,
-		.address = client,
-	};
-
-	return bpf_map_lookup_elem(&SLUICE_MAP_SRCRANGE4, &key) != NULL;
 }
 
 /* A new flow to a north-south frontend. */

@@ -30,6 +30,8 @@ export const LB_CNT_SOCK_NS_SKIPPED = 36;
 export const LB_CNT_SOCK_PAIR_EVICTED = 33;
 export const LB_CNT_SOCK_REV_XLATED = 3;
 export const LB_CNT_SOCK_SLOT_MISSING = 2;
+export const LB_CNT_SOCK_SRC_RANGE_DROP = 112;
+export const LB_CNT_SOCK_SRC_RANGE_UNKNOWN = 113;
 export const LB_CNT_SOCK_STATE_FAILED = 32;
 export const LB_CNT_SOCK_STICKY = 34;
 export const LB_CNT_SOCK_TRANSLATED = 0;
@@ -119,6 +121,7 @@ export const SLUICE_MAP_SNAT_DEV4 = "sluice_snatdev4";
 export const SLUICE_MAP_SOCK4 = "sluice_sock4";
 export const SLUICE_MAP_SOCKTERM4 = "sluice_sk_term4";
 export const SLUICE_MAP_SOCK_CFG = "sluice_sock_cfg";
+export const SLUICE_MAP_SOCK_TCP4 = "sluice_sk_tcp4";
 export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
 export const SLUICE_MAP_SVC_NAMES = "sluice_svcname";
 export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
@@ -135,6 +138,7 @@ export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
 export const SLUICE_MAX_SNAT_DEV4 = 256;
 export const SLUICE_MAX_SOCKTERM4 = 4096;
+export const SLUICE_MAX_SOCK_TCP4 = 131072;
 export const SLUICE_MAX_SRCRANGE4 = 16384;
 export const SLUICE_MAX_SVC_NAMES = 131072;
 export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
@@ -607,6 +611,54 @@ export function decodeLb4SockState(buf: Buffer, off = 0): Lb4SockState {
 }
 export const lb4_sock_stateCodec: Codec<Lb4SockState> = { size: 104, encode: encodeLb4SockState, decode: decodeLb4SockState };
 
+/** struct lb4_sock_tcp (12 bytes) */
+export interface Lb4SockTcp {
+  frontend_address: number; // network byte order in the map
+  frontend_port: number; // network byte order in the map
+  rev_nat_id: number;
+}
+export const LB4_SOCK_TCP_SIZE = 12;
+export const lb4_sock_tcpLayout: StructLayout = {"name":"lb4_sock_tcp","size":12,"fields":[{"name":"frontend_address","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"frontend_port","kind":"int","offset":4,"size":2,"bigEndian":true},{"name":"pad","kind":"int","offset":6,"size":2,"bigEndian":false},{"name":"rev_nat_id","kind":"int","offset":8,"size":4,"bigEndian":false}]};
+export function encodeLb4SockTcp(v: Lb4SockTcp, buf: Buffer = Buffer.alloc(12), off = 0): Buffer {
+  buf.fill(0, off, off + 12);
+  buf.writeUInt32BE(v.frontend_address >>> 0, off + 0);
+  buf.writeUInt16BE(v.frontend_port & 0xffff, off + 4);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 8);
+  return buf;
+}
+export function decodeLb4SockTcp(buf: Buffer, off = 0): Lb4SockTcp {
+  return {
+    frontend_address: buf.readUInt32BE(off + 0),
+    frontend_port: buf.readUInt16BE(off + 4),
+    rev_nat_id: buf.readUInt32LE(off + 8),
+  };
+}
+export const lb4_sock_tcpCodec: Codec<Lb4SockTcp> = { size: 12, encode: encodeLb4SockTcp, decode: decodeLb4SockTcp };
+
+/** struct lb4_sock_tcp_key (16 bytes) */
+export interface Lb4SockTcpKey {
+  cookie: bigint;
+  backend_address: number; // network byte order in the map
+  backend_port: number; // network byte order in the map
+}
+export const LB4_SOCK_TCP_KEY_SIZE = 16;
+export const lb4_sock_tcp_keyLayout: StructLayout = {"name":"lb4_sock_tcp_key","size":16,"fields":[{"name":"cookie","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"backend_address","kind":"int","offset":8,"size":4,"bigEndian":true},{"name":"backend_port","kind":"int","offset":12,"size":2,"bigEndian":true},{"name":"pad","kind":"int","offset":14,"size":2,"bigEndian":false}]};
+export function encodeLb4SockTcpKey(v: Lb4SockTcpKey, buf: Buffer = Buffer.alloc(16), off = 0): Buffer {
+  buf.fill(0, off, off + 16);
+  buf.writeBigUInt64LE(v.cookie, off + 0);
+  buf.writeUInt32BE(v.backend_address >>> 0, off + 8);
+  buf.writeUInt16BE(v.backend_port & 0xffff, off + 12);
+  return buf;
+}
+export function decodeLb4SockTcpKey(buf: Buffer, off = 0): Lb4SockTcpKey {
+  return {
+    cookie: buf.readBigUInt64LE(off + 0),
+    backend_address: buf.readUInt32BE(off + 8),
+    backend_port: buf.readUInt16BE(off + 12),
+  };
+}
+export const lb4_sock_tcp_keyCodec: Codec<Lb4SockTcpKey> = { size: 16, encode: encodeLb4SockTcpKey, decode: decodeLb4SockTcpKey };
+
 /** struct lb4_sock_term_event (24 bytes) */
 export interface Lb4SockTermEvent {
   cookie: bigint;
@@ -660,6 +712,27 @@ export function decodeLb4SockTermKey(buf: Buffer, off = 0): Lb4SockTermKey {
   };
 }
 export const lb4_sock_term_keyCodec: Codec<Lb4SockTermKey> = { size: 8, encode: encodeLb4SockTermKey, decode: decodeLb4SockTermKey };
+
+/** struct lb4_src_probe (8 bytes) */
+export interface Lb4SrcProbe {
+  rev_nat_id: number;
+  allowed: number;
+}
+export const LB4_SRC_PROBE_SIZE = 8;
+export const lb4_src_probeLayout: StructLayout = {"name":"lb4_src_probe","size":8,"fields":[{"name":"rev_nat_id","kind":"int","offset":0,"size":4,"bigEndian":false},{"name":"allowed","kind":"int","offset":4,"size":1,"bigEndian":false}]};
+export function encodeLb4SrcProbe(v: Lb4SrcProbe, buf: Buffer = Buffer.alloc(8), off = 0): Buffer {
+  buf.fill(0, off, off + 8);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 0);
+  buf.writeUInt8(v.allowed & 0xff, off + 4);
+  return buf;
+}
+export function decodeLb4SrcProbe(buf: Buffer, off = 0): Lb4SrcProbe {
+  return {
+    rev_nat_id: buf.readUInt32LE(off + 0),
+    allowed: buf.readUInt8(off + 4),
+  };
+}
+export const lb4_src_probeCodec: Codec<Lb4SrcProbe> = { size: 8, encode: encodeLb4SrcProbe, decode: decodeLb4SrcProbe };
 
 /** struct lb4_src_range_key (12 bytes) */
 export interface Lb4SrcRangeKey {
@@ -1011,6 +1084,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
   sluice_rr4: {"name":"sluice_rr4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":65536},
+  sluice_sk_tcp4: {"name":"sluice_sk_tcp4","type":9,"keyType":"lb4_sock_tcp_key","keySize":16,"valueType":"lb4_sock_tcp","valueSize":12,"maxEntries":131072},
   sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
   sluice_snatdev4: {"name":"sluice_snatdev4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_snat_device","valueSize":4,"maxEntries":256,"flags":1},
   sluice_sock4: {"name":"sluice_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb4_sock_state","valueSize":104,"maxEntries":0},

@@ -232,13 +232,18 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
 
   const rangesApply = (svc.flags & abi.LB_SVC_FLAG_SOURCE_RANGE) !== 0;
   const allowed = !rangesApply || m.sourceAllowed(revNatId, client);
-  result.sourceRange = { applies: rangesApply, allowed, enforced: input.path === 'north_south' };
+  // The socket path checks the socket's source address (the client given here);
+  // the pod-veth path does not enforce ranges.
+  result.sourceRange = { applies: rangesApply, allowed, enforced: input.path !== 'pod' };
 
   if (input.path === 'north_south') {
     if (!(svc.flags & (abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_LOADBALANCER))) {
       return finish({ action: 'pass', reason: 'a ClusterIP frontend: not served on external devices, the packet passes untouched' });
     }
     if (!allowed) return finish({ action: 'drop', reason: 'source outside loadBalancerSourceRanges', counter: counter(abi.LB_CNT_TC_SRC_RANGE_DROP) });
+  }
+  if (input.path === 'socket' && !allowed) {
+    return finish({ action: 'refuse', reason: 'source outside loadBalancerSourceRanges: connect()/sendmsg() fail with EHOSTUNREACH', counter: counter(abi.LB_CNT_SOCK_SRC_RANGE_DROP) });
   }
   if (svc.count === 0) {
     return finish(input.path === 'socket'
@@ -262,7 +267,7 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
       reason += `; source SNATed to ${numberToIp4(cfg!.snat_address)}${snat.length === usable.length ? '' : ' for remote backends (client address kept for local ones)'}`;
     }
   }
-  if (!allowed && input.path !== 'north_south') reason += '; source outside loadBalancerSourceRanges, which this path does not enforce';
+  if (!allowed && input.path === 'pod') reason += '; source outside loadBalancerSourceRanges, which this path does not enforce';
   return finish({
     action: 'translate',
     reason,

@@ -42,6 +42,8 @@ const SOCKET: Row[] = [
   // Maglev (issue 15): counted by every path's selection (one shared index each).
   [abi.LB_CNT_MAGLEV_PICKED, 'maglev_picked', 'original'],
   [abi.LB_CNT_MAGLEV_FALLBACK, 'maglev_fallback', 'original'],
+  [abi.LB_CNT_SOCK_SRC_RANGE_DROP, 'source_range_drop', 'original'],
+  [abi.LB_CNT_SOCK_SRC_RANGE_UNKNOWN, 'source_range_unknown_source', 'original'],
 ];
 
 /** Counted by the north-south path only: fragments, PMTU, multi-homed nodes. */

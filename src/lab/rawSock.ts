@@ -7,6 +7,19 @@
 //   stress ADDR PORT MS MAXCOUNT     connected-UDP loop: socket, connect, getpeername, close;
 //                                    counts refusals and peers other than ADDR:PORT
 //   bind tcp|udp ADDR PORT           bind() once; prints ok or the errno name
+//   from SRC ADDR PORT               connected UDP from SRC (bound to SRC:0; '-': unbound) to
+//                                    ADDR:PORT; prints the peer getpeername shows, or the errno
+//   hold ADDR PORT FLAG MS           TCP connect; prints {cookie, peer} at once, waits until
+//                                    the file FLAG exists (at most MS), then prints the
+//                                    peer again and the greeting read from the connection;
+//                                    with BPFFS BACKEND:PORT, first moves the socket's pair from
+//                                    sluice_sk_tcp4 into its socket storage (sluice_sock4), where
+//                                    an object from before the LRU layout kept TCP pairs
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { BpfMap } from '../bpf/map';
+import { ip4ToNumber } from '../datapath/addr';
+import * as abi from '../abi/generated';
 import { libcSockets, lastErrno as lastError, u64SockOption as u64Option, SO_COOKIE } from '../datapath/netnsCookie';
 
 const AF_INET = 2;
@@ -95,6 +108,63 @@ function bindOnce(proto: string, address: string, port: number) {
   return { result };
 }
 
+/** Move a TCP socket's pair from the LRU into its socket-local storage (the pre-LRU layout). */
+function pairToStorage(fd: number, bpffs: string, backend: string): void {
+  const [ba, bp] = backend.split(':') as [string, string];
+  const key = abi.encodeLb4SockTcpKey({ cookie: u64Option(fd, SO_COOKIE), backend_address: ip4ToNumber(ba), backend_port: Number(bp) });
+  const lru = BpfMap.fromPinned(path.join(bpffs, abi.SLUICE_MAP_SOCK_TCP4));
+  const storage = BpfMap.fromPinned(path.join(bpffs, abi.SLUICE_MAP_SOCK4));
+  try {
+    const raw = lru.lookup(key);
+    if (!raw) throw new Error(`no ${abi.SLUICE_MAP_SOCK_TCP4} entry for this socket and ${backend}`);
+    const tcp = abi.decodeLb4SockTcp(raw);
+    const pairs = Buffer.alloc(abi.LB4_SOCK_PAIR_SIZE * abi.SLUICE_SOCK_PAIRS);
+    abi.encodeLb4SockPair({
+      frontend_address: tcp.frontend_address, frontend_port: tcp.frontend_port, scope: abi.LB_SCOPE_EXTERNAL, used: 1,
+      backend_address: ip4ToNumber(ba), backend_port: Number(bp), backend_slot: 1, backend_id: 0, rev_nat_id: tcp.rev_nat_id,
+    }, pairs, 0);
+    const fdKey = Buffer.alloc(4);
+    fdKey.writeInt32LE(fd);
+    storage.update(fdKey, abi.lb4_sock_stateCodec.encode({ lock: { val: 0 }, next: 0, last: 0, pairs }));
+    lru.delete(key);
+  } finally {
+    lru.close();
+    storage.close();
+  }
+}
+
+function hold(address: string, port: number, flag: string, maxMs: number, bpffs?: string, backend?: string) {
+  const s = open(SOCK_STREAM);
+  const err = connect(s, address, port);
+  if (err) throw new Error(`connect ${address}:${port}: ${err}`);
+  if (bpffs && backend) pairToStorage(s, bpffs, backend);
+  process.stdout.write(JSON.stringify({ cookie: String(u64Option(s, SO_COOKIE)), peer: peer(s) }) + '\n');
+  const end = Date.now() + maxMs;
+  const tick = new Int32Array(new SharedArrayBuffer(4));
+  while (!fs.existsSync(flag) && Date.now() < end) Atomics.wait(tick, 0, 0, 20);
+  const buf = Buffer.alloc(256);
+  let greeting: string;
+  try {
+    greeting = buf.subarray(0, fs.readSync(s, buf)).toString().trim();
+  } catch (e) {
+    greeting = `error:${(e as NodeJS.ErrnoException).code}`;
+  }
+  const out = { peerAfter: peer(s), greeting };
+  c.close(s);
+  return out;
+}
+
+function connectFromSource(source: string, address: string, port: number) {
+  const fd = open(SOCK_DGRAM);
+  try {
+    if (source !== '-' && c.bind(fd, sockaddr(source, 0), 16) < 0) throw new Error(`bind ${source}: ${lastError()}`);
+    const e = connect(fd, address, port);
+    return { result: e || peer(fd) };
+  } finally {
+    c.close(fd);
+  }
+}
+
 function main(): unknown {
   const [mode, ...a] = process.argv.slice(2);
   switch (mode) {
@@ -104,8 +174,12 @@ function main(): unknown {
       return stress(a[0]!, Number(a[1]), Number(a[2]), Number(a[3]));
     case 'bind':
       return bindOnce(a[0]!, a[1]!, Number(a[2]));
+    case 'from':
+      return connectFromSource(a[0]!, a[1]!, Number(a[2]));
+    case 'hold':
+      return hold(a[0]!, Number(a[1]), a[2]!, Number(a[3]), a[4], a[5]);
     default:
-      throw new Error('usage: rawSock alias|stress|bind ...');
+      throw new Error('usage: rawSock alias|stress|bind|from|hold ...');
   }
 }
 

@@ -1,6 +1,7 @@
-// Socket-LB reverse translation in the real kernel: each translated socket
-// keeps its (frontend, backend) pairs in its own socket-local storage
-// (sluice_sock4, see lb4_sock_state in native/sluice_abi.h) and every path
+// Socket-LB reverse translation in the real kernel: each translated UDP
+// socket keeps its (frontend, backend) pairs in its own socket-local storage
+// (sluice_sock4, see lb4_sock_state in native/sluice_abi.h), each TCP socket
+// its one pair in the LRU sluice_sk_tcp4 under its cookie, and every path
 // shows the frontend. Throwaway cgroup + netns, real sockets.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -51,7 +52,7 @@ test('the socket-LB object does not create the TC conntrack map', () => {
   assert.ok(!sh('ls', [sb.bpffs]).split('\n').includes(abi.SLUICE_MAP_CT4), `${abi.SLUICE_MAP_CT4} pinned by the socket LB`);
 });
 
-test('TCP: getpeername shows the VIP for every connection; nothing is written outside the sockets', async () => {
+test('TCP: getpeername shows the VIP for every connection; the old shared tables are gone', async () => {
   const before = counter('LB_CNT_SOCK_REV_XLATED');
   const { results } = await client('tcp', VIP, 80, 40);
   assert.deepEqual(results.filter((r) => r.error), []);
@@ -59,7 +60,7 @@ test('TCP: getpeername shows the VIP for every connection; nothing is written ou
   assert.ok(counter('LB_CNT_SOCK_REV_XLATED') - before >= 40n, 'each getpeername was translated');
   const pinned = sh('ls', [sb.bpffs]).split('\n');
   for (const gone of ['sluice_sk_rev4', 'sluice_sk_slot4']) assert.ok(!pinned.includes(gone), `${gone} is still pinned`);
-  assert.ok(pinned.includes(abi.SLUICE_MAP_SOCK4));
+  assert.ok(pinned.includes(abi.SLUICE_MAP_SOCK4) && pinned.includes(abi.SLUICE_MAP_SOCK_TCP4));
 });
 
 test('one unconnected UDP socket: every reply comes from the VIP, and it stays on one backend', async () => {

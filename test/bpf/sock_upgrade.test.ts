@@ -41,6 +41,8 @@ test('install over an older layout: obsolete socket maps unpinned, a 16-entry co
     installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup });
     const pinned = fs.readdirSync(sb.bpffs);
     assert.ok(!pinned.includes('sluice_sk_rev4') && !pinned.includes('sluice_sk_slot4'), pinned.join(' '));
+    // TCP pairs moved out of socket storage into their own LRU: created by the upgrade, next to the storage UDP keeps.
+    assert.ok(pinned.includes(abi.SLUICE_MAP_SOCK_TCP4) && pinned.includes(abi.SLUICE_MAP_SOCK4), pinned.join(' '));
     const maps = openSockLbMaps(sb.bpffs);
     try {
       assert.equal(maps.counters.maxEntries, abi.LB_CNT_MAX);

@@ -225,3 +225,38 @@ test('the live /metrics: kube-proxy\'s change counters move, and promtool accept
   // kube-proxy's own gauge carries a counter's suffix; promtool rejects kube-proxy's page for it too.
   assert.deepEqual(complaints.filter((l) => !l.startsWith('kubeproxy_sync_proxy_rules_no_local_endpoints_total non-counter')), []);
 });
+
+test('loadBalancerSourceRanges on the socket path: a client outside the ranges cannot reach the LB IP through the socket LB; inside can; the ClusterIP is not filtered', async () => {
+  const LB_IP = '198.18.28.10';
+  const INSIDE = '198.18.26.5';
+  const OUTSIDE = '198.18.27.5';
+  for (const a of [INSIDE, OUTSIDE]) sb.ip(['addr', 'add', `${a}/32`, 'dev', 'lo']);
+  const svc = api.store.create('services', {
+    apiVersion: 'v1', kind: 'Service', metadata: { name: 'lb-ranges', namespace: 'default' },
+    spec: { type: 'LoadBalancer', loadBalancerSourceRanges: ['198.18.26.0/24'], ports: [{ name: 'dns', port: 53, targetPort: 8080, protocol: 'UDP' }] },
+  }) as { spec: { clusterIP: string } };
+  api.store.updateStatus('services', { apiVersion: 'v1', kind: 'Service', metadata: { name: 'lb-ranges', namespace: 'default' },
+    status: { loadBalancer: { ingress: [{ ip: LB_IP }] } } });
+  api.store.create('endpointslices', slice('lb-ranges', 'lb-ranges-1', BACKENDS, { ports: [{ name: 'dns', port: 8080, protocol: 'UDP' }] }));
+  await waitFrontend('LB IP programmed with its ranges', (f) => f?.flags.includes('sourceRanges') === true && f.backends.length === 3, `${LB_IP}:53/udp`);
+  const from = async (source: string, address: string) =>
+    (JSON.parse(await sb.runInCgroup(['node', labScript('rawSock'), 'from', source, address, '53'])) as { result: string }).result;
+  assert.deepEqual({
+    inside: await from(INSIDE, LB_IP),
+    outside: await from(OUTSIDE, LB_IP),
+    // The test netns is not the agent's (host) netns: an unbound socket there is a pod's, whose address the hook cannot know.
+    unboundPod: await from('-', LB_IP),
+    clusterIpOutside: await from(OUTSIDE, svc.spec.clusterIP),
+  }, {
+    inside: `${LB_IP}:53`,
+    outside: 'EHOSTUNREACH',
+    unboundPod: 'EHOSTUNREACH',
+    clusterIpOutside: `${svc.spec.clusterIP}:53`,
+  });
+  const counted = /sluice_datapath_events_total\{[^}]*reason="source_range_drop"[^}]*path="socket"[^}]*\} [1-9]/;
+  let text = '';
+  await waitFor('source_range_drop counted on the socket path', async () => {
+    text = await (await fetch(`http://${endpoints().metrics}/metrics`)).text();
+    return counted.test(text);
+  }, 15000).catch(() => assert.fail(`no socket source_range_drop in /metrics: ${text.split('\n').filter((l) => l.includes('source_range')).join(' | ')}`));
+});
