@@ -7,6 +7,7 @@
 /* The TC conntrack map is not used here: do not create it (36 MiB). */
 #define SLUICE_NO_CONNTRACK
 #include "lib/sock.h"
+#include "lib/sock6.h"
 
 SEC("cgroup/connect4")
 int sluice_connect4(struct bpf_sock_addr *ctx)
@@ -38,6 +39,46 @@ SEC("cgroup/post_bind4")
 int sluice_bind4(struct bpf_sock *ctx)
 {
 	int err = lb4_sock_post_bind(ctx);
+
+	if (err < 0) {
+		bpf_set_retval(err);
+		return SYS_REJECT;
+	}
+	return SYS_PROCEED;
+}
+
+/* ---- AF_INET6 sockets (lib/sock6.h): IPv6, and IPv4 through ::ffff:a.b.c.d ---- */
+
+SEC("cgroup/connect6")
+int sluice_connect6(struct bpf_sock_addr *ctx)
+{
+	return lb6_sock_forward(ctx);
+}
+
+SEC("cgroup/sendmsg6")
+int sluice_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return lb6_sock_forward(ctx);
+}
+
+SEC("cgroup/recvmsg6")
+int sluice_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	lb6_sock_xlate_rev(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/getpeername6")
+int sluice_getpeer6(struct bpf_sock_addr *ctx)
+{
+	lb6_sock_xlate_rev(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/post_bind6")
+int sluice_bind6(struct bpf_sock *ctx)
+{
+	int err = lb6_sock_post_bind(ctx);
 
 	if (err < 0) {
 		bpf_set_retval(err);

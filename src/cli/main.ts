@@ -9,7 +9,7 @@ import { monitorCommand } from './monitor';
 import { DEFAULT_BPFFS, type SockLbMaps } from '../datapath/maps';
 import { installSockLb, detachSockLb, uninstall } from '../datapath/sockLb';
 import { LbProgrammer, type FrontendSpec } from '../datapath/programmer';
-import { parseEndpoint, formatEndpoint } from '../datapath/addr';
+import { parseEndpoint, formatEndpoint, isIp6 } from '../datapath/addr';
 import * as abi from '../abi/generated';
 import { parseLbAlgorithm } from '../translate/algorithm';
 import { ALGORITHM_CODE } from '../agent/toSpecs';
@@ -40,7 +40,7 @@ const commands: Record<string, Command> = {
     values: ['bpffs', 'output'],
     run(a) {
       const rows = withMaps(bpffsOf(a), (maps) => LbProgrammer.adopt(maps).programmedBackends().sort((x, y) => x.id - y.id));
-      const view = rows.map((b) => ({ id: b.id, address: b.address, port: b.port, protocol: b.proto, flags: backendFlagNames(b.flags), zone: b.zone }));
+      const view = rows.map((b) => ({ id: b.id, family: isIp6(b.address) ? 'IPv6' : 'IPv4', address: b.address, port: b.port, protocol: b.proto, flags: backendFlagNames(b.flags), zone: b.zone }));
       if (json(a)) printJson(view);
       else print(table(['ID', 'BACKEND', 'FLAGS'], view.map((b) => [String(b.id), formatEndpoint({ ...b, proto: b.protocol }), b.flags.join(',') || '-'])));
       return 0;
@@ -79,7 +79,7 @@ const commands: Record<string, Command> = {
     },
   },
   service: {
-    summary: 'service upsert --frontend A:P/proto --backends A:P,... | service delete --frontend A:P/proto (refused on a running agent\'s maps unless --force)',
+    summary: 'service upsert --frontend A:P/proto|[A6]:P/proto --backends A:P,... | service delete --frontend A:P/proto (refused on a running agent\'s maps unless --force)',
     values: ['bpffs', 'frontend', 'backends', 'affinity-timeout', 'algorithm'],
     booleans: ['force'],
     run(a) {

@@ -34,6 +34,9 @@ const SOCKET: Row[] = [
   [abi.LB_CNT_SOCK_NS_SKIPPED, 'netns_skipped', 'original'],
   [abi.LB_CNT_SOCK_EXTIP_PASSED, 'external_ip_passed', 'original'],
   [abi.LB_CNT_SOCK_BIND_REFUSED, 'bind_refused', 'none'],
+  // AF_INET6 sockets count at the rows above (same reasons, no family label);
+  // this row only says how many of them were IPv4 through ::ffff:a.b.c.d.
+  [abi.LB_CNT_SOCK6_V4MAPPED, 'ipv4_mapped', 'none'],
 ];
 
 /** Counted by the north-south path only: fragments, PMTU, multi-homed nodes. */

@@ -6,8 +6,9 @@ import * as net from 'node:net';
 import * as dgram from 'node:dgram';
 
 const listeners = process.argv.slice(2).map((spec) => {
-  const [address, port] = spec.split(':') as [string, string];
-  return { address, port: Number(port) };
+  // ADDRESS:PORT; the last colon separates the port (IPv6 addresses have colons).
+  const at = spec.lastIndexOf(':');
+  return { address: spec.slice(0, at), port: Number(spec.slice(at + 1)) };
 });
 
 let ready = 0;
@@ -23,7 +24,7 @@ for (const { address, port } of listeners) {
       sock.end(`${address}:${port} ${sock.remoteAddress}\n`);
     })
     .listen(port, address, markReady);
-  const udp = dgram.createSocket('udp4');
+  const udp = dgram.createSocket(net.isIPv6(address) ? 'udp6' : 'udp4');
   udp.on('message', (_msg, rinfo) => udp.send(`${address}:${port} ${rinfo.address}\n`, rinfo.port, rinfo.address));
   udp.bind(port, address, markReady);
 }

@@ -15,7 +15,7 @@ const bin = path.resolve(__dirname, '..', '..', '..', 'bin', 'sluice');
 const view = (frontend: string, service?: ServiceView['service']): ServiceView => {
   const [address, rest] = frontend.split(':') as [string, string];
   const [port, protocol] = rest.split('/') as [string, string];
-  return { frontend, address, port: Number(port), protocol, scope: 'external', flags: ['ClusterIP'], revNatId: 7, affinityTimeoutSeconds: 0, algorithm: 'random', service, backends: [{ id: 3, address: '198.18.1.1', port: 80, flags: ['local'] }] };
+  return { frontend, family: 'IPv4', address, port: Number(port), protocol, scope: 'external', flags: ['ClusterIP'], revNatId: 7, affinityTimeoutSeconds: 0, algorithm: 'random', service, backends: [{ id: 3, address: '198.18.1.1', port: 80, flags: ['local'] }] };
 };
 const all = [
   view('198.18.96.10:53/udp', { namespace: 'kube-system', name: 'kube-dns', portName: 'dns' }),
