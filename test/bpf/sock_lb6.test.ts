@@ -7,6 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
 import { openSockLbMaps, readCounter } from '../../src/datapath/maps';
+import { LbProgrammer, service6KeyOf } from '../../src/datapath/programmer';
 import * as abi from '../../src/abi/generated';
 
 const VIP6 = 'fd00:96::10';
@@ -145,4 +146,42 @@ test('CLI: services and backends list both families (table and -o json); delete 
   assert.equal(after.find((s) => s.frontend === `[${VIP6}]:80/tcp`), undefined);
   const results = await client('tcp', VIP6, 80, 1);
   assert.ok(results[0]?.error, 'a deleted IPv6 VIP must not be translated any more');
+});
+
+test('ClientIP affinity on an IPv6 frontend: every connection of one client (netns) reaches one backend', async () => {
+  sluice(['service', 'upsert', '--frontend', `[${VIP6}]:83/tcp`, '--backends', backendsFlag(BACKENDS6, 8080), '--affinity-timeout', '60']);
+  const results = await client('tcp', VIP6, 83, 20);
+  assert.deepEqual(results.filter((r) => r.error), []);
+  assert.equal(new Set(results.map((r) => r.backend)).size, 1, JSON.stringify(results.map((r) => r.backend)));
+  const maps = openSockLbMaps(sb.bpffs);
+  try {
+    const entries = [...maps.v6!.affinity.entries()];
+    assert.equal(entries.length, 1, 'one affinity entry (netns cookie, rev-NAT id) in sluice_affin6');
+    assert.equal(entries[0]![0].netns_cookie, 1);
+  } finally {
+    maps.close();
+  }
+});
+
+test('a restarted programmer adopts IPv6 frontends from the pins; rev-NAT ids are one pool for both families; a stray IPv6 slot is repaired', () => {
+  const maps = openSockLbMaps(sb.bpffs);
+  try {
+    const adopted = LbProgrammer.adopt(maps);
+    const udp6 = adopted.frontend(`[${VIP6}]:53/udp`);
+    assert.equal(udp6?.backendIds.length, 3);
+    assert.deepEqual(udp6!.backendIds.map((id) => adopted.backendById(id)?.address).sort(), [...BACKENDS6].sort());
+    const revNats = adopted.programmedFrontends().map((f) => f.revNatId);
+    const udp4 = adopted.frontend(`${VIP4}:53/udp`);
+    assert.notEqual(udp4?.revNatId, udp6.revNatId);
+    assert.equal(new Set(revNats).size, new Set(adopted.programmedFrontends().map((f) => `${f.address}|${f.port}|${f.proto}`)).size, "one rev-NAT id per frontend address:port/proto, unique across both families");
+    // A crash left a slot beyond the master's count: adoptAndRepair removes it, nothing else.
+    const stray = service6KeyOf({ address: VIP6, port: 53, proto: 'udp', scope: 'external' }, 9);
+    maps.v6!.services.set(stray, { backend_id: udp6.backendIds[0]!, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 });
+    const { programmer, repaired } = LbProgrammer.adoptAndRepair(maps);
+    assert.equal(repaired.slotsBeyondCount, 1);
+    assert.equal(maps.v6!.services.get(stray), undefined);
+    assert.deepEqual(programmer.frontend(`[${VIP6}]:53/udp`)?.backendIds, udp6.backendIds);
+  } finally {
+    maps.close();
+  }
 });
