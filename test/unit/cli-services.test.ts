@@ -45,7 +45,7 @@ test('filters: table of flag sets and the frontends they keep', () => {
 test('bad filters and outputs are one-line usage errors (exit 2) through the entry point', () => {
   const cases: Array<[string[], RegExp]> = [
     [['--service', 'web'], /--service "web": expected NAMESPACE\/NAME/],
-    [['--address', '10.0.0.300'], /--address "10.0.0.300": not an IPv4 address/],
+    [['--address', '10.0.0.300'], /--address "10.0.0.300": not an IPv4 or IPv6 address/],
     [['--port', '0'], /--port "0": expected a port 1-65535/],
     [['--port', '80/sctp'], /--port "80\/sctp"/],
     [['-o', 'yaml'], /-o yaml: use table, wide or json/],
