@@ -185,3 +185,16 @@ test('a restarted programmer adopts IPv6 frontends from the pins; rev-NAT ids ar
     maps.close();
   }
 });
+
+test('round-robin and source-hash on IPv6 frontends use the shared per-rev-NAT machinery', async () => {
+  sluice(['service', 'upsert', '--frontend', `[${VIP6}]:84/tcp`, '--backends', backendsFlag(BACKENDS6, 8080), '--algorithm', 'round-robin']);
+  const rr = await client('tcp', VIP6, 84, 30);
+  assert.deepEqual(rr.filter((r) => r.error), []);
+  const counts: Record<string, number> = {};
+  for (const r of rr) counts[r.backend!] = (counts[r.backend!] ?? 0) + 1;
+  assert.deepEqual(Object.values(counts), [10, 10, 10], `round-robin: ${JSON.stringify(counts)}`);
+  sluice(['service', 'upsert', '--frontend', `[${VIP6}]:85/tcp`, '--backends', backendsFlag(BACKENDS6, 8080), '--algorithm', 'source-hash']);
+  const sh6 = await client('tcp', VIP6, 85, 15);
+  assert.deepEqual(sh6.filter((r) => r.error), []);
+  assert.equal(new Set(sh6.map((r) => r.backend)).size, 1, 'one client (netns): one backend');
+});
