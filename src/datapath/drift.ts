@@ -11,6 +11,7 @@ import * as abi from '../abi/generated';
 import type { SockLbMaps } from './maps';
 import { ip4ToNumber, isIp6, protoNumber } from './addr';
 import { masterEntry, serviceKeyOf, type LbProgrammer, type ProgrammedFrontend, type ProgrammedBackend } from './programmer';
+import { repairDrift6 } from './drift6';
 
 export interface DriftReport {
   /** Frontends with a missing or different master or slot entry. */
@@ -90,7 +91,7 @@ export async function repairDrift(maps: SockLbMaps, programmer: () => LbProgramm
   const cmp = new Comparer(maps);
   const suspectFrontends = new Set<string>();
   const suspectBackends = new Set<number>();
-  // IPv4 maps only: the IPv6 tables (issue 14) are not compared yet.
+  // IPv4 maps here; the IPv6 tables are repaired by drift6.ts at the end.
   const ids = programmer().programmedFrontends().filter((f) => !isIp6(f.address)).map((f) => f.id);
   for (let i = 0; i < ids.length; i += chunk) {
     const p = programmer();
@@ -145,6 +146,7 @@ export async function repairDrift(maps: SockLbMaps, programmer: () => LbProgramm
   maps.services.setMany(masters);
   report.frontends = frontends.length;
   report.extra = deleteExtras(maps, p);
+  repairDrift6(maps, p, report);
   report.durationMs = performance.now() - start;
   return report;
 }
