@@ -9,6 +9,7 @@
 /* The socket objects create the TCP reverse map (lib/maps.h). */
 #define SLUICE_SOCK_OBJECT
 #include "lib/sock.h"
+#include "lib/sock6.h"
 
 SEC("cgroup/connect4")
 int sluice_connect4(struct bpf_sock_addr *ctx)
@@ -53,6 +54,46 @@ SEC("cgroup/sock_release")
 int sluice_release4(struct bpf_sock *ctx)
 {
 	lc4_sock_release(ctx);
+	return SYS_PROCEED;
+}
+
+/* ---- AF_INET6 sockets (lib/sock6.h): IPv6, and IPv4 through ::ffff:a.b.c.d ---- */
+
+SEC("cgroup/connect6")
+int sluice_connect6(struct bpf_sock_addr *ctx)
+{
+	return lb6_sock_forward(ctx);
+}
+
+SEC("cgroup/sendmsg6")
+int sluice_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return lb6_sock_forward(ctx);
+}
+
+SEC("cgroup/recvmsg6")
+int sluice_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	lb6_sock_xlate_rev(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/getpeername6")
+int sluice_getpeer6(struct bpf_sock_addr *ctx)
+{
+	lb6_sock_xlate_rev(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/post_bind6")
+int sluice_bind6(struct bpf_sock *ctx)
+{
+	int err = lb6_sock_post_bind(ctx);
+
+	if (err < 0) {
+		bpf_set_retval(err);
+		return SYS_REJECT;
+	}
 	return SYS_PROCEED;
 }
 

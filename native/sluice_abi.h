@@ -724,5 +724,115 @@ struct lb_lc_flow {
 _Static_assert(sizeof(struct lb_lc_sock) == 8, "lb_lc_sock layout");
 _Static_assert(sizeof(struct lb_lc_flow) == 8, "lb_lc_flow layout");
 /* ==== end of least-connection ==================================================== */
+/* ==== IPv6 and dual-stack, socket path (issue 14; bpf/lib/lb6.h, sock6.h) ===== */
+/*
+ * One map family per address family, as Cilium does (docs/design-ipv6.md):
+ * the IPv4 maps and their 12-byte keys stay as they are, so the IPv4 hot
+ * path hashes no more bytes than before; IPv6 frontends live in their own
+ * maps with 16-byte addresses. Shared between the families:
+ *  - the master/slot value (struct lb4_service: it holds no address) and
+ *    struct lb_affinity;
+ *  - the id spaces: backend ids and rev-NAT ids are allocated by the agent
+ *    from one pool for both families, so every map keyed by rev-NAT id
+ *    (SLUICE_MAP_RR4, SLUICE_MAP_SVC_NAMES) serves both without a family field;
+ *  - the counters: an IPv6 event counts at the same LB_CNT_* row as its IPv4
+ *    twin (same reason, direction and path); the ip_family split is not a
+ *    data-path label. Rows 124..127 are this block's for IPv6-only reasons.
+ * IPv4 reached through an AF_INET6 socket (::ffff:a.b.c.d) is balanced by the
+ * IPv4 maps: connect6/recvmsg6/getpeername6 see the mapped address and use
+ * the IPv4 table and the socket's IPv4 state (sendmsg of such a socket runs
+ * the sendmsg4 hook, so both must agree).
+ * Addresses are 16 bytes in network order; the structs are 4-byte aligned so
+ * the programs move them as four 32-bit words.
+ */
+#define SLUICE_MAP_SERVICES6 sluice_svc6     /* lb6_service_key -> lb4_service (same value as IPv4) */
+#define SLUICE_MAP_BACKENDS6 sluice_be6      /* __u32 backend id -> lb6_backend */
+#define SLUICE_MAP_REVNAT6   sluice_revnat6  /* __u32 rev-NAT id -> lb6_reverse_nat */
+#define SLUICE_MAP_AFFINITY6 sluice_affin6   /* lb6_affinity_key -> lb_affinity (LRU) */
+#define SLUICE_MAP_SRCRANGE6 sluice_srcrng6  /* lb6_src_range_key -> __u8 (LPM trie; read by the TC path, later) */
+#define SLUICE_MAP_SOCK6     sluice_sock6    /* socket -> lb6_sock_state (socket-local storage) */
+#define SLUICE_MAP_NODEIP6   sluice_nodeip6  /* lb6_node_ip -> __u8 1 (hash) */
+
+#define SLUICE_MAX_NODEIP6   256
+#define SLUICE_MAX_SRCRANGE6 16384
+
+/* Counters of IPv6-only reasons (SLUICE_MAP_COUNTERS indices 124..127). */
+#define LB_CNT_SOCK6_V4MAPPED 124 /* connect6/recvmsg6/getpeername6 on ::ffff:a.b.c.d handled by the IPv4 table */
+
+struct lb6_service_key {
+	__u8   address[16];  /* frontend address */
+	__be16 port;         /* frontend port */
+	__u8   proto;        /* LB_PROTO_TCP or LB_PROTO_UDP */
+	__u8   scope;        /* LB_SCOPE_EXTERNAL or LB_SCOPE_INTERNAL */
+	__u16  backend_slot; /* 0: master entry; 1..count: one backend each */
+	__u8   pad[2];
+} __attribute__((aligned(4)));
+
+struct lb6_backend {
+	__u8   address[16]; /* backend (pod) address */
+	__be16 port;        /* backend port */
+	__u8   proto;       /* LB_PROTO_* */
+	__u8   flags;       /* LB_BACKEND_FLAG_* */
+	__u32  zone;        /* topology zone id assigned by the agent (0: unknown) */
+};
+
+struct lb6_reverse_nat {
+	__u8   address[16]; /* frontend address */
+	__be16 port;        /* frontend port */
+	__u8   pad[2];
+} __attribute__((aligned(4)));
+
+/* Socket hooks: client[0..7] hold the netns cookie (host order), netns_cookie = 1;
+ * TC (later): the client's IPv6 address. */
+struct lb6_affinity_key {
+	__u8  client[16];   /* client IPv6 address, or the netns cookie in the first 8 bytes */
+	__u32 rev_nat_id;   /* the frontend's rev-NAT id */
+	__u8  netns_cookie; /* 1: client holds a netns cookie */
+	__u8  pad[3];
+};
+
+/* loadBalancerSourceRanges for IPv6 frontends (LPM; prefixlen = 32 + CIDR length). */
+struct lb6_src_range_key {
+	__u32 prefixlen;   /* 32 + CIDR prefix length */
+	__u32 rev_nat_id;  /* the frontend's rev-NAT id (host order, matched whole) */
+	__u8  address[16]; /* CIDR network address */
+};
+
+/* SLUICE_MAP_NODEIP6 key: one of this node's IPv6 addresses. */
+struct lb6_node_ip {
+	__u8 address[16];
+} __attribute__((aligned(4)));
+
+/* One frontend an IPv6 socket was sent to and the backend it got (lb4_sock_pair's twin). */
+struct lb6_sock_pair {
+	__u8   frontend_address[16]; /* what recvmsg/getpeername show for the backend */
+	__u8   backend_address[16];  /* the backend this socket was sent to */
+	__be16 frontend_port;
+	__be16 backend_port;
+	__u8   scope;                /* LB_SCOPE_* of the frontend entries the backend came from */
+	__u8   used;                 /* 1: the pair is in use */
+	__u16  backend_slot;         /* the frontend's slot it was picked from */
+	__u32  backend_id;           /* backends map key */
+	__u32  rev_nat_id;           /* the frontend's rev-NAT id; checked before a reverse translation */
+};
+
+/* SLUICE_MAP_SOCK6 value: an IPv6 socket's pairs (same rules as lb4_sock_state). */
+struct lb6_sock_state {
+	struct bpf_spin_lock lock; /* guards everything below */
+	__u8  next;                /* pair replaced when all are in use (oldest first) */
+	__u8  last;                /* pair last sent to */
+	__u8  pad[2];
+	struct lb6_sock_pair pairs[SLUICE_SOCK_PAIRS];
+};
+
+_Static_assert(sizeof(struct lb6_service_key) == 24, "lb6_service_key layout");
+_Static_assert(sizeof(struct lb6_backend) == 24, "lb6_backend layout");
+_Static_assert(sizeof(struct lb6_reverse_nat) == 20, "lb6_reverse_nat layout");
+_Static_assert(sizeof(struct lb6_affinity_key) == 24, "lb6_affinity_key layout");
+_Static_assert(sizeof(struct lb6_src_range_key) == 24, "lb6_src_range_key layout");
+_Static_assert(sizeof(struct lb6_node_ip) == 16, "lb6_node_ip layout");
+_Static_assert(sizeof(struct lb6_sock_pair) == 48, "lb6_sock_pair layout");
+_Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6_sock_state layout");
+/* ==== end of IPv6, socket path =================================================== */
 
 #endif /* SLUICE_ABI_H */

@@ -206,4 +206,64 @@ struct {
 
 /* ==== end of operator CLI ======================================================== */
 
+/* ==== IPv6 and dual-stack, socket path (issue 14) ================================ */
+/* The IPv6 twins of the maps above (see sluice_abi.h): same types and flags,
+ * 16-byte addresses. Written by the agent, except the socket state. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb6_service_key);
+	__type(value, struct lb4_service);
+	__uint(max_entries, SLUICE_MAX_SERVICE_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_SERVICES6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lb6_backend);
+	__uint(max_entries, SLUICE_MAX_BACKENDS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_BACKENDS6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lb6_reverse_nat);
+	__uint(max_entries, SLUICE_MAX_REVNAT);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_REVNAT6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lb6_affinity_key);
+	__type(value, struct lb_affinity);
+	__uint(max_entries, SLUICE_MAX_AFFINITY);
+} SLUICE_MAP_AFFINITY6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct lb6_src_range_key);
+	__type(value, __u8);
+	__uint(max_entries, SLUICE_MAX_SRCRANGE6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_SRCRANGE6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct lb6_sock_state);
+	__uint(max_entries, 0);
+} SLUICE_MAP_SOCK6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb6_node_ip);
+	__type(value, __u8);
+	__uint(max_entries, SLUICE_MAX_NODEIP6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_NODEIP6 SEC(".maps");
+
+/* ==== end of IPv6, socket path ==================================================== */
+
 #endif /* SLUICE_BPF_MAPS_H */

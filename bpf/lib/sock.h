@@ -278,14 +278,15 @@ lb4_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb4_service_key *k
 }
 
 /*
- * Forward translation for connect4 and sendmsg4. Returns 0 when the address
- * was rewritten or is left alone, -ECONNREFUSED when the frontend has no
+ * Forward translation for connect4 and sendmsg4 (and connect6 to an
+ * IPv4-mapped address: *address is the destination, in and out). Returns 1
+ * when the address was rewritten, 0 when it is left alone, -ECONNREFUSED when the frontend has no
  * backend to offer (kube-proxy rejects such traffic; we fail the call at once).
  */
-static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
+static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx, __be32 *address)
 {
 	struct lb4_service_key key = {
-		.address = ctx->user_ip4,
+		.address = *address,
 		.port = sock4_dst_port(ctx),
 		.proto = (__u8)ctx->protocol,
 	};
@@ -363,10 +364,10 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx)
 	}
 	if (svc.algorithm == LB_ALG_LEAST_CONN)
 		lc4_sock_hold(ctx->sk, backend_id);
-	ctx->user_ip4 = backend->address;
+	*address = backend->address;
 	ctx->user_port = (__u32)backend->port;
 	lb_count(LB_CNT_SOCK_TRANSLATED);
-	return 0;
+	return 1;
 }
 
 /* ---- Reverse: recvmsg4 / getpeername4 ------------------------------------ */
@@ -397,67 +398,86 @@ static __always_inline bool lb4_sock_frontend_current(__u32 rev_nat_id, __be32 a
 	return rev_nat && rev_nat->address == address && rev_nat->port == port;
 }
 
-/* TCP: the pair in the LRU under this socket's cookie and its peer. false:
- * none (not translated, translated before an upgrade to this layout, or
- * recycled by the LRU). */
-static __always_inline bool lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx)
+/* TCP: the pair in the LRU under this socket's cookie and its peer
+ * (*address, the peer, in and out). 1: rewritten to the frontend; 0: found,
+ * but the frontend is gone (left alone); -1: none (not translated,
+ * translated before an upgrade to this layout, or recycled by the LRU). */
+static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __be32 *address)
 {
 	struct lb4_sock_tcp_key tkey = {
 		.cookie = bpf_get_socket_cookie(ctx),
-		.backend_address = ctx->user_ip4,
+		.backend_address = *address,
 		.backend_port = sock4_dst_port(ctx),
 	};
 	struct lb4_sock_tcp *found = bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
 	struct lb4_sock_tcp pair;
 
 	if (!found)
-		return false;
+		return -1;
 	pair = *found;
 	if (!lb4_sock_frontend_current(pair.rev_nat_id, pair.frontend_address, pair.frontend_port)) {
 		bpf_map_delete_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
-		return true;
+		return 0;
 	}
-	ctx->user_ip4 = pair.frontend_address;
+	*address = pair.frontend_address;
 	ctx->user_port = (__u32)pair.frontend_port;
 	lb_count(LB_CNT_SOCK_REV_XLATED);
-	return true;
+	return 1;
 }
 
 /* The peer is a backend this socket was sent to: show the frontend instead,
  * if it still exists. A TCP socket looks in the LRU first; a socket never
  * translated has no storage: one more lookup. (A TCP socket connected
- * before an upgrade to the LRU layout has its pair in storage.) */
-static __always_inline void lb4_sock_xlate_rev(struct bpf_sock_addr *ctx)
+ * before an upgrade to the LRU layout has its pair in storage.) *address is
+ * the peer (an IPv4-mapped one for connect6's sockets), in and out; true
+ * when it was rewritten. */
+static __always_inline bool lb4_sock_xlate_rev_addr(struct bpf_sock_addr *ctx, __be32 *address)
 {
 	struct lb4_sock_pair pair = {};
 	struct lb4_sock_state *st;
 	bool found;
 
-	if (ctx->protocol == LB_PROTO_TCP && lb4_sock_tcp_xlate_rev(ctx))
-		return;
+	if (ctx->protocol == LB_PROTO_TCP) {
+		int tcp = lb4_sock_tcp_xlate_rev(ctx, address);
+
+		if (tcp >= 0)
+			return tcp == 1;
+	}
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, 0);
 	if (!st)
-		return;
+		return false;
 	bpf_spin_lock(&st->lock);
-	found = sock_pair_of_backend(st, ctx->user_ip4, sock4_dst_port(ctx), &pair);
+	found = sock_pair_of_backend(st, *address, sock4_dst_port(ctx), &pair);
 	bpf_spin_unlock(&st->lock);
 	if (!found)
-		return;
+		return false;
 	/* The frontend may have been deleted or re-used since: only rewrite when
 	 * its rev-NAT entry still names the same address and port. */
 	if (!lb4_sock_frontend_current(pair.rev_nat_id, pair.frontend_address, pair.frontend_port)) {
 		lb4_sock_forget(st, &pair);
-		return;
+		return false;
 	}
-	ctx->user_ip4 = pair.frontend_address;
+	*address = pair.frontend_address;
 	ctx->user_port = (__u32)pair.frontend_port;
 	lb_count(LB_CNT_SOCK_REV_XLATED);
+	return true;
+}
+
+static __always_inline void lb4_sock_xlate_rev(struct bpf_sock_addr *ctx)
+{
+	__be32 address = ctx->user_ip4;
+
+	if (lb4_sock_xlate_rev_addr(ctx, &address))
+		ctx->user_ip4 = address;
 }
 
 static __always_inline int lb4_sock_forward(struct bpf_sock_addr *ctx)
 {
-	int err = lb4_sock_xlate_fwd(ctx);
+	__be32 address = ctx->user_ip4;
+	int err = lb4_sock_xlate_fwd(ctx, &address);
 
+	if (err > 0)
+		ctx->user_ip4 = address;
 	if (err < 0) {
 		/* connect()/sendmsg() then fail with this errno, not EPERM. */
 		bpf_set_retval(err);
@@ -497,30 +517,40 @@ static long lb4_bind_probe_address(void *map, const __be32 *address, __u8 *value
  * shadow node addresses and are left alone; so are all sockets while the host
  * namespace is unknown.
  */
+#define LB_BIND_SHADOWED (LB_SVC_FLAG_NODEPORT | LB_SVC_FLAG_EXTERNAL_IP | LB_SVC_FLAG_LOADBALANCER)
+
+/* A bind of address:port (0.0.0.0: every node address) would shadow a
+ * frontend; counted. post_bind6 asks the same for IPv4-mapped and "::". */
+static __always_inline bool lb4_bind_shadows(__be32 address, __be16 port, __u8 proto)
+{
+	struct lb4_bind_probe probe = { .port = port, .proto = proto };
+	struct lb4_service_key key = { .address = address, .port = port, .proto = proto };
+	struct lb4_service *svc;
+
+	if (address) {
+		svc = lb4_lookup_service(&key, false);
+		if (!svc || !(svc->flags & LB_BIND_SHADOWED))
+			return false;
+	} else {
+		bpf_for_each_map_elem(&SLUICE_MAP_NODEIP4, lb4_bind_probe_address, &probe, 0);
+		if (!probe.nodeport)
+			return false;
+	}
+	lb_count(LB_CNT_SOCK_BIND_REFUSED);
+	return true;
+}
+
 static __always_inline int lb4_sock_post_bind(struct bpf_sock *ctx)
 {
-	const __u16 shadowed = LB_SVC_FLAG_NODEPORT | LB_SVC_FLAG_EXTERNAL_IP | LB_SVC_FLAG_LOADBALANCER;
 	const struct lb_sock_config *cfg = lb_sock_config();
 	struct lb4_bind_probe probe = {
 		.port = bpf_htons((__u16)ctx->src_port),
 		.proto = (__u8)ctx->protocol,
 	};
-	struct lb4_service_key key = { .address = ctx->src_ip4, .port = probe.port, .proto = probe.proto };
-	struct lb4_service *svc;
 
 	if (!sock_proto_supported(ctx->protocol) || !cfg || !lb_sock_in_host_ns(ctx, cfg))
 		return 0;
-	if (key.address) {
-		svc = lb4_lookup_service(&key, false);
-		if (!svc || !(svc->flags & shadowed))
-			return 0;
-	} else {
-		bpf_for_each_map_elem(&SLUICE_MAP_NODEIP4, lb4_bind_probe_address, &probe, 0);
-		if (!probe.nodeport)
-			return 0;
-	}
-	lb_count(LB_CNT_SOCK_BIND_REFUSED);
-	return -EADDRINUSE;
+	return lb4_bind_shadows(ctx->src_ip4, probe.port, probe.proto) ? -EADDRINUSE : 0;
 }
 
 #endif /* SLUICE_BPF_SOCK_H */

@@ -23,6 +23,7 @@ export const LB_CNT_MAX = 128;
 export const LB_CNT_POD_OFFSET = 80;
 export const LB_CNT_POD_SNAT_EXHAUSTED = 123;
 export const LB_CNT_SELECT_RETRY = 35;
+export const LB_CNT_SOCK6_V4MAPPED = 124;
 export const LB_CNT_SOCK_BIND_REFUSED = 38;
 export const LB_CNT_SOCK_EXTIP_PASSED = 37;
 export const LB_CNT_SOCK_NO_BACKEND = 1;
@@ -102,8 +103,10 @@ export const LB_TC_DEFAULT_UDP_S = 60;
 export const LB_TC_SNAT_RETRIES = 16;
 export const SLUICE_EVENTS_RING_BYTES = 262144;
 export const SLUICE_MAP_AFFINITY4 = "sluice_affin4";
+export const SLUICE_MAP_AFFINITY6 = "sluice_affin6";
 export const SLUICE_MAP_AGENT = "sluice_agent";
 export const SLUICE_MAP_BACKENDS4 = "sluice_be4";
+export const SLUICE_MAP_BACKENDS6 = "sluice_be6";
 export const SLUICE_MAP_COUNTERS = "sluice_cnt_v2";
 export const SLUICE_MAP_CT4 = "sluice_ct4";
 export const SLUICE_MAP_EVENTS = "sluice_events";
@@ -114,15 +117,20 @@ export const SLUICE_MAP_LC_FLOW4 = "sluice_lc_flow4";
 export const SLUICE_MAP_LC_SOCK4 = "sluice_lc_sock4";
 export const SLUICE_MAP_MAGLEV4 = "sluice_maglev4";
 export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
+export const SLUICE_MAP_NODEIP6 = "sluice_nodeip6";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
+export const SLUICE_MAP_REVNAT6 = "sluice_revnat6";
 export const SLUICE_MAP_RR4 = "sluice_rr4";
 export const SLUICE_MAP_SERVICES4 = "sluice_svc4";
+export const SLUICE_MAP_SERVICES6 = "sluice_svc6";
 export const SLUICE_MAP_SNAT_DEV4 = "sluice_snatdev4";
 export const SLUICE_MAP_SOCK4 = "sluice_sock4";
+export const SLUICE_MAP_SOCK6 = "sluice_sock6";
 export const SLUICE_MAP_SOCKTERM4 = "sluice_sk_term4";
 export const SLUICE_MAP_SOCK_CFG = "sluice_sock_cfg";
 export const SLUICE_MAP_SOCK_TCP4 = "sluice_sk_tcp4";
 export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
+export const SLUICE_MAP_SRCRANGE6 = "sluice_srcrng6";
 export const SLUICE_MAP_SVC_NAMES = "sluice_svcname";
 export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
 export const SLUICE_MAX_AFFINITY = 131072;
@@ -133,6 +141,7 @@ export const SLUICE_MAX_LC_COUNT4 = 262145;
 export const SLUICE_MAX_LC_FLOW4 = 131072;
 export const SLUICE_MAX_MAGLEV4 = 131072;
 export const SLUICE_MAX_NODEIP4 = 256;
+export const SLUICE_MAX_NODEIP6 = 256;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
@@ -140,6 +149,7 @@ export const SLUICE_MAX_SNAT_DEV4 = 256;
 export const SLUICE_MAX_SOCKTERM4 = 4096;
 export const SLUICE_MAX_SOCK_TCP4 = 131072;
 export const SLUICE_MAX_SRCRANGE4 = 16384;
+export const SLUICE_MAX_SRCRANGE6 = 16384;
 export const SLUICE_MAX_SVC_NAMES = 131072;
 export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
 export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
@@ -794,6 +804,246 @@ export function decodeLb4TcConfig(buf: Buffer, off = 0): Lb4TcConfig {
 }
 export const lb4_tc_configCodec: Codec<Lb4TcConfig> = { size: 24, encode: encodeLb4TcConfig, decode: decodeLb4TcConfig };
 
+/** struct lb6_affinity_key (24 bytes) */
+export interface Lb6AffinityKey {
+  client: Buffer;
+  rev_nat_id: number;
+  netns_cookie: number;
+}
+export const LB6_AFFINITY_KEY_SIZE = 24;
+export const lb6_affinity_keyLayout: StructLayout = {"name":"lb6_affinity_key","size":24,"fields":[{"name":"client","kind":"bytes","offset":0,"size":16},{"name":"rev_nat_id","kind":"int","offset":16,"size":4,"bigEndian":false},{"name":"netns_cookie","kind":"int","offset":20,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":21,"size":3}]};
+export function encodeLb6AffinityKey(v: Lb6AffinityKey, buf: Buffer = Buffer.alloc(24), off = 0): Buffer {
+  buf.fill(0, off, off + 24);
+  v.client.copy(buf, off + 0, 0, 16);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 16);
+  buf.writeUInt8(v.netns_cookie & 0xff, off + 20);
+  return buf;
+}
+export function decodeLb6AffinityKey(buf: Buffer, off = 0): Lb6AffinityKey {
+  return {
+    client: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+    rev_nat_id: buf.readUInt32LE(off + 16),
+    netns_cookie: buf.readUInt8(off + 20),
+  };
+}
+export const lb6_affinity_keyCodec: Codec<Lb6AffinityKey> = { size: 24, encode: encodeLb6AffinityKey, decode: decodeLb6AffinityKey };
+
+/** struct lb6_backend (24 bytes) */
+export interface Lb6Backend {
+  address: Buffer;
+  port: number; // network byte order in the map
+  proto: number;
+  flags: number;
+  zone: number;
+}
+export const LB6_BACKEND_SIZE = 24;
+export const lb6_backendLayout: StructLayout = {"name":"lb6_backend","size":24,"fields":[{"name":"address","kind":"bytes","offset":0,"size":16},{"name":"port","kind":"int","offset":16,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":18,"size":1,"bigEndian":false},{"name":"flags","kind":"int","offset":19,"size":1,"bigEndian":false},{"name":"zone","kind":"int","offset":20,"size":4,"bigEndian":false}]};
+export function encodeLb6Backend(v: Lb6Backend, buf: Buffer = Buffer.alloc(24), off = 0): Buffer {
+  buf.fill(0, off, off + 24);
+  v.address.copy(buf, off + 0, 0, 16);
+  buf.writeUInt16BE(v.port & 0xffff, off + 16);
+  buf.writeUInt8(v.proto & 0xff, off + 18);
+  buf.writeUInt8(v.flags & 0xff, off + 19);
+  buf.writeUInt32LE(v.zone >>> 0, off + 20);
+  return buf;
+}
+export function decodeLb6Backend(buf: Buffer, off = 0): Lb6Backend {
+  return {
+    address: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+    port: buf.readUInt16BE(off + 16),
+    proto: buf.readUInt8(off + 18),
+    flags: buf.readUInt8(off + 19),
+    zone: buf.readUInt32LE(off + 20),
+  };
+}
+export const lb6_backendCodec: Codec<Lb6Backend> = { size: 24, encode: encodeLb6Backend, decode: decodeLb6Backend };
+
+/** struct lb6_bind_probe (4 bytes) */
+export interface Lb6BindProbe {
+  port: number; // network byte order in the map
+  proto: number;
+  nodeport: number;
+}
+export const LB6_BIND_PROBE_SIZE = 4;
+export const lb6_bind_probeLayout: StructLayout = {"name":"lb6_bind_probe","size":4,"fields":[{"name":"port","kind":"int","offset":0,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":2,"size":1,"bigEndian":false},{"name":"nodeport","kind":"int","offset":3,"size":1,"bigEndian":false}]};
+export function encodeLb6BindProbe(v: Lb6BindProbe, buf: Buffer = Buffer.alloc(4), off = 0): Buffer {
+  buf.fill(0, off, off + 4);
+  buf.writeUInt16BE(v.port & 0xffff, off + 0);
+  buf.writeUInt8(v.proto & 0xff, off + 2);
+  buf.writeUInt8(v.nodeport & 0xff, off + 3);
+  return buf;
+}
+export function decodeLb6BindProbe(buf: Buffer, off = 0): Lb6BindProbe {
+  return {
+    port: buf.readUInt16BE(off + 0),
+    proto: buf.readUInt8(off + 2),
+    nodeport: buf.readUInt8(off + 3),
+  };
+}
+export const lb6_bind_probeCodec: Codec<Lb6BindProbe> = { size: 4, encode: encodeLb6BindProbe, decode: decodeLb6BindProbe };
+
+/** struct lb6_node_ip (16 bytes) */
+export interface Lb6NodeIp {
+  address: Buffer;
+}
+export const LB6_NODE_IP_SIZE = 16;
+export const lb6_node_ipLayout: StructLayout = {"name":"lb6_node_ip","size":16,"fields":[{"name":"address","kind":"bytes","offset":0,"size":16}]};
+export function encodeLb6NodeIp(v: Lb6NodeIp, buf: Buffer = Buffer.alloc(16), off = 0): Buffer {
+  buf.fill(0, off, off + 16);
+  v.address.copy(buf, off + 0, 0, 16);
+  return buf;
+}
+export function decodeLb6NodeIp(buf: Buffer, off = 0): Lb6NodeIp {
+  return {
+    address: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+  };
+}
+export const lb6_node_ipCodec: Codec<Lb6NodeIp> = { size: 16, encode: encodeLb6NodeIp, decode: decodeLb6NodeIp };
+
+/** struct lb6_reverse_nat (20 bytes) */
+export interface Lb6ReverseNat {
+  address: Buffer;
+  port: number; // network byte order in the map
+}
+export const LB6_REVERSE_NAT_SIZE = 20;
+export const lb6_reverse_natLayout: StructLayout = {"name":"lb6_reverse_nat","size":20,"fields":[{"name":"address","kind":"bytes","offset":0,"size":16},{"name":"port","kind":"int","offset":16,"size":2,"bigEndian":true},{"name":"pad","kind":"bytes","offset":18,"size":2}]};
+export function encodeLb6ReverseNat(v: Lb6ReverseNat, buf: Buffer = Buffer.alloc(20), off = 0): Buffer {
+  buf.fill(0, off, off + 20);
+  v.address.copy(buf, off + 0, 0, 16);
+  buf.writeUInt16BE(v.port & 0xffff, off + 16);
+  return buf;
+}
+export function decodeLb6ReverseNat(buf: Buffer, off = 0): Lb6ReverseNat {
+  return {
+    address: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+    port: buf.readUInt16BE(off + 16),
+  };
+}
+export const lb6_reverse_natCodec: Codec<Lb6ReverseNat> = { size: 20, encode: encodeLb6ReverseNat, decode: decodeLb6ReverseNat };
+
+/** struct lb6_service_key (24 bytes) */
+export interface Lb6ServiceKey {
+  address: Buffer;
+  port: number; // network byte order in the map
+  proto: number;
+  scope: number;
+  backend_slot: number;
+}
+export const LB6_SERVICE_KEY_SIZE = 24;
+export const lb6_service_keyLayout: StructLayout = {"name":"lb6_service_key","size":24,"fields":[{"name":"address","kind":"bytes","offset":0,"size":16},{"name":"port","kind":"int","offset":16,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":18,"size":1,"bigEndian":false},{"name":"scope","kind":"int","offset":19,"size":1,"bigEndian":false},{"name":"backend_slot","kind":"int","offset":20,"size":2,"bigEndian":false},{"name":"pad","kind":"bytes","offset":22,"size":2}]};
+export function encodeLb6ServiceKey(v: Lb6ServiceKey, buf: Buffer = Buffer.alloc(24), off = 0): Buffer {
+  buf.fill(0, off, off + 24);
+  v.address.copy(buf, off + 0, 0, 16);
+  buf.writeUInt16BE(v.port & 0xffff, off + 16);
+  buf.writeUInt8(v.proto & 0xff, off + 18);
+  buf.writeUInt8(v.scope & 0xff, off + 19);
+  buf.writeUInt16LE(v.backend_slot & 0xffff, off + 20);
+  return buf;
+}
+export function decodeLb6ServiceKey(buf: Buffer, off = 0): Lb6ServiceKey {
+  return {
+    address: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+    port: buf.readUInt16BE(off + 16),
+    proto: buf.readUInt8(off + 18),
+    scope: buf.readUInt8(off + 19),
+    backend_slot: buf.readUInt16LE(off + 20),
+  };
+}
+export const lb6_service_keyCodec: Codec<Lb6ServiceKey> = { size: 24, encode: encodeLb6ServiceKey, decode: decodeLb6ServiceKey };
+
+/** struct lb6_sock_pair (48 bytes) */
+export interface Lb6SockPair {
+  frontend_address: Buffer;
+  backend_address: Buffer;
+  frontend_port: number; // network byte order in the map
+  backend_port: number; // network byte order in the map
+  scope: number;
+  used: number;
+  backend_slot: number;
+  backend_id: number;
+  rev_nat_id: number;
+}
+export const LB6_SOCK_PAIR_SIZE = 48;
+export const lb6_sock_pairLayout: StructLayout = {"name":"lb6_sock_pair","size":48,"fields":[{"name":"frontend_address","kind":"bytes","offset":0,"size":16},{"name":"backend_address","kind":"bytes","offset":16,"size":16},{"name":"frontend_port","kind":"int","offset":32,"size":2,"bigEndian":true},{"name":"backend_port","kind":"int","offset":34,"size":2,"bigEndian":true},{"name":"scope","kind":"int","offset":36,"size":1,"bigEndian":false},{"name":"used","kind":"int","offset":37,"size":1,"bigEndian":false},{"name":"backend_slot","kind":"int","offset":38,"size":2,"bigEndian":false},{"name":"backend_id","kind":"int","offset":40,"size":4,"bigEndian":false},{"name":"rev_nat_id","kind":"int","offset":44,"size":4,"bigEndian":false}]};
+export function encodeLb6SockPair(v: Lb6SockPair, buf: Buffer = Buffer.alloc(48), off = 0): Buffer {
+  buf.fill(0, off, off + 48);
+  v.frontend_address.copy(buf, off + 0, 0, 16);
+  v.backend_address.copy(buf, off + 16, 0, 16);
+  buf.writeUInt16BE(v.frontend_port & 0xffff, off + 32);
+  buf.writeUInt16BE(v.backend_port & 0xffff, off + 34);
+  buf.writeUInt8(v.scope & 0xff, off + 36);
+  buf.writeUInt8(v.used & 0xff, off + 37);
+  buf.writeUInt16LE(v.backend_slot & 0xffff, off + 38);
+  buf.writeUInt32LE(v.backend_id >>> 0, off + 40);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 44);
+  return buf;
+}
+export function decodeLb6SockPair(buf: Buffer, off = 0): Lb6SockPair {
+  return {
+    frontend_address: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+    backend_address: Buffer.from(buf.subarray(off + 16, off + 16 + 16)),
+    frontend_port: buf.readUInt16BE(off + 32),
+    backend_port: buf.readUInt16BE(off + 34),
+    scope: buf.readUInt8(off + 36),
+    used: buf.readUInt8(off + 37),
+    backend_slot: buf.readUInt16LE(off + 38),
+    backend_id: buf.readUInt32LE(off + 40),
+    rev_nat_id: buf.readUInt32LE(off + 44),
+  };
+}
+export const lb6_sock_pairCodec: Codec<Lb6SockPair> = { size: 48, encode: encodeLb6SockPair, decode: decodeLb6SockPair };
+
+/** struct lb6_sock_state (200 bytes) */
+export interface Lb6SockState {
+  lock: BpfSpinLock;
+  next: number;
+  last: number;
+  pairs: Buffer;
+}
+export const LB6_SOCK_STATE_SIZE = 200;
+export const lb6_sock_stateLayout: StructLayout = {"name":"lb6_sock_state","size":200,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"next","kind":"int","offset":4,"size":1,"bigEndian":false},{"name":"last","kind":"int","offset":5,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":6,"size":2},{"name":"pairs","kind":"bytes","offset":8,"size":192}]};
+export function encodeLb6SockState(v: Lb6SockState, buf: Buffer = Buffer.alloc(200), off = 0): Buffer {
+  buf.fill(0, off, off + 200);
+  encodeBpfSpinLock(v.lock, buf, off + 0);
+  buf.writeUInt8(v.next & 0xff, off + 4);
+  buf.writeUInt8(v.last & 0xff, off + 5);
+  v.pairs.copy(buf, off + 8, 0, 192);
+  return buf;
+}
+export function decodeLb6SockState(buf: Buffer, off = 0): Lb6SockState {
+  return {
+    lock: decodeBpfSpinLock(buf, off + 0),
+    next: buf.readUInt8(off + 4),
+    last: buf.readUInt8(off + 5),
+    pairs: Buffer.from(buf.subarray(off + 8, off + 8 + 192)),
+  };
+}
+export const lb6_sock_stateCodec: Codec<Lb6SockState> = { size: 200, encode: encodeLb6SockState, decode: decodeLb6SockState };
+
+/** struct lb6_src_range_key (24 bytes) */
+export interface Lb6SrcRangeKey {
+  prefixlen: number;
+  rev_nat_id: number;
+  address: Buffer;
+}
+export const LB6_SRC_RANGE_KEY_SIZE = 24;
+export const lb6_src_range_keyLayout: StructLayout = {"name":"lb6_src_range_key","size":24,"fields":[{"name":"prefixlen","kind":"int","offset":0,"size":4,"bigEndian":false},{"name":"rev_nat_id","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"address","kind":"bytes","offset":8,"size":16}]};
+export function encodeLb6SrcRangeKey(v: Lb6SrcRangeKey, buf: Buffer = Buffer.alloc(24), off = 0): Buffer {
+  buf.fill(0, off, off + 24);
+  buf.writeUInt32LE(v.prefixlen >>> 0, off + 0);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 4);
+  v.address.copy(buf, off + 8, 0, 16);
+  return buf;
+}
+export function decodeLb6SrcRangeKey(buf: Buffer, off = 0): Lb6SrcRangeKey {
+  return {
+    prefixlen: buf.readUInt32LE(off + 0),
+    rev_nat_id: buf.readUInt32LE(off + 4),
+    address: Buffer.from(buf.subarray(off + 8, off + 8 + 16)),
+  };
+}
+export const lb6_src_range_keyCodec: Codec<Lb6SrcRangeKey> = { size: 24, encode: encodeLb6SrcRangeKey, decode: decodeLb6SrcRangeKey };
+
 /** struct lb_affinity (16 bytes) */
 export interface LbAffinity {
   last_used_ns: bigint;
@@ -1070,8 +1320,10 @@ export const sluice_agent_statusCodec: Codec<SluiceAgentStatus> = { size: 48, en
 // ---- maps (BTF .maps section) ----
 export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_affin4: {"name":"sluice_affin4","type":9,"keyType":"lb4_affinity_key","keySize":16,"valueType":"lb_affinity","valueSize":16,"maxEntries":131072},
+  sluice_affin6: {"name":"sluice_affin6","type":9,"keyType":"lb6_affinity_key","keySize":24,"valueType":"lb_affinity","valueSize":16,"maxEntries":131072},
   sluice_agent: {"name":"sluice_agent","type":2,"keyType":"u32","keySize":4,"valueType":"sluice_agent_status","valueSize":48,"maxEntries":1},
   sluice_be4: {"name":"sluice_be4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":262144,"flags":1},
+  sluice_be6: {"name":"sluice_be6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_backend","valueSize":24,"maxEntries":262144,"flags":1},
   sluice_cnt_v2: {"name":"sluice_cnt_v2","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":128},
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
   sluice_ev_on: {"name":"sluice_ev_on","type":2,"keyType":"u32","keySize":4,"valueType":"lb_events_ctl","valueSize":4,"maxEntries":1},
@@ -1082,15 +1334,20 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_lc_sock4: {"name":"sluice_lc_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb_lc_sock","valueSize":8,"maxEntries":0},
   sluice_maglev4: {"name":"sluice_maglev4","type":13,"keyType":"lb4_maglev_key","keySize":8,"maxEntries":131072,"flags":1},
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
+  sluice_nodeip6: {"name":"sluice_nodeip6","type":1,"keyType":"lb6_node_ip","keySize":16,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
+  sluice_revnat6: {"name":"sluice_revnat6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_reverse_nat","valueSize":20,"maxEntries":65536,"flags":1},
   sluice_rr4: {"name":"sluice_rr4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":65536},
   sluice_sk_tcp4: {"name":"sluice_sk_tcp4","type":9,"keyType":"lb4_sock_tcp_key","keySize":16,"valueType":"lb4_sock_tcp","valueSize":12,"maxEntries":131072},
   sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
   sluice_snatdev4: {"name":"sluice_snatdev4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_snat_device","valueSize":4,"maxEntries":256,"flags":1},
   sluice_sock4: {"name":"sluice_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb4_sock_state","valueSize":104,"maxEntries":0},
+  sluice_sock6: {"name":"sluice_sock6","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb6_sock_state","valueSize":200,"maxEntries":0},
   sluice_sock_cfg: {"name":"sluice_sock_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb_sock_config","valueSize":16,"maxEntries":1},
   sluice_srcrng4: {"name":"sluice_srcrng4","type":11,"keyType":"lb4_src_range_key","keySize":12,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
+  sluice_srcrng6: {"name":"sluice_srcrng6","type":11,"keyType":"lb6_src_range_key","keySize":24,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
   sluice_svc4: {"name":"sluice_svc4","type":1,"keyType":"lb4_service_key","keySize":12,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
+  sluice_svc6: {"name":"sluice_svc6","type":1,"keyType":"lb6_service_key","keySize":24,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
   sluice_svcname: {"name":"sluice_svcname","type":1,"keyType":"lb_svc_name_key","keySize":8,"valueType":"lb_svc_name","valueSize":144,"maxEntries":131072,"flags":1},
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},
 };

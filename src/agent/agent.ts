@@ -9,7 +9,7 @@ import { parseHostPort } from './config';
 import { installSockLb, bpfObjectPath } from '../datapath/sockLb';
 import { summarize } from '../datapath/migrate';
 import { netnsCookieOf, ownNetnsCookie } from '../datapath/netnsCookie';
-import { syncNodeAddresses } from '../datapath/sockConfig';
+import { syncNodeAddresses, syncNodeAddresses6 } from '../datapath/sockConfig';
 import { pinPodPrograms } from '../datapath/pod/attach';
 import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
 import { readCounters } from '../datapath/counters';
@@ -82,7 +82,9 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
       localhostNodePorts: config.localhostNodePorts,
       ...(config.nodeIP ? { nodeIP: config.nodeIP } : {}),
       maxEndpointsPerService: config.maxEndpointsPerService,
-      ipFamilies: ['IPv4'],
+      // Both families when the pinned maps have the IPv6 tables (issue 14):
+      // the socket LB serves IPv6 Services; TC north-south is IPv4 for now.
+      ipFamilies: maps.v6 ? ['IPv4', 'IPv6'] : ['IPv4'],
       defaultLbAlgorithm: config.lbAlgorithm,
     },
     minSyncPeriodMs: config.minSyncPeriodMs,
@@ -145,6 +147,11 @@ function nodeAddressWriter(maps: SockLbMaps, metrics: AgentMetrics, log: Logger)
     if (text === last) return;
     try {
       const changed = syncNodeAddresses(maps.nodeIps, addresses);
+      if (maps.v6) {
+        const changed6 = syncNodeAddresses6(maps.v6.nodeIps, addresses);
+        changed.added.push(...changed6.added);
+        changed.removed.push(...changed6.removed);
+      }
       last = text;
       log.info({ ...changed }, 'node addresses for the socket hooks');
     } catch (err) {

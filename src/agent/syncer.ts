@@ -24,6 +24,7 @@ import type { ClusterState } from './store';
 import type { AgentMetrics } from './metrics';
 import type { ProxyHealth } from './health';
 import { toFrontendSpec, ZoneIds } from './toSpecs';
+import { isIp6 } from '../datapath/addr';
 
 const RETRY_DELAY_MS = 1000;
 /** kube-proxy labels its sync metrics by IP family; the agent programs IPv4. */
@@ -516,7 +517,8 @@ export class Syncer {
     const local = new Set<string>();
     const remote = new Set<string>();
     for (const f of specs) {
-      if ((f.flags & EXTERNAL_FLAGS) === 0 || f.scope !== 'external') continue;
+      // The TC north-south path is IPv4 only for now (issue 14): IPv6 backends are not its business.
+      if ((f.flags & EXTERNAL_FLAGS) === 0 || f.scope !== 'external' || isIp6(f.address)) continue;
       for (const b of f.backends) (b.local ? local : remote).add(b.address);
     }
     this.externalLocal.set(key, local);

@@ -49,9 +49,8 @@ function serviceNameOf(f: Frontend): ServiceName {
   return { namespace: f.service.slice(0, slash), name: f.service.slice(slash + 1), portName: f.portName };
 }
 
-/** IPv4 frontends only: the IPv6 twins of the maps are not there yet. */
+/** Either family: IPv6 frontends go to the lb6_* maps (the programmer picks by address). */
 export function toFrontendSpec(f: Frontend, zones: ZoneIds): FrontendSpec | undefined {
-  if (f.family !== 'IPv4') return undefined;
   const proto = f.proto === 'TCP' ? 'tcp' : 'udp';
   return {
     address: f.address,

@@ -4,6 +4,7 @@ import * as abi from '../abi/generated';
 import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
 import { counterName, readCounters } from '../datapath/counters';
 import { LbProgrammer } from '../datapath/programmer';
+import { formatEndpoint, isIp6 } from '../datapath/addr';
 import { sockLbStatus, type AttachmentStatus } from '../datapath/sockLb';
 import { staleSocketStatus, type StaleSocketStatus } from '../datapath/sockTerm';
 import { readServiceNames, serviceNameOf, type ServiceName } from '../datapath/serviceNames';
@@ -41,7 +42,9 @@ export const ALGORITHMS: Record<number, string> = {
 };
 
 export interface ServiceView {
+  /** "10.96.0.10:80/tcp" or "[fd00::10]:80/tcp". */
   frontend: string;
+  family: 'IPv4' | 'IPv6';
   address: string;
   port: number;
   protocol: string;
@@ -64,7 +67,8 @@ export function servicesView(maps: SockLbMaps): ServiceView[] {
     .programmedFrontends()
     .sort((a, b) => a.id.localeCompare(b.id, 'en'))
     .map((f) => ({
-      frontend: `${f.address}:${f.port}/${f.proto}`,
+      frontend: formatEndpoint(f),
+      family: isIp6(f.address) ? 'IPv6' : 'IPv4',
       address: f.address,
       port: f.port,
       protocol: f.proto,
@@ -142,6 +146,7 @@ export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string)
       fill(maps.nodeIps.name, count(maps.nodeIps.map), maps.nodeIps.map.maxEntries),
       fill(maps.affinity.name, count(maps.affinity.map), maps.affinity.map.maxEntries),
       ...(maps.serviceNames ? [fill(maps.serviceNames.name, count(maps.serviceNames.map), maps.serviceNames.map.maxEntries)] : []),
+      ...(maps.v6 ? [maps.v6.services, maps.v6.backends, maps.v6.revNat, maps.v6.nodeIps, maps.v6.affinity].map((m) => fill(m.name, count(m.map), m.map.maxEntries)) : []),
     ],
     counters,
   };

@@ -9,7 +9,7 @@ import { monitorCommand } from './monitor';
 import { DEFAULT_BPFFS, type SockLbMaps } from '../datapath/maps';
 import { installSockLb, detachSockLb, uninstall } from '../datapath/sockLb';
 import { LbProgrammer, type FrontendSpec } from '../datapath/programmer';
-import { parseEndpoint, formatEndpoint } from '../datapath/addr';
+import { parseEndpoint, formatEndpoint, isIp6 } from '../datapath/addr';
 import * as abi from '../abi/generated';
 import { parseLbAlgorithm } from '../translate/algorithm';
 import { ALGORITHM_CODE } from '../agent/toSpecs';
@@ -48,7 +48,7 @@ const commands: Record<string, Command> = {
       // Active counts only where least-connection is on: other algorithms do not count.
       const active = lcIds.size > 0 ? readLcCounts(bpffs, lcIds) : undefined;
       const view = rows.map((b) => ({
-        id: b.id, address: b.address, port: b.port, protocol: b.proto, flags: backendFlagNames(b.flags), zone: b.zone,
+        id: b.id, family: isIp6(b.address) ? 'IPv6' : 'IPv4', address: b.address, port: b.port, protocol: b.proto, flags: backendFlagNames(b.flags), zone: b.zone,
         ...(active?.has(b.id) ? { active: active.get(b.id)! } : {}),
       }));
       if (json(a)) printJson(view);
@@ -91,7 +91,7 @@ const commands: Record<string, Command> = {
     },
   },
   service: {
-    summary: 'service upsert --frontend A:P/proto --backends A:P,... | service delete --frontend A:P/proto (refused on a running agent\'s maps unless --force)',
+    summary: 'service upsert --frontend A:P/proto|[A6]:P/proto --backends A:P,... | service delete --frontend A:P/proto (refused on a running agent\'s maps unless --force)',
     values: ['bpffs', 'frontend', 'backends', 'affinity-timeout', 'algorithm'],
     booleans: ['force'],
     run(a) {

@@ -4,7 +4,8 @@
 import { table, UsageError, type ParsedArgs } from './args';
 import { servicesView, withMaps, type ServiceView } from './inspect';
 import { formatServiceName } from '../datapath/serviceNames';
-import { isIPv4 } from 'node:net';
+import { isIPv4, isIPv6 } from 'node:net';
+import { canonicalIp6, hostPort } from '../datapath/addr';
 
 export interface ServiceFilter {
   /** "namespace/name" or "namespace/name:port-name". */
@@ -23,8 +24,9 @@ export function parseServiceFilter(flags: Map<string, string>): ServiceFilter {
   }
   const address = flags.get('address');
   if (address !== undefined) {
-    if (!isIPv4(address)) throw new UsageError(`--address ${JSON.stringify(address)}: not an IPv4 address`);
-    f.address = address;
+    if (isIPv4(address)) f.address = address;
+    else if (isIPv6(address)) f.address = canonicalIp6(address);
+    else throw new UsageError(`--address ${JSON.stringify(address)}: not an IPv4 or IPv6 address`);
   }
   const port = flags.get('port');
   if (port !== undefined) {
@@ -61,7 +63,7 @@ function outputOf(a: ParsedArgs): Output {
 
 export function renderServices(view: ServiceView[], output: Exclude<Output, 'json'>): string {
   const backends = (s: ServiceView, wide: boolean) =>
-    s.backends.map((b) => `${wide ? `#${b.id} ` : ''}${b.address}:${b.port}${wide && b.flags.length ? `(${b.flags.join(',')})` : ''}`).join(',') || '(none: refused)';
+    s.backends.map((b) => `${wide ? `#${b.id} ` : ''}${hostPort(b.address, b.port)}${wide && b.flags.length ? `(${b.flags.join(',')})` : ''}`).join(',') || '(none: refused)';
   const service = (s: ServiceView) => (s.service ? formatServiceName(s.service) : '-');
   if (output === 'wide') {
     return table(

@@ -1,6 +1,7 @@
 // IPv4 addresses and "address:port/proto" frontends as the maps store them.
 import { isIPv4 } from 'node:net';
 import { LB_PROTO_TCP, LB_PROTO_UDP } from '../abi/generated';
+import { formatIPv6, parseIP } from '../translate/ip';
 
 export type ProtoName = 'tcp' | 'udp';
 
@@ -64,17 +65,48 @@ export interface Endpoint {
   proto: ProtoName;
 }
 
-/** Parse "10.96.0.10:80/tcp" (protocol defaults to tcp). */
+/** Parse "10.96.0.10:80/tcp" or "[fd00::10]:80/tcp" (protocol defaults to tcp). */
 export function parseEndpoint(text: string, defaultProto: ProtoName = 'tcp'): Endpoint {
-  const m = /^(\d+\.\d+\.\d+\.\d+):(\d+)(?:\/(\w+))?$/.exec(text.trim());
-  if (!m) throw new Error(`cannot parse ${JSON.stringify(text)}: expected ADDRESS:PORT[/tcp|udp]`);
-  const address = m[1]!;
-  ip4ToNumber(address);
+  const m = /^(\d+\.\d+\.\d+\.\d+|\[[0-9A-Fa-f:.]+\]):(\d+)(?:\/(\w+))?$/.exec(text.trim());
+  if (!m) throw new Error(`cannot parse ${JSON.stringify(text)}: expected ADDRESS:PORT[/tcp|udp] or [IPV6]:PORT[/tcp|udp]`);
+  let address = m[1]!;
+  if (address.startsWith('[')) address = canonicalIp6(address.slice(1, -1));
+  else ip4ToNumber(address);
   const proto = (m[3] ?? defaultProto).toLowerCase();
   protoNumber(proto);
   return { address, port: checkPort(Number(m[2]), text), proto: proto as ProtoName };
 }
 
 export function formatEndpoint(e: { address: string; port: number; proto: string }): string {
-  return `${e.address}:${e.port}/${e.proto}`;
+  return `${hostPort(e.address, e.port)}/${e.proto}`;
+}
+
+/** "10.0.0.1:80", or "[fd00::1]:80" for IPv6. */
+export function hostPort(address: string, port: number): string {
+  return isIp6(address) ? `[${address}]:${port}` : `${address}:${port}`;
+}
+
+// ---- IPv6 (issue 14): 16-byte addresses of the lb6_* maps ----
+
+/** IPv6 text (any spelling; canonical form is what the maps and ids use). */
+export function isIp6(address: string): boolean {
+  return address.includes(':');
+}
+
+/** RFC 5952 text of an IPv6 address; an error for anything else (IPv4-mapped is IPv4: use the IPv4 maps). */
+export function canonicalIp6(text: string): string {
+  const ip = parseIP(text, false);
+  if (!ip || ip.family !== 'IPv6') throw new Error(`not an IPv6 address: ${JSON.stringify(text)}`);
+  return ip.text;
+}
+
+/** "fd00::10" -> its 16 bytes in network order (the maps' __u8 address[16]). */
+export function ip6ToBytes(address: string): Buffer {
+  const ip = parseIP(address, false);
+  if (!ip || ip.family !== 'IPv6') throw new Error(`not an IPv6 address: ${JSON.stringify(address)}`);
+  return Buffer.from(ip.bytes);
+}
+
+export function bytesToIp6(bytes: Uint8Array): string {
+  return formatIPv6(bytes);
 }

@@ -44,6 +44,9 @@ const SOCKET: Row[] = [
   [abi.LB_CNT_MAGLEV_FALLBACK, 'maglev_fallback', 'original'],
   [abi.LB_CNT_SOCK_SRC_RANGE_DROP, 'source_range_drop', 'original'],
   [abi.LB_CNT_SOCK_SRC_RANGE_UNKNOWN, 'source_range_unknown_source', 'original'],
+  // AF_INET6 sockets count at the rows above (same reasons, no family label);
+  // this row only says how many of them were IPv4 through ::ffff:a.b.c.d.
+  [abi.LB_CNT_SOCK6_V4MAPPED, 'ipv4_mapped', 'none'],
 ];
 
 /** Counted by the north-south path only: fragments, PMTU, multi-homed nodes. */

@@ -9,8 +9,9 @@
 // between the chunks.
 import * as abi from '../abi/generated';
 import type { SockLbMaps } from './maps';
-import { ip4ToNumber, protoNumber } from './addr';
+import { ip4ToNumber, isIp6, protoNumber } from './addr';
 import { masterEntry, serviceKeyOf, type LbProgrammer, type ProgrammedFrontend, type ProgrammedBackend } from './programmer';
+import { repairDrift6 } from './drift6';
 
 export interface DriftReport {
   /** Frontends with a missing or different master or slot entry. */
@@ -90,7 +91,8 @@ export async function repairDrift(maps: SockLbMaps, programmer: () => LbProgramm
   const cmp = new Comparer(maps);
   const suspectFrontends = new Set<string>();
   const suspectBackends = new Set<number>();
-  const ids = programmer().programmedFrontends().map((f) => f.id);
+  // IPv4 maps here; the IPv6 tables are repaired by drift6.ts at the end.
+  const ids = programmer().programmedFrontends().filter((f) => !isIp6(f.address)).map((f) => f.id);
   for (let i = 0; i < ids.length; i += chunk) {
     const p = programmer();
     for (const id of ids.slice(i, i + chunk)) {
@@ -99,7 +101,7 @@ export async function repairDrift(maps: SockLbMaps, programmer: () => LbProgramm
     }
     await nextTurn();
   }
-  const backendIds = programmer().programmedBackends().map((b) => b.id);
+  const backendIds = programmer().programmedBackends().filter((b) => !isIp6(b.address)).map((b) => b.id);
   for (let i = 0; i < backendIds.length; i += chunk * 4) {
     const p = programmer();
     for (const id of backendIds.slice(i, i + chunk * 4)) {
@@ -144,6 +146,7 @@ export async function repairDrift(maps: SockLbMaps, programmer: () => LbProgramm
   maps.services.setMany(masters);
   report.frontends = frontends.length;
   report.extra = deleteExtras(maps, p);
+  repairDrift6(maps, p, report);
   report.durationMs = performance.now() - start;
   return report;
 }
@@ -155,7 +158,7 @@ export async function repairDrift(maps: SockLbMaps, programmer: () => LbProgramm
  */
 function deleteExtras(maps: SockLbMaps, p: LbProgrammer): number {
   let extra = 0;
-  const frontends = p.programmedFrontends();
+  const frontends = p.programmedFrontends().filter((f) => !isIp6(f.address));
   const wantServices = frontends.reduce((n, f) => n + 1 + f.backendIds.length, 0);
   const all = maps.services.map.lookupBatch();
   if (all.count !== wantServices) {

@@ -30,7 +30,19 @@ export interface SockLbMaps {
   maglev?: BpfMap;
   /** h-maglev: M for tables built from now on (the agent sets it from its config). */
   maglevTableSize?: number;
+  /** The IPv6 twins (issue 14); absent in pins made by an IPv4-only Sluice. */
+  v6?: SockLbMaps6;
   close(): void;
+}
+
+/** IPv6 frontends, backends and rev-NAT entries (native/sluice_abi.h, lb6_*). */
+export interface SockLbMaps6 {
+  services: TypedMap<abi.Lb6ServiceKey, abi.Lb4Service>;
+  backends: TypedMap<number, abi.Lb6Backend>;
+  revNat: TypedMap<number, abi.Lb6ReverseNat>;
+  affinity: TypedMap<abi.Lb6AffinityKey, abi.LbAffinity>;
+  /** This node's IPv6 addresses (ExternalIP rule, bind rule). */
+  nodeIps: TypedMap<abi.Lb6NodeIp, number>;
 }
 
 export function mapPinPath(bpffs: string, name: string): string {
@@ -67,6 +79,15 @@ export function openSockLbMaps(bpffs: string): SockLbMaps {
         ? new TypedMap(open(abi.SLUICE_MAP_SVC_NAMES), abi.lb_svc_name_keyCodec, abi.lb_svc_nameCodec)
         : undefined,
       maglev: fs.existsSync(mapPinPath(bpffs, abi.SLUICE_MAP_MAGLEV4)) ? open(abi.SLUICE_MAP_MAGLEV4) : undefined,
+      v6: fs.existsSync(mapPinPath(bpffs, abi.SLUICE_MAP_SERVICES6))
+        ? {
+          services: new TypedMap(open(abi.SLUICE_MAP_SERVICES6), abi.lb6_service_keyCodec, abi.lb4_serviceCodec),
+          backends: new TypedMap(open(abi.SLUICE_MAP_BACKENDS6), u32Codec, abi.lb6_backendCodec),
+          revNat: new TypedMap(open(abi.SLUICE_MAP_REVNAT6), u32Codec, abi.lb6_reverse_natCodec),
+          affinity: new TypedMap(open(abi.SLUICE_MAP_AFFINITY6), abi.lb6_affinity_keyCodec, abi.lb_affinityCodec),
+          nodeIps: new TypedMap(open(abi.SLUICE_MAP_NODEIP6), abi.lb6_node_ipCodec, u8Codec),
+        }
+        : undefined,
       close: () => opened.forEach((m) => m.close()),
     };
     return maps;

@@ -87,6 +87,14 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // copy between map families; tables are rebuilt when the frontend's
   // backends next change, random slots meanwhile (counted as maglev_fallback).
   [abi.SLUICE_MAP_MAGLEV4]: { kind: 'rebuild' },
+  // IPv6 (issue 14): the same policies as their IPv4 twins.
+  [abi.SLUICE_MAP_SERVICES6]: { kind: 'carry' },
+  [abi.SLUICE_MAP_BACKENDS6]: { kind: 'carry' },
+  [abi.SLUICE_MAP_REVNAT6]: { kind: 'carry' },
+  [abi.SLUICE_MAP_AFFINITY6]: { kind: 'carry' },
+  [abi.SLUICE_MAP_NODEIP6]: { kind: 'rebuild' },
+  [abi.SLUICE_MAP_SRCRANGE6]: { kind: 'rebuild' },
+  [abi.SLUICE_MAP_SOCK6]: { kind: 'drop', reason: 'per-socket state cannot be copied from user space: existing IPv6 sockets lose their reverse translation (keep lb6_sock_state compatible instead)' },
 };
 
 /** Unlisted maps: copied when the layout allows it, else empty (logged). */

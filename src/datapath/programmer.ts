@@ -6,8 +6,8 @@
 // then the master entry that makes them visible; deletes in reverse. A program
 // that finds a master entry therefore always finds its slots and backends.
 import * as abi from '../abi/generated';
-import type { SockLbMaps } from './maps';
-import { ip4ToNumber, numberToIp4, protoName, protoNumber, type ProtoName } from './addr';
+import type { SockLbMaps, SockLbMaps6 } from './maps';
+import { bytesToIp6, ip4ToNumber, ip6ToBytes, isIp6, numberToIp4, protoName, protoNumber, type ProtoName } from './addr';
 import { IdAllocator } from './ids';
 import { ServiceEntryBatch } from './serviceBatch';
 import { readSourceRanges, syncSourceRanges } from './tc/sourceRanges';
@@ -96,6 +96,7 @@ export interface RepairReport {
 export function frontendId(f: { address: string; port: number; proto: string; scope: ScopeName }): string {
   // join() makes one flat string; a template literal leaves a rope of 3-4
   // heap objects, and ids are kept by the thousand (programmer, syncer).
+  if (isIp6(f.address)) return ['[', f.address, ']:', f.port, '/', f.proto, f.scope === 'internal' ? '#internal' : ''].join('');
   return [f.address, ':', f.port, '/', f.proto, f.scope === 'internal' ? '#internal' : ''].join('');
 }
 
@@ -104,8 +105,12 @@ export function frontendId(f: { address: string; port: number; proto: string; sc
  * 49 bits, exact in a double). At 100k endpoints a string key cost ~130
  * bytes in rope strings per backend; a number costs nothing extra.
  */
-const backendKeyOf = (b: { address: string; port: number; proto: string }) => ip4ToNumber(b.address) * 131072 + b.port * 2 + (b.proto === 'udp' ? 1 : 0);
-const backendText = (b: { address: string; port: number; proto: string }) => `${b.address}:${b.port}/${b.proto}`;
+const backendKeyOf = (b: { address: string; port: number; proto: string }): number | string =>
+  // IPv6 backends (issue 14) do not fit a number: a string key, rare next to IPv4.
+  isIp6(b.address) ? backendText(b) : ip4ToNumber(b.address) * 131072 + b.port * 2 + (b.proto === 'udp' ? 1 : 0);
+function backendText(b: { address: string; port: number; proto: string }): string {
+  return `${b.address}:${b.port}/${b.proto}`;
+}
 const revNatKeyOf = (f: { address: string; port: number; proto: string }) => `${f.address}:${f.port}/${f.proto}`;
 const scopeNumber = (s: ScopeName) => (s === 'internal' ? abi.LB_SCOPE_INTERNAL : abi.LB_SCOPE_EXTERNAL);
 
@@ -124,6 +129,11 @@ export function serviceKeyOf(f: { address: string; port: number; proto: string; 
   };
 }
 
+/** The IPv6 services-map key (SLUICE_MAP_SERVICES6) of a frontend's master or slot. */
+export function service6KeyOf(f: { address: string; port: number; proto: string; scope: ScopeName }, slot: number): abi.Lb6ServiceKey {
+  return { address: ip6ToBytes(f.address), port: f.port, proto: protoNumber(f.proto), scope: scopeNumber(f.scope), backend_slot: slot };
+}
+
 /** The master entry's value: what makes a frontend and its slots visible. */
 export function masterEntry(f: Pick<ProgrammedFrontend, 'backendIds' | 'flags' | 'revNatId' | 'affinityTimeout' | 'algorithm'>): abi.Lb4Service {
   return { backend_id: 0, count: f.backendIds.length, flags: f.flags, rev_nat_id: f.revNatId, affinity_timeout: f.affinityTimeout, algorithm: f.algorithm };
@@ -135,7 +145,7 @@ function algorithmOf(f: FrontendSpec): number {
 
 export class LbProgrammer {
   private readonly frontends = new Map<string, ProgrammedFrontend>();
-  private readonly backends = new Map<number, ProgrammedBackend>();
+  private readonly backends = new Map<number | string, ProgrammedBackend>();
   private readonly backendsById = new Map<number, ProgrammedBackend>();
   /** Frontends pointing at each backend, by backend id (ids are small and dense). */
   private backendRefs = new Int32Array(1024);
@@ -148,7 +158,7 @@ export class LbProgrammer {
   private readonly backendIds: IdAllocator;
   private readonly revNatIds: IdAllocator;
   /** Found by adopt(), removed by adoptAndRepair(): never visible to the data path. */
-  private readonly leftovers = { slots: [] as abi.Lb4ServiceKey[], slotsBeyondCount: 0, revNatIds: [] as number[] };
+  private readonly leftovers = { slots: [] as abi.Lb4ServiceKey[], slots6: [] as abi.Lb6ServiceKey[], slotsBeyondCount: 0, revNatIds: [] as number[] };
   private names?: ServiceNameWriter;
   private maglev?: MaglevTables;
 
@@ -169,7 +179,20 @@ export class LbProgrammer {
       p.backendIds.reserve(id);
       p.orphans.add(id); // unreferenced until a frontend below points at it
     }
+    for (const [id, b] of maps.v6?.backends.readAll() ?? []) {
+      const backend: ProgrammedBackend = {
+        id, address: bytesToIp6(b.address), port: b.port, proto: protoName(b.proto) as ProtoName, flags: b.flags, zone: b.zone,
+      };
+      p.backends.set(backendKeyOf(backend), backend);
+      p.backendsById.set(id, backend);
+      p.backendIds.reserve(id);
+      p.orphans.add(id);
+    }
     const revNatIds: number[] = [];
+    for (const [id] of maps.v6?.revNat.readAll() ?? []) {
+      p.revNatIds.reserve(id);
+      revNatIds.push(id);
+    }
     for (const [id] of maps.revNat.readAll()) {
       // rev-NAT entries are per frontend address:port; the protocol is not
       // stored, so recover it from the master entries below.
@@ -177,9 +200,11 @@ export class LbProgrammer {
       revNatIds.push(id);
     }
     const slots = new Map<string, Map<number, number>>();
-    const slotKeys = new Map<string, abi.Lb4ServiceKey[]>();
-    const masters: Array<[abi.Lb4ServiceKey, abi.Lb4Service]> = [];
-    for (const [k, v] of maps.services.readAll()) {
+    const slotKeys = new Map<string, Array<abi.Lb4ServiceKey | abi.Lb6ServiceKey>>();
+    const masters: Array<[abi.Lb4ServiceKey | abi.Lb6ServiceKey, abi.Lb4Service]> = [];
+    const entries: Array<[abi.Lb4ServiceKey | abi.Lb6ServiceKey, abi.Lb4Service]> = maps.services.readAll();
+    for (const entry of maps.v6?.services.readAll() ?? []) entries.push(entry);
+    for (const [k, v] of entries) {
       if (k.backend_slot === 0) {
         masters.push([k, v]);
       } else {
@@ -206,13 +231,13 @@ export class LbProgrammer {
       for (const b of backendIds) p.ref(b, +1);
       for (const k of slotKeys.get(id) ?? []) {
         if (k.backend_slot > v.count) {
-          p.leftovers.slots.push(k);
+          p.leftover(k);
           p.leftovers.slotsBeyondCount++;
         }
       }
       slotKeys.delete(id);
     }
-    for (const keys of slotKeys.values()) p.leftovers.slots.push(...keys); // no master
+    for (const keys of slotKeys.values()) for (const k of keys) p.leftover(k); // no master
     const named = new Set(p.revNats.values());
     p.leftovers.revNatIds = revNatIds.filter((id) => !named.has(id));
     return p;
@@ -228,11 +253,13 @@ export class LbProgrammer {
    */
   static adoptAndRepair(maps: SockLbMaps): { programmer: LbProgrammer; repaired: RepairReport } {
     const p = LbProgrammer.adopt(maps);
-    const { slots, slotsBeyondCount, revNatIds } = p.leftovers;
+    const { slots, slots6, slotsBeyondCount, revNatIds } = p.leftovers;
     maps.services.deleteMany(slots);
+    maps.v6?.services.deleteMany(slots6);
     for (const id of revNatIds) {
       if (maps.sourceRanges) syncSourceRanges(maps.sourceRanges, id, []);
       maps.revNat.delete(id);
+      maps.v6?.revNat.delete(id);
       p.revNatIds.release(id);
     }
     const backends = p.collectGarbage().length;
@@ -249,11 +276,17 @@ export class LbProgrammer {
     }
     maps.affinity.deleteMany(staleAffinity);
     const maglevTables = p.maglevTables()?.adopt(p.programmedFrontends().filter((f) => f.algorithm === abi.LB_ALG_MAGLEV)); // h-maglev
+    const staleAffinity6: abi.Lb6AffinityKey[] = [];
+    for (const [k, v] of maps.v6?.affinity.entries() ?? []) {
+      if (!members.get(k.rev_nat_id)?.has(v.backend_id)) staleAffinity6.push(k);
+    }
+    maps.v6?.affinity.deleteMany(staleAffinity6);
     p.leftovers.slots = [];
+    p.leftovers.slots6 = [];
     p.leftovers.revNatIds = [];
     return {
       programmer: p,
-      repaired: { orphanSlots: slots.length - slotsBeyondCount, slotsBeyondCount, revNats: revNatIds.length, backends, affinity: staleAffinity.length, ...(maglevTables ? { maglevTables } : {}) },
+      repaired: { orphanSlots: slots.length + slots6.length - slotsBeyondCount, slotsBeyondCount, revNats: revNatIds.length, backends, affinity: staleAffinity.length + staleAffinity6.length, ...(maglevTables ? { maglevTables } : {}) },
     };
   }
 
@@ -388,14 +421,17 @@ export class LbProgrammer {
     if (frontends.length === 0) return;
     // 1. backends and rev-NAT entries (new or changed).
     const backendWrites: Array<[number, abi.Lb4Backend]> = [];
+    const backend6Writes = new Map<number, abi.Lb6Backend>(); // by id: a later frontend of the batch may change flags
     const idsFor = new Map<FrontendSpec, number[]>();
     // Backends written by this batch, by key: frontends of one batch often
     // share backends (ClusterIP and NodePort of one Service), and must share ids.
-    const pending = new Map<number, ProgrammedBackend>();
+    const pending = new Map<number | string, ProgrammedBackend>();
     for (const f of frontends) {
       const ids: number[] = [];
       for (const b of f.backends) {
         if (b.proto !== f.proto) throw new Error(`${frontendId(f)}: backend ${backendText(b)} has another protocol`);
+        // Each family's backends live in that family's map (the socket hook rewrites one family's address).
+        if (isIp6(b.address) !== isIp6(f.address)) throw new Error(`${frontendId(f)}: backend ${backendText(b)} is of another address family`);
         const key = backendKeyOf(b);
         let known = pending.get(key) ?? this.backends.get(key);
         const flags = backendFlags(b);
@@ -403,7 +439,8 @@ export class LbProgrammer {
         if (!known || known.flags !== flags || known.zone !== zone) {
           const id = known?.id ?? this.backendIds.allocate();
           known = { id, address: b.address, port: b.port, proto: b.proto, flags, zone };
-          if (!pending.has(key)) backendWrites.push([id, { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone }]);
+          if (typeof key === 'string') backend6Writes.set(id, { address: ip6ToBytes(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone });
+          else if (!pending.has(key)) backendWrites.push([id, { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone }]);
           else backendWrites[backendWrites.findIndex(([wid]) => wid === id)]![1] = { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone };
           pending.set(key, known);
         }
@@ -413,18 +450,24 @@ export class LbProgrammer {
     }
     const newBackends = [...pending.values()];
     const revNatWrites: Array<[number, abi.Lb4ReverseNat]> = [];
+    const revNat6Writes: Array<[number, abi.Lb6ReverseNat]> = [];
     const newRevNats = new Map<string, number>();
     for (const f of frontends) {
       const key = revNatKeyOf(f);
       if (!this.revNats.has(key) && !newRevNats.has(key)) {
         const id = this.revNatIds.allocate();
         newRevNats.set(key, id);
-        revNatWrites.push([id, { address: ip4ToNumber(f.address), port: f.port }]);
+        if (isIp6(f.address)) revNat6Writes.push([id, { address: ip6ToBytes(f.address), port: f.port }]);
+        else revNatWrites.push([id, { address: ip4ToNumber(f.address), port: f.port }]);
       }
     }
     try {
       this.maps.backends.setMany(backendWrites);
       this.maps.revNat.setMany(revNatWrites);
+      if (backend6Writes.size > 0 || revNat6Writes.length > 0) {
+        this.v6().backends.setMany([...backend6Writes]);
+        this.v6().revNat.setMany(revNat6Writes);
+      }
     } catch (err) {
       // Ids allocated for entries that never landed go back to the pool.
       for (const b of newBackends) if (!this.backends.has(backendKeyOf(b))) this.backendIds.unallocate(b.id);
@@ -436,7 +479,7 @@ export class LbProgrammer {
       this.backendsById.set(b.id, b);
     }
     for (const [k, id] of newRevNats) this.revNats.set(k, id);
-    result.backendsWritten += backendWrites.length;
+    result.backendsWritten += backendWrites.length + backend6Writes.size;
 
     // 1b. Maglev tables of frontends that use it (before the master that
     // turns the algorithm on; unchanged backend sets are not rebuilt).
@@ -449,6 +492,10 @@ export class LbProgrammer {
     const slotWrites = new ServiceEntryBatch(frontends.length * 4);
     const masterWrites = new ServiceEntryBatch(frontends.length);
     const slotDeletes: abi.Lb4ServiceKey[] = [];
+    // IPv6 frontends: plain entry lists (their numbers are small next to IPv4's).
+    const slot6Writes: Array<[abi.Lb6ServiceKey, abi.Lb4Service]> = [];
+    const master6Writes: Array<[abi.Lb6ServiceKey, abi.Lb4Service]> = [];
+    const slot6Deletes: abi.Lb6ServiceKey[] = [];
     const updates: ProgrammedFrontend[] = [];
     const slot: abi.Lb4Service = { backend_id: 0, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 };
     for (const f of frontends) {
@@ -459,6 +506,16 @@ export class LbProgrammer {
       }
       const cur = this.frontends.get(id);
       const revNatId = this.revNats.get(revNatKeyOf(f))!;
+      const update: ProgrammedFrontend = { id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, algorithm: algorithmOf(f), revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : [] };
+      if (isIp6(f.address)) {
+        for (let i = 0; i < ids.length; i++) {
+          if (cur?.backendIds[i] !== ids[i]) slot6Writes.push([service6KeyOf(f, i + 1), { ...slot, backend_id: ids[i]! }]);
+        }
+        master6Writes.push([service6KeyOf(f, 0), masterEntry(update)]);
+        for (let s = ids.length + 1; s <= (cur?.backendIds.length ?? 0); s++) slot6Deletes.push(service6KeyOf(f, s));
+        updates.push(update);
+        continue;
+      }
       const key = serviceKeyOf(f, 0);
       for (let i = 0; i < ids.length; i++) {
         if (cur?.backendIds[i] === ids[i]) continue;
@@ -469,7 +526,7 @@ export class LbProgrammer {
       key.backend_slot = 0;
       masterWrites.add(key, masterEntry({ backendIds: ids, flags: f.flags, revNatId, affinityTimeout: f.affinityTimeout, algorithm: algorithmOf(f) }));
       for (let s = ids.length + 1; s <= (cur?.backendIds.length ?? 0); s++) slotDeletes.push({ ...key, backend_slot: s });
-      updates.push({ id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, algorithm: algorithmOf(f), revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : [] });
+      updates.push(update);
     }
     // Source ranges are written before the master that turns them on, and
     // ranges no longer wanted are removed only after it (make-before-break).
@@ -483,6 +540,10 @@ export class LbProgrammer {
     try {
       slotWrites.writeTo(this.maps.services);
       masterWrites.writeTo(this.maps.services);
+      if (master6Writes.length > 0) {
+        this.v6().services.setMany(slot6Writes);
+        this.v6().services.setMany(master6Writes);
+      }
     } catch (err) {
       // Nothing half-done stays behind: slots this batch added beyond what a
       // visible master covers are removed, and backends nobody references
@@ -496,10 +557,12 @@ export class LbProgrammer {
         if (k.backend_slot > (cur?.backendIds.length ?? 0)) added.push(k);
       }
       this.maps.services.deleteMany(added);
+      this.maps.v6?.services.deleteMany(slot6Writes.map(([k]) => k).filter((k) => k.backend_slot > (this.frontends.get(frontendId(key6ToFrontend(k)))?.backendIds.length ?? 0)));
       for (const b of newBackends) this.orphans.add(b.id);
       throw err;
     }
     this.maps.services.deleteMany(slotDeletes);
+    this.maps.v6?.services.deleteMany(slot6Deletes);
     for (const u of updates) {
       if (u.algorithm !== abi.LB_ALG_MAGLEV && this.frontends.get(u.id)?.algorithm === abi.LB_ALG_MAGLEV) this.maglevTables()?.remove(u);
     }
@@ -526,10 +589,15 @@ export class LbProgrammer {
     const cur = this.frontends.get(id);
     if (!cur) return;
     // Master first: the frontend disappears at once, then its slots.
-    this.maps.services.delete(serviceKeyOf(cur, 0));
-    const slots: abi.Lb4ServiceKey[] = [];
-    for (let slot = 1; slot <= cur.backendIds.length; slot++) slots.push(serviceKeyOf(cur, slot));
-    this.maps.services.deleteMany(slots);
+    if (isIp6(cur.address)) {
+      this.v6().services.delete(service6KeyOf(cur, 0));
+      for (let slot = 1; slot <= cur.backendIds.length; slot++) this.v6().services.delete(service6KeyOf(cur, slot));
+    } else {
+      this.maps.services.delete(serviceKeyOf(cur, 0));
+      const slots: abi.Lb4ServiceKey[] = [];
+      for (let slot = 1; slot <= cur.backendIds.length; slot++) slots.push(serviceKeyOf(cur, slot));
+      this.maps.services.deleteMany(slots);
+    }
     if (cur.algorithm === abi.LB_ALG_MAGLEV) this.maglevTables()?.remove(cur); // deleted by flushRemovals() below the callers
     for (const b of cur.backendIds) this.ref(b, -1);
     this.forgetAffinity(cur, cur.backendIds);
@@ -542,7 +610,8 @@ export class LbProgrammer {
       // Ranges are keyed by rev-NAT id, shared by both scopes: cleared with it.
       if (cur.sourceRanges.length > 0 && this.maps.sourceRanges) syncSourceRanges(this.maps.sourceRanges, cur.revNatId, []);
       this.revNatUsers.delete(rnKey);
-      this.maps.revNat.delete(cur.revNatId);
+      if (isIp6(cur.address)) this.v6().revNat.delete(cur.revNatId);
+      else this.maps.revNat.delete(cur.revNatId);
       this.revNatIds.release(cur.revNatId);
       this.revNats.delete(rnKey);
     }
@@ -588,7 +657,8 @@ export class LbProgrammer {
       if ((this.backendRefs[id] ?? 0) > 0) continue;
       const b = this.backendById(id);
       if (b) {
-        this.maps.backends.delete(id);
+        if (isIp6(b.address)) this.v6().backends.delete(id);
+        else this.maps.backends.delete(id);
         this.backends.delete(backendKeyOf(b));
         this.backendsById.delete(id);
         this.backendIds.release(id);
@@ -605,9 +675,26 @@ export class LbProgrammer {
   private forgetAffinity(f: ProgrammedFrontend, removed: number[]): void {
     if (removed.length === 0 || (f.flags & abi.LB_SVC_FLAG_AFFINITY) === 0) return;
     const gone = new Set(removed);
+    if (isIp6(f.address)) {
+      for (const [k, v] of this.v6().affinity.entries()) {
+        if (k.rev_nat_id === f.revNatId && gone.has(v.backend_id)) this.v6().affinity.delete(k);
+      }
+      return;
+    }
     for (const [k, v] of this.maps.affinity.entries()) {
       if (k.rev_nat_id === f.revNatId && gone.has(v.backend_id)) this.maps.affinity.delete(k);
     }
+  }
+
+  /** The IPv6 maps, or a clear error when the pinned maps predate them. */
+  private v6(): SockLbMaps6 {
+    if (!this.maps.v6) throw new Error('IPv6 frontend: the pinned maps have no IPv6 tables (sluice_svc6); reinstall the data path with this Sluice');
+    return this.maps.v6;
+  }
+
+  private leftover(k: abi.Lb4ServiceKey | abi.Lb6ServiceKey): void {
+    if (typeof k.address === 'number') this.leftovers.slots.push(k as abi.Lb4ServiceKey);
+    else this.leftovers.slots6.push(k as abi.Lb6ServiceKey);
   }
 
   private ref(backendId: number, delta: number): void {
@@ -628,11 +715,13 @@ function sameRanges(a: string[], b: string[]): boolean {
   return a.every((x, i) => x === sorted[i]);
 }
 
-function keyToFrontend(k: abi.Lb4ServiceKey): { address: string; port: number; proto: ProtoName; scope: ScopeName } {
+function keyToFrontend(k: abi.Lb4ServiceKey | abi.Lb6ServiceKey): { address: string; port: number; proto: ProtoName; scope: ScopeName } {
   return {
-    address: numberToIp4(k.address),
+    address: typeof k.address === 'number' ? numberToIp4(k.address) : bytesToIp6(k.address),
     port: k.port,
     proto: protoName(k.proto) as ProtoName,
     scope: k.scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external',
   };
 }
+
+const key6ToFrontend = keyToFrontend;

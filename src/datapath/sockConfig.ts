@@ -7,7 +7,7 @@
 import * as abi from '../abi/generated';
 import type { Codec } from '../abi/types';
 import type { BpfMap } from '../bpf/map';
-import { ip4ToNumber, numberToIp4 } from './addr';
+import { bytesToIp6, canonicalIp6, ip4ToNumber, ip6ToBytes, isIp6, numberToIp4 } from './addr';
 import { TypedMap, u32Codec, u8Codec } from './typedMap';
 
 export const SOCKET_LB_MODES = {
@@ -56,6 +56,17 @@ const be32Codec: Codec<number> = {
 
 export function nodeIpMap(map: BpfMap): TypedMap<number, number> {
   return new TypedMap(map, be32Codec, u8Codec);
+}
+
+/** Make the IPv6 node-address map (SLUICE_MAP_NODEIP6) hold exactly these IPv6 addresses (IPv4 ones are skipped). */
+export function syncNodeAddresses6(map: TypedMap<abi.Lb6NodeIp, number>, addresses: string[]): { added: string[]; removed: string[] } {
+  const wanted = new Set(addresses.filter(isIp6).map(canonicalIp6));
+  const present = new Set([...map.entries()].map(([k]) => bytesToIp6(k.address)));
+  const added = [...wanted].filter((a) => !present.has(a));
+  const removed = [...present].filter((a) => !wanted.has(a));
+  for (const a of added) map.set({ address: ip6ToBytes(a) }, 1);
+  for (const a of removed) map.delete({ address: ip6ToBytes(a) });
+  return { added, removed };
 }
 
 /** Make the node-address map hold exactly these IPv4 addresses (others, e.g. IPv6, are skipped). */

@@ -27,6 +27,12 @@ export const SOCK_LB_PROGRAMS: Record<string, { attachType: number; hook: string
   sluice_bind4: { attachType: AttachType.CGROUP_INET4_POST_BIND, hook: 'post_bind4' },
   // least-connection: a socket's count comes back when it is released.
   sluice_release4: { attachType: AttachType.CGROUP_INET_SOCK_RELEASE, hook: 'sock_release' },
+  // AF_INET6 sockets: IPv6 Services, and IPv4 ones through ::ffff:a.b.c.d (bpf/lib/sock6.h).
+  sluice_connect6: { attachType: AttachType.CGROUP_INET6_CONNECT, hook: 'connect6' },
+  sluice_sendmsg6: { attachType: AttachType.CGROUP_UDP6_SENDMSG, hook: 'sendmsg6' },
+  sluice_recvmsg6: { attachType: AttachType.CGROUP_UDP6_RECVMSG, hook: 'recvmsg6' },
+  sluice_getpeer6: { attachType: AttachType.CGROUP_INET6_GETPEERNAME, hook: 'getpeername6' },
+  sluice_bind6: { attachType: AttachType.CGROUP_INET6_POST_BIND, hook: 'post_bind6' },
 };
 
 /**

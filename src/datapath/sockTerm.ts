@@ -21,7 +21,7 @@ import { BpfObject } from '../bpf/object';
 import { BpfIterator, readIter } from '../bpf/iter';
 import { inNetns, netnsInode } from '../bpf/netns';
 import { ensureBpffsDir } from '../bpf/bpffs';
-import { ip4ToNumber, numberToIp4, protoNumber, protoName, type ProtoName } from './addr';
+import { ip4ToNumber, isIp6, numberToIp4, protoNumber, protoName, type ProtoName } from './addr';
 import { TypedMap, u8Codec } from './typedMap';
 import { bpfObjectPath } from './sockLb';
 
@@ -125,7 +125,8 @@ export class StaleSocketTerminator {
   terminate(backends: RemovedBackend[]): TerminationReport {
     const report: TerminationReport = { destroyed: [], failed: [], namespaces: 0, namespaceErrors: [] };
     const keys = backends
-      .filter((b) => this.iterators.has(b.proto))
+      // IPv4 only: sockets connected to IPv6 backends are not ended yet (docs/design-ipv6.md).
+      .filter((b) => this.iterators.has(b.proto) && !isIp6(b.address))
       .map((b): abi.Lb4SockTermKey => ({ address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto) }));
     if (keys.length === 0) return report;
     const protos = new Set(backends.map((b) => b.proto));

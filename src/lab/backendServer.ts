@@ -9,8 +9,9 @@ import * as dgram from 'node:dgram';
 // every chunk the client sends is echoed (long-lived connections, issue 13.4).
 const listeners = process.argv.slice(2).map((spec) => {
   const [hostPort, mode] = spec.split('/') as [string, string | undefined];
-  const [address, port] = hostPort.split(':') as [string, string];
-  return { address, port: Number(port), hold: mode === 'hold' };
+  // ADDRESS:PORT; the last colon separates the port (IPv6 addresses have colons).
+  const at = hostPort.lastIndexOf(':');
+  return { address: hostPort.slice(0, at), port: Number(hostPort.slice(at + 1)), hold: mode === 'hold' };
 });
 
 let ready = 0;
@@ -28,7 +29,7 @@ for (const { address, port, hold } of listeners) {
       sock.on('data', (d) => sock.write(d));
     })
     .listen(port, address, markReady);
-  const udp = dgram.createSocket('udp4');
+  const udp = dgram.createSocket(net.isIPv6(address) ? 'udp6' : 'udp4');
   udp.on('message', (_msg, rinfo) => udp.send(`${address}:${port} ${rinfo.address}\n`, rinfo.port, rinfo.address));
   udp.bind(port, address, markReady);
 }

@@ -24,6 +24,11 @@
 //                         process.hrtime (CLOCK_MONOTONIC, the same in every
 //                         process of the machine, so the soak can compare them
 //                         with the times it saw the maps change).
+//   udpc ADDR PORT COUNT  one connected UDP socket, COUNT queries; per reply:
+//                         the backend, the source recvmsg() showed (peer) and
+//                         what getpeername() showed (connectedPeer)
+// An IPv6 ADDR uses AF_INET6 sockets; "::ffff:a.b.c.d" is IPv4 through a
+// dual-stack AF_INET6 socket (as Java and Go runtimes send it).
 import * as net from 'node:net';
 import * as dgram from 'node:dgram';
 
@@ -45,7 +50,7 @@ function tcpOnce(address: string, port: number, timeoutMs = 2000): Promise<Outco
 }
 
 async function udpRun(address: string, port: number, count: number): Promise<Outcome[]> {
-  const sock = dgram.createSocket('udp4');
+  const sock = dgram.createSocket(udpType(address));
   const out: Outcome[] = [];
   await new Promise<void>((r) => sock.bind(0, r));
   for (let i = 0; i < count; i++) {
@@ -69,7 +74,7 @@ async function udpRun(address: string, port: number, count: number): Promise<Out
 /** One connected socket: resolves with the first error (or undefined when time is up). */
 function udpConnectedSession(address: string, port: number, end: number, emit: (o: Record<string, unknown>) => void): Promise<void> {
   return new Promise((resolve) => {
-    const sock = dgram.createSocket('udp4');
+    const sock = dgram.createSocket(udpType(address));
     let timer: NodeJS.Timeout | undefined;
     let finished = false;
     const finish = (error?: string) => {
@@ -91,6 +96,39 @@ function udpConnectedSession(address: string, port: number, end: number, emit: (
       }, 50);
     });
   });
+}
+
+function udpType(address: string): 'udp4' | 'udp6' {
+  return net.isIPv6(address) ? 'udp6' : 'udp4';
+}
+
+/** Connected UDP: COUNT request/replies on one socket. */
+async function udpConnectedRun(address: string, port: number, count: number): Promise<Array<Outcome & { connectedPeer?: string }>> {
+  const sock = dgram.createSocket(udpType(address));
+  const out: Array<Outcome & { connectedPeer?: string }> = [];
+  const start = process.hrtime.bigint();
+  const error = await new Promise<string | undefined>((resolve) => {
+    sock.once('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
+    sock.connect(port, address, (err?: NodeJS.ErrnoException) => resolve(err ? err.code ?? err.message : undefined));
+  });
+  if (error) {
+    sock.close();
+    return [{ error, ms: Number(process.hrtime.bigint() - start) / 1e6 }];
+  }
+  const connectedPeer = `${sock.remoteAddress().address}:${sock.remoteAddress().port}`;
+  for (let i = 0; i < count; i++) {
+    const start = process.hrtime.bigint();
+    out.push(await new Promise((resolve) => {
+      const timer = setTimeout(() => { sock.removeAllListeners('message'); resolve({ error: 'ETIMEDOUT', ms: 1000 }); }, 1000);
+      sock.once('message', (msg, rinfo) => {
+        clearTimeout(timer);
+        resolve({ backend: msg.toString().trim().split(' ')[0], peer: `${rinfo.address}:${rinfo.port}`, connectedPeer, ms: Number(process.hrtime.bigint() - start) / 1e6 });
+      });
+      sock.send(`q ${i}`);
+    }));
+  }
+  sock.close();
+  return out;
 }
 
 async function udpConnectedLoop(address: string, port: number, ms: number): Promise<void> {
@@ -227,6 +265,8 @@ async function main(): Promise<void> {
     const conns = Number(process.argv[6] ?? 3);
     const results = await Promise.all(Array.from({ length: conns }, () => holdOne(address, port, n)));
     process.stdout.write(JSON.stringify({ results }) + '\n');
+  } else if (mode === 'udpc') {
+    process.stdout.write(JSON.stringify({ results: await udpConnectedRun(address, port, n) }) + '\n');
   } else if (mode === 'udpconn') {
     await udpConnectedLoop(address, port, n);
   } else {

@@ -41,6 +41,8 @@ export class Sandbox {
     const sb = new Sandbox(randomBytes(4).toString('hex'), prefix);
     try {
       sh('ip', ['netns', 'add', sb.netns]);
+      // IPv6 on inside the namespace whatever the host's defaults (issue 14 tests use fd00::/8).
+      sb.execInNetns(['sysctl', '-q', '-w', 'net.ipv6.conf.all.disable_ipv6=0', 'net.ipv6.conf.default.disable_ipv6=0']);
       sb.ip(['link', 'set', 'lo', 'up']);
       fs.mkdirSync(sb.cgroup);
     } catch (err) {
@@ -98,7 +100,8 @@ export class Sandbox {
    * Resolves once they all listen.
    */
   async startBackends(addresses: string[], ports: number[]): Promise<ChildProcess> {
-    for (const a of addresses) this.ip(['addr', 'add', `${a}/32`, 'dev', 'lo']);
+    // IPv6 addresses: no duplicate address detection, usable at once.
+    for (const a of addresses) this.ip(['addr', 'add', a.includes(':') ? `${a}/128` : `${a}/32`, 'dev', 'lo', ...(a.includes(':') ? ['nodad'] : [])]);
     const server = this.spawnInNetns(['node', labScript('backendServer'), ...addresses.flatMap((a) => ports.map((p) => `${a}:${p}`))]);
     let ready = false;
     server.stdout!.on('data', (d) => { if (String(d).includes('ready')) ready = true; });

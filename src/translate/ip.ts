@@ -194,7 +194,7 @@ function formatIPv4(bytes: Uint8Array): string {
 }
 
 /** RFC 5952: lowercase, no leading zeros, the first longest run of 2+ zero groups as "::". */
-function formatIPv6(bytes: Uint8Array): string {
+export function formatIPv6(bytes: Uint8Array): string {
   const words: number[] = [];
   for (let i = 0; i < 16; i += 2) words.push(((bytes[i] as number) << 8) | (bytes[i + 1] as number));
   let bestStart = -1;

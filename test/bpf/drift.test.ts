@@ -5,9 +5,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { SockLbMaps } from '../../src/datapath/maps';
-import { LbProgrammer, serviceKeyOf, type FrontendSpec } from '../../src/datapath/programmer';
+import { LbProgrammer, serviceKeyOf, service6KeyOf, type FrontendSpec } from '../../src/datapath/programmer';
 import { repairDrift } from '../../src/datapath/drift';
-import { ip4ToNumber } from '../../src/datapath/addr';
+import { ip4ToNumber, ip6ToBytes } from '../../src/datapath/addr';
 import { LB_SVC_FLAG_CLUSTER_IP, LB_PROTO_TCP, LB_SCOPE_EXTERNAL } from '../../src/abi/generated';
 import { sockLbEachTest } from '../helpers/sockLbEachTest';
 
@@ -68,4 +68,37 @@ test('a frontend the programmer changed between the chunks is not rewritten with
   }, 1);
   assert.equal(r.frontends, 0, 'the sync itself rewrote it');
   assert.equal(maps.services.get(serviceKeyOf(p.frontend('10.96.0.1:80/tcp')!, 0))?.count, 1);
+});
+
+test('IPv6 maps: changed, deleted and foreign entries are set right; IPv4 ones beside them are untouched', async () => {
+  const fe6 = (address: string, hosts: number[]): FrontendSpec => ({
+    ...fe(address, []), backends: hosts.map((h) => ({ address: `fd00:18::${h}`, port: 8080, proto: 'tcp' as const })),
+  });
+  const v6 = maps.v6!;
+  const dump6 = () => ({
+    services: v6.services.readAll().map(([k, v]) => JSON.stringify([k, v])).sort(),
+    backends: v6.backends.readAll().map(([k, v]) => JSON.stringify([k, v])).sort(),
+    revNat: v6.revNat.readAll().map(([k, v]) => JSON.stringify([k, v])).sort(),
+  });
+  const p = LbProgrammer.adopt(maps);
+  p.apply([fe('10.96.0.1', [1, 2]), fe6('fd00:96::1', [1, 2]), fe6('fd00:96::2', [2, 3])], { prune: true });
+  const clean = await repairDrift(maps, () => p, 1);
+  assert.deepEqual({ frontends: clean.frontends, backends: clean.backends, revNats: clean.revNats, extra: clean.extra }, { frontends: 0, backends: 0, revNats: 0, extra: 0 });
+  const want4 = dump();
+  const want6 = dump6();
+  const f1 = p.frontend('[fd00:96::1]:80/tcp')!;
+  const f2 = p.frontend('[fd00:96::2]:80/tcp')!;
+  v6.services.set(service6KeyOf(f1, 0), { ...v6.services.get(service6KeyOf(f1, 0))!, count: 1 });
+  v6.services.delete(service6KeyOf(f2, 2));
+  const b = f2.backendIds[1]!;
+  v6.backends.set(b, { ...v6.backends.get(b)!, port: 9999 });
+  v6.revNat.delete(f2.revNatId);
+  v6.services.set({ address: ip6ToBytes('fd00:96::99'), port: 53, proto: LB_PROTO_TCP, scope: LB_SCOPE_EXTERNAL, backend_slot: 0 },
+    { backend_id: 0, count: 0, flags: LB_SVC_FLAG_CLUSTER_IP, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 });
+  v6.backends.set(999, { address: ip6ToBytes('fd00:18::99'), port: 1, proto: LB_PROTO_TCP, flags: 0, zone: 0 });
+
+  const r = await repairDrift(maps, () => p, 1);
+  assert.deepEqual({ frontends: r.frontends, backends: r.backends, revNats: r.revNats, extra: r.extra }, { frontends: 2, backends: 1, revNats: 1, extra: 2 });
+  assert.deepEqual(dump6(), want6);
+  assert.deepEqual(dump(), want4);
 });

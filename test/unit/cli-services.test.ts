@@ -15,7 +15,7 @@ const bin = path.resolve(__dirname, '..', '..', '..', 'bin', 'sluice');
 const view = (frontend: string, service?: ServiceView['service']): ServiceView => {
   const [address, rest] = frontend.split(':') as [string, string];
   const [port, protocol] = rest.split('/') as [string, string];
-  return { frontend, address, port: Number(port), protocol, scope: 'external', flags: ['ClusterIP'], revNatId: 7, affinityTimeoutSeconds: 0, algorithm: 'random', service, backends: [{ id: 3, address: '198.18.1.1', port: 80, flags: ['local'] }] };
+  return { frontend, family: 'IPv4', address, port: Number(port), protocol, scope: 'external', flags: ['ClusterIP'], revNatId: 7, affinityTimeoutSeconds: 0, algorithm: 'random', service, backends: [{ id: 3, address: '198.18.1.1', port: 80, flags: ['local'] }] };
 };
 const all = [
   view('198.18.96.10:53/udp', { namespace: 'kube-system', name: 'kube-dns', portName: 'dns' }),
@@ -45,7 +45,7 @@ test('filters: table of flag sets and the frontends they keep', () => {
 test('bad filters and outputs are one-line usage errors (exit 2) through the entry point', () => {
   const cases: Array<[string[], RegExp]> = [
     [['--service', 'web'], /--service "web": expected NAMESPACE\/NAME/],
-    [['--address', '10.0.0.300'], /--address "10.0.0.300": not an IPv4 address/],
+    [['--address', '10.0.0.300'], /--address "10.0.0.300": not an IPv4 or IPv6 address/],
     [['--port', '0'], /--port "0": expected a port 1-65535/],
     [['--port', '80/sctp'], /--port "80\/sctp"/],
     [['-o', 'yaml'], /-o yaml: use table, wide or json/],

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * lb6.h: frontend lookup and backend selection for IPv6 frontends, over the
+ * IPv6 maps (SLUICE_MAP_SERVICES6, SLUICE_MAP_BACKENDS6, ...). The rules are
+ * those of lb.h (master entry, slots, retries, affinity); the master value
+ * (struct lb4_service) and the slot choice (lb4_slot_choice: round-robin
+ * counters by rev-NAT id, source hash, random) are shared with IPv4, since
+ * the agent allocates rev-NAT ids for both families from one pool.
+ */
+#ifndef SLUICE_BPF_LB6_H
+#define SLUICE_BPF_LB6_H
+
+#include "lb.h"
+
+/* IPv6 addresses in the ABI are __u8[16] in 4-byte aligned structs: moved and
+ * compared as four 32-bit words. */
+static __always_inline void lb6_addr_copy(__u8 *dst, const __u8 *src)
+{
+	__u32 *d = (__u32 *)dst;
+	const __u32 *s = (const __u32 *)src;
+
+	d[0] = s[0];
+	d[1] = s[1];
+	d[2] = s[2];
+	d[3] = s[3];
+}
+
+static __always_inline bool lb6_addr_equal(const __u8 *a, const __u8 *b)
+{
+	const __u32 *x = (const __u32 *)a;
+	const __u32 *y = (const __u32 *)b;
+
+	return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) == 0;
+}
+
+/* ::ffff:a.b.c.d: IPv4 through an AF_INET6 socket (the IPv4 table serves it). */
+static __always_inline bool lb6_addr_is_v4mapped(const __u8 *a)
+{
+	const __u32 *w = (const __u32 *)a;
+
+	return w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0x0000ffff);
+}
+
+/* lb4_lookup_service for the IPv6 table (internal: use the internal-scope twin). */
+static __always_inline struct lb4_service *lb6_lookup_service(struct lb6_service_key *key, bool internal)
+{
+	struct lb4_service *svc;
+
+	key->backend_slot = 0;
+	key->scope = LB_SCOPE_EXTERNAL;
+	svc = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES6, key);
+	if (!svc || !internal || !lb_svc_has_two_scopes(svc))
+		return svc;
+	key->scope = LB_SCOPE_INTERNAL;
+	return bpf_map_lookup_elem(&SLUICE_MAP_SERVICES6, key);
+}
+
+/* The master of key's frontend and scope, copied (see lb4_lookup_service_copy). */
+static __always_inline bool lb6_read_master(struct lb6_service_key *key, struct lb4_service *out)
+{
+	struct lb4_service *svc;
+
+	key->backend_slot = 0;
+	svc = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES6, key);
+	if (!svc)
+		return false;
+	*out = *svc;
+	return true;
+}
+
+static __always_inline struct lb6_backend *lb6_lookup_backend(__u32 backend_id)
+{
+	return bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS6, &backend_id);
+}
+
+/* lb4_select_backend over the IPv6 table: same retry rule (re-read the master
+ * after a missing slot, then slots below it, then slot 1). */
+static __always_inline struct lb6_backend *
+lb6_select_backend(struct lb6_service_key *key, struct lb4_service *svc, __u64 client_id, __u32 *backend_id)
+{
+	__u32 choice = lb4_slot_choice(svc, client_id);
+	__u16 limit = svc->count;
+	int attempt;
+
+	for (attempt = 0; attempt < LB_SELECT_ATTEMPTS; attempt++) {
+		struct lb6_backend *backend = NULL;
+		struct lb4_service *slot;
+		__u16 missing;
+		__u32 id;
+
+		if (limit == 0)
+			return NULL;
+		key->backend_slot = (choice % limit) + 1;
+		slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES6, key);
+		id = slot ? slot->backend_id : 0;
+		if (id)
+			backend = lb6_lookup_backend(id);
+		if (backend) {
+			*backend_id = id;
+			return backend;
+		}
+		lb_count(LB_CNT_SELECT_RETRY);
+		missing = key->backend_slot;
+		if (!lb6_read_master(key, svc))
+			return NULL;
+		limit = svc->count;
+		if (missing > 1 && missing - 1 < limit)
+			limit = missing - 1;
+		if (attempt == LB_SELECT_ATTEMPTS - 2 && limit > 1)
+			limit = 1;
+		if (svc->algorithm == LB_ALG_RANDOM)
+			choice = bpf_get_prandom_u32();
+	}
+	return NULL;
+}
+
+/*
+ * lb4_pick_backend_copy for IPv6: ClientIP affinity first (entries in
+ * SLUICE_MAP_AFFINITY6), else a slot by the frontend's algorithm. client_id
+ * is what source-hash mixes (the netns cookie on the socket path).
+ */
+static __always_inline struct lb6_backend *
+lb6_pick_backend_copy(struct lb6_service_key *key, struct lb4_service *svc, struct lb6_affinity_key *akey,
+		      __u64 client_id, __u32 *backend_id)
+{
+	struct lb6_backend *backend;
+	struct lb_affinity *aff;
+	__u32 id = 0;
+
+	if (lb_svc_has_affinity(svc)) {
+		__u64 now = bpf_ktime_get_ns();
+
+		akey->rev_nat_id = svc->rev_nat_id;
+		aff = bpf_map_lookup_elem(&SLUICE_MAP_AFFINITY6, akey);
+		if (aff && now - aff->last_used_ns <= (__u64)svc->affinity_timeout * NSEC_PER_SEC) {
+			aff->last_used_ns = now;
+			backend = lb6_lookup_backend(aff->backend_id);
+			if (backend) {
+				*backend_id = aff->backend_id;
+				return backend;
+			}
+		}
+	}
+	backend = lb6_select_backend(key, svc, client_id, &id);
+	if (!backend)
+		return NULL;
+	if (lb_svc_has_affinity(svc)) {
+		struct lb_affinity fresh = { .last_used_ns = bpf_ktime_get_ns(), .backend_id = id };
+
+		akey->rev_nat_id = svc->rev_nat_id;
+		bpf_map_update_elem(&SLUICE_MAP_AFFINITY6, akey, &fresh, BPF_ANY);
+	}
+	*backend_id = id;
+	return backend;
+}
+
+#endif /* SLUICE_BPF_LB6_H */

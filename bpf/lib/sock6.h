@@ -1,0 +1,389 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sock6.h: the socket LB for AF_INET6 sockets (connect6, sendmsg6, recvmsg6,
+ * getpeername6, post_bind6), with the guarantees of sock.h: UDP replies and
+ * getpeername() show the frontend, a frontend without backends refuses at
+ * once, non-Service traffic is left alone, an unconnected UDP socket stays on
+ * one backend per frontend.
+ *
+ * Two cases per hook:
+ *  - ::ffff:a.b.c.d (IPv4 through a dual-stack socket): the IPv4 table and
+ *    the socket's IPv4 state (lb4_* of sock.h on the low 32 bits). The kernel
+ *    runs sendmsg4 (not sendmsg6) for such a socket's unconnected datagrams,
+ *    so connect, send and receive all meet in the same IPv4 state.
+ *  - any other address: the IPv6 table and the socket's IPv6 state
+ *    (SLUICE_MAP_SOCK6, its own socket-local storage: nothing here depends on
+ *    how the IPv4 state is kept).
+ */
+#ifndef SLUICE_BPF_SOCK6_H
+#define SLUICE_BPF_SOCK6_H
+
+#include "sock.h"
+#include "lb6.h"
+
+/* user_ip6 is read and written as four 32-bit words (the only ctx access allowed). */
+static __always_inline void sock6_dst_addr(const struct bpf_sock_addr *ctx, __u8 *out)
+{
+	__u32 *w = (__u32 *)out;
+
+	w[0] = ctx->user_ip6[0];
+	w[1] = ctx->user_ip6[1];
+	w[2] = ctx->user_ip6[2];
+	w[3] = ctx->user_ip6[3];
+}
+
+static __always_inline void sock6_set_dst(struct bpf_sock_addr *ctx, const __u8 *address, __be16 port)
+{
+	const __u32 *w = (const __u32 *)address;
+
+	ctx->user_ip6[0] = w[0];
+	ctx->user_ip6[1] = w[1];
+	ctx->user_ip6[2] = w[2];
+	ctx->user_ip6[3] = w[3];
+	ctx->user_port = (__u32)port;
+}
+
+/* CVE-2020-8554 rule of lb4_extip_elsewhere, for IPv6 ExternalIPs. */
+static __always_inline bool lb6_extip_elsewhere(const struct lb4_service *svc, const __u8 *address)
+{
+	struct lb6_node_ip ip;
+
+	if (!(svc->flags & LB_SVC_FLAG_EXTERNAL_IP))
+		return false;
+	lb6_addr_copy(ip.address, address);
+	return !bpf_map_lookup_elem(&SLUICE_MAP_NODEIP6, &ip);
+}
+
+/* ---- Per-socket pairs (lb6_sock_state; the caller holds st->lock) -------- */
+
+static __always_inline bool sock6_pair_is_frontend(const struct lb6_sock_pair *p, const struct lb6_service_key *key)
+{
+	return p->used && p->frontend_port == key->port && lb6_addr_equal(p->frontend_address, key->address);
+}
+
+static __always_inline bool sock6_pair_is_backend(const struct lb6_sock_pair *p, const __u8 *address, __be16 port)
+{
+	return p->used && p->backend_port == port && lb6_addr_equal(p->backend_address, address);
+}
+
+/* The pair of this frontend, as sock_pair_of_frontend. */
+static __always_inline bool sock6_pair_of_frontend(struct lb6_sock_state *st, const struct lb6_service_key *key,
+						   struct lb6_sock_pair *out)
+{
+	int i;
+
+	for (i = 0; i < SLUICE_SOCK_PAIRS; i++) {
+		if (sock6_pair_is_frontend(&st->pairs[i], key)) {
+			*out = st->pairs[i];
+			st->last = i;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The pair naming this backend; the last one sent to wins a tie. */
+static __always_inline bool sock6_pair_of_backend(const struct lb6_sock_state *st, const __u8 *address, __be16 port,
+						  struct lb6_sock_pair *out)
+{
+	bool found = false;
+	int i;
+
+	for (i = 0; i < SLUICE_SOCK_PAIRS; i++) {
+		if (sock6_pair_is_backend(&st->pairs[i], address, port) && (!found || i == st->last)) {
+			*out = st->pairs[i];
+			found = true;
+		}
+	}
+	return found;
+}
+
+/* Where a new pair goes: its old pair, a free one, else the next in turn. */
+static __always_inline __u32 sock6_pair_index(struct lb6_sock_state *st, const struct lb6_service_key *key,
+					      bool *evicted)
+{
+	__u32 at;
+	int i;
+
+	for (i = 0; i < SLUICE_SOCK_PAIRS; i++)
+		if (sock6_pair_is_frontend(&st->pairs[i], key))
+			return i;
+	for (i = 0; i < SLUICE_SOCK_PAIRS; i++)
+		if (!st->pairs[i].used)
+			return i;
+	at = st->next & (SLUICE_SOCK_PAIRS - 1);
+	st->next = (at + 1) & (SLUICE_SOCK_PAIRS - 1);
+	*evicted = true;
+	return at;
+}
+
+/* A UDP socket's backend for this frontend, if its slot still names it. */
+static __always_inline struct lb6_backend *
+lb6_sock_sticky_backend(struct lb6_sock_state *st, struct lb6_service_key *key, const struct lb4_service *svc,
+			__u32 *backend_id)
+{
+	struct lb6_sock_pair pair = {};
+	struct lb6_backend *backend;
+	struct lb4_service *slot;
+	bool found;
+
+	bpf_spin_lock(&st->lock);
+	found = sock6_pair_of_frontend(st, key, &pair);
+	bpf_spin_unlock(&st->lock);
+	if (!found || pair.scope != key->scope || pair.rev_nat_id != svc->rev_nat_id ||
+	    pair.backend_slot == 0 || pair.backend_slot > svc->count)
+		return NULL;
+	key->backend_slot = pair.backend_slot;
+	slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES6, key);
+	if (!slot || slot->backend_id != pair.backend_id)
+		return NULL;
+	backend = lb6_lookup_backend(pair.backend_id);
+	if (!backend || backend->port != pair.backend_port || !lb6_addr_equal(backend->address, pair.backend_address))
+		return NULL;
+	*backend_id = pair.backend_id;
+	lb_count(LB_CNT_SOCK_STICKY);
+	return backend;
+}
+
+static __always_inline void
+lb6_sock_remember(struct lb6_sock_state *st, const struct lb6_service_key *key, const struct lb4_service *svc,
+		  const struct lb6_backend *backend, __u32 backend_id)
+{
+	struct lb6_sock_pair pair = {
+		.frontend_port = key->port,
+		.backend_port = backend->port,
+		.scope = key->scope,
+		.used = 1,
+		.backend_slot = key->backend_slot,
+		.backend_id = backend_id,
+		.rev_nat_id = svc->rev_nat_id,
+	};
+	bool evicted = false;
+	__u32 at;
+
+	lb6_addr_copy(pair.frontend_address, key->address);
+	lb6_addr_copy(pair.backend_address, backend->address);
+	bpf_spin_lock(&st->lock);
+	at = sock6_pair_index(st, key, &evicted) & (SLUICE_SOCK_PAIRS - 1);
+	st->pairs[at] = pair;
+	st->last = at;
+	bpf_spin_unlock(&st->lock);
+	if (evicted)
+		lb_count(LB_CNT_SOCK_PAIR_EVICTED);
+}
+
+/* ---- Forward: connect6 / sendmsg6 ---------------------------------------- */
+
+/* lb4_sock_xlate_fwd for an IPv6 destination: 1 rewritten, 0 left alone, <0 refused. */
+static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const __u8 *address)
+{
+	struct lb6_service_key key = {
+		.port = sock4_dst_port(ctx),
+		.proto = (__u8)ctx->protocol,
+	};
+	struct lb6_affinity_key akey = {};
+	struct lb6_backend *backend = NULL;
+	struct lb6_sock_state *st;
+	struct lb4_service svc, *found;
+	__u64 client_id = 0;
+	__u32 backend_id = 0;
+
+	if (!sock_proto_supported(ctx->protocol))
+		return 0;
+	lb6_addr_copy(key.address, address);
+	found = lb6_lookup_service(&key, true);
+	if (!found)
+		return 0;
+	svc = *found;
+	if (lb_sock_ns_excluded(ctx)) {
+		lb_count(LB_CNT_SOCK_NS_SKIPPED);
+		return 0;
+	}
+	if (lb6_extip_elsewhere(&svc, key.address)) {
+		lb_count(LB_CNT_SOCK_EXTIP_PASSED);
+		return 0;
+	}
+	if (svc.count == 0) {
+		/* No lb_event: its addresses are IPv4-sized (a later slice). */
+		lb_count(LB_CNT_SOCK_NO_BACKEND);
+		return (svc.flags & LB_SVC_FLAG_DROP_NO_BACKEND) ? -EHOSTUNREACH : -ECONNREFUSED;
+	}
+	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st)
+		lb_count(LB_CNT_SOCK_STATE_FAILED);
+	else if (key.proto == LB_PROTO_UDP)
+		backend = lb6_sock_sticky_backend(st, &key, &svc, &backend_id);
+	if (!backend) {
+		if (lb_svc_has_affinity(&svc) || svc.algorithm == LB_ALG_SOURCE_HASH) {
+			__u32 *cookie = (__u32 *)akey.client;
+
+			client_id = bpf_get_netns_cookie(ctx);
+			cookie[0] = (__u32)client_id;
+			cookie[1] = (__u32)(client_id >> 32);
+			akey.netns_cookie = 1;
+		}
+		key.backend_slot = 0;
+		backend = lb6_pick_backend_copy(&key, &svc, &akey, client_id, &backend_id);
+		if (!backend) {
+			lb_count(LB_CNT_SOCK_SLOT_MISSING);
+			return -ECONNREFUSED;
+		}
+		if (st)
+			lb6_sock_remember(st, &key, &svc, backend, backend_id);
+	}
+	sock6_set_dst(ctx, backend->address, backend->port);
+	lb_count(LB_CNT_SOCK_TRANSLATED);
+	return 1;
+}
+
+static __always_inline int lb6_sock_forward(struct bpf_sock_addr *ctx)
+{
+	struct lb6_node_ip dst;
+	int err;
+
+	sock6_dst_addr(ctx, dst.address);
+	if (lb6_addr_is_v4mapped(dst.address)) {
+		__be32 *v4 = (__be32 *)&dst.address[12];
+
+		err = lb4_sock_xlate_fwd(ctx, v4);
+		if (err > 0) {
+			ctx->user_ip6[3] = *v4;
+			lb_count(LB_CNT_SOCK6_V4MAPPED);
+		}
+	} else {
+		err = lb6_sock_xlate_fwd(ctx, dst.address);
+	}
+	if (err < 0) {
+		bpf_set_retval(err);
+		return SYS_REJECT;
+	}
+	return SYS_PROCEED;
+}
+
+/* ---- Reverse: recvmsg6 / getpeername6 ------------------------------------ */
+
+static __always_inline void lb6_sock_forget(struct lb6_sock_state *st, const struct lb6_sock_pair *gone)
+{
+	int i;
+
+	bpf_spin_lock(&st->lock);
+	for (i = 0; i < SLUICE_SOCK_PAIRS; i++) {
+		struct lb6_sock_pair *p = &st->pairs[i];
+
+		if (sock6_pair_is_backend(p, gone->backend_address, gone->backend_port) &&
+		    p->frontend_port == gone->frontend_port && p->rev_nat_id == gone->rev_nat_id &&
+		    lb6_addr_equal(p->frontend_address, gone->frontend_address))
+			p->used = 0;
+	}
+	bpf_spin_unlock(&st->lock);
+}
+
+static __always_inline void lb6_sock_xlate_rev6(struct bpf_sock_addr *ctx, const __u8 *address)
+{
+	struct lb6_sock_pair pair = {};
+	struct lb6_reverse_nat *rev_nat;
+	struct lb6_sock_state *st;
+	bool found;
+
+	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, 0);
+	if (!st)
+		return;
+	bpf_spin_lock(&st->lock);
+	found = sock6_pair_of_backend(st, address, sock4_dst_port(ctx), &pair);
+	bpf_spin_unlock(&st->lock);
+	if (!found)
+		return;
+	rev_nat = bpf_map_lookup_elem(&SLUICE_MAP_REVNAT6, &pair.rev_nat_id);
+	if (!rev_nat || rev_nat->port != pair.frontend_port ||
+	    !lb6_addr_equal(rev_nat->address, pair.frontend_address)) {
+		lb6_sock_forget(st, &pair);
+		return;
+	}
+	sock6_set_dst(ctx, pair.frontend_address, pair.frontend_port);
+	lb_count(LB_CNT_SOCK_REV_XLATED);
+}
+
+static __always_inline void lb6_sock_xlate_rev(struct bpf_sock_addr *ctx)
+{
+	struct lb6_node_ip peer;
+
+	sock6_dst_addr(ctx, peer.address);
+	if (lb6_addr_is_v4mapped(peer.address)) {
+		__be32 *v4 = (__be32 *)&peer.address[12];
+
+		if (lb4_sock_xlate_rev_addr(ctx, v4)) {
+			ctx->user_ip6[3] = *v4;
+			lb_count(LB_CNT_SOCK6_V4MAPPED);
+		}
+		return;
+	}
+	lb6_sock_xlate_rev6(ctx, peer.address);
+}
+
+/* ---- post_bind6: the bind rule of post_bind4 ------------------------------ */
+
+struct lb6_bind_probe {
+	__be16 port;
+	__u8   proto;
+	__u8   nodeport;
+};
+
+/* bpf_for_each_map_elem callback over SLUICE_MAP_NODEIP6. */
+static long lb6_bind_probe_address(void *map, const struct lb6_node_ip *ip, __u8 *value, struct lb6_bind_probe *probe)
+{
+	struct lb6_service_key key = { .port = probe->port, .proto = probe->proto };
+	struct lb4_service *svc;
+
+	lb6_addr_copy(key.address, ip->address);
+	svc = lb6_lookup_service(&key, false);
+	if (svc && (svc->flags & LB_SVC_FLAG_NODEPORT)) {
+		probe->nodeport = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * As lb4_sock_post_bind, for AF_INET6 sockets of the host namespace:
+ * ::ffff:a.b.c.d asks the IPv4 rule; "::" asks both families, since a
+ * dual-stack socket bound to "::" also receives IPv4 (bpf_sock does not say
+ * whether IPV6_V6ONLY is set, so a v6-only socket on a NodePort port is
+ * refused too: the port is the Service's either way); any other address asks
+ * the IPv6 table.
+ */
+static __always_inline int lb6_sock_post_bind(struct bpf_sock *ctx)
+{
+	const struct lb_sock_config *cfg = lb_sock_config();
+	struct lb6_bind_probe probe = {
+		.port = bpf_htons((__u16)ctx->src_port),
+		.proto = (__u8)ctx->protocol,
+	};
+	struct lb6_service_key key = { .port = probe.port, .proto = probe.proto };
+	const __u32 *w = (const __u32 *)key.address;
+	struct lb4_service *svc;
+	__u32 *a = (__u32 *)key.address;
+
+	if (!sock_proto_supported(ctx->protocol) || !cfg || !lb_sock_in_host_ns(ctx, cfg))
+		return 0;
+	a[0] = ctx->src_ip6[0];
+	a[1] = ctx->src_ip6[1];
+	a[2] = ctx->src_ip6[2];
+	a[3] = ctx->src_ip6[3];
+	if (lb6_addr_is_v4mapped(key.address))
+		return lb4_bind_shadows(w[3], probe.port, probe.proto) ? -EADDRINUSE : 0;
+	if (w[0] | w[1] | w[2] | w[3]) {
+		svc = lb6_lookup_service(&key, false);
+		if (!svc || !(svc->flags & LB_BIND_SHADOWED))
+			return 0;
+	} else {
+		if (lb4_bind_shadows(0, probe.port, probe.proto))
+			return -EADDRINUSE;
+		bpf_for_each_map_elem(&SLUICE_MAP_NODEIP6, lb6_bind_probe_address, &probe, 0);
+		if (!probe.nodeport)
+			return 0;
+	}
+	lb_count(LB_CNT_SOCK_BIND_REFUSED);
+	return -EADDRINUSE;
+}
+
+#endif /* SLUICE_BPF_SOCK6_H */
