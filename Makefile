@@ -110,3 +110,10 @@ node-binaries:
 	@./scripts/node-binaries.sh $(if $(E2E),--e2e,)
 node-tier: build
 	@flock /tmp/sluice-cluster.lock ./scripts/node-tier.sh run
+# conformance: upstream e2e.test's `[sig-network] Services` specs on the node
+# tier, with kube-proxy (iptables) and with Sluice; writes
+# docs/conformance-services.md. SELECTION=conformance (default) or all. Takes
+# the cluster lock itself, per side, only while a cluster is up.
+.PHONY: conformance
+conformance: build
+	@./scripts/conformance.sh run $(or $(SELECTION),conformance)
