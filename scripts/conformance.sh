@@ -59,12 +59,17 @@ e2e() {  # e2e FOCUS: run e2e.test against the cluster in $SLUICE_NODE_DIR; juni
   bash "$here/scripts/node-tier.sh" kubeconfig "$R/e2e/kubeconfig" "https://198.18.0.1:$api_port" admin
   log "e2e.test --ginkgo.focus='$focus' --ginkgo.skip='$SKIP' in netns $runner"
   local rc=0
-  # e2e.test runs kubectl (exec into pods): the pinned one
+  # e2e.test runs kubectl (exec into pods): the pinned one. In the background
+  # and waited for, so a SIGTERM to this script runs its trap at once (bash
+  # defers traps while a foreground child runs); the trap stops it by pid.
   PATH=$BIN:$PATH nsenter --net="/run/netns/$runner" timeout --kill-after=30 "${SLUICE_E2E_TIMEOUT:-3600}" "$BIN/e2e.test" \
     --kubeconfig="$R/e2e/kubeconfig" --provider=skeleton --num-nodes=2 --kubectl-path="$BIN/kubectl" \
     --ginkgo.focus="$focus" --ginkgo.skip="$SKIP" \
     --report-dir="$R/e2e" --ginkgo.no-color --ginkgo.timeout="${SLUICE_E2E_TIMEOUT:-3600}s" \
-    >"$R/e2e/e2e.log" 2>&1 || rc=$?
+    >"$R/e2e/e2e.log" 2>&1 &
+  CHILD=$!
+  wait "$CHILD" || rc=$?
+  CHILD=
   grep -E '^(Ran |FAIL!|SUCCESS!|PASS|FAIL)|\[FAIL\]' "$R/e2e/e2e.log" | tail -40 >&2 || true
   return $rc
 }
@@ -72,19 +77,24 @@ e2e() {  # e2e FOCUS: run e2e.test against the cluster in $SLUICE_NODE_DIR; juni
 side() {  # side kube-proxy|sluice FOCUS: a fresh cluster with that proxy, e2e.test, teardown
   local proxy=$1 focus=$2 rc=0
   export SLUICE_NODE_DIR=/tmp/sluice-conformance-$proxy SLUICE_NODE_PROXY=$proxy SLUICE_NODE_E2E_IMAGES=1
-  exec 8>/tmp/sluice-cluster.lock
-  log "$proxy: waiting for /tmp/sluice-cluster.lock"
-  flock -w "${SLUICE_LOCK_WAIT:-1800}" 8 || { log "the cluster lock stayed taken"; return 1; }
+  if [ -z "${LOCKED:-}" ]; then
+    exec 8>/tmp/sluice-cluster.lock
+    log "$proxy: waiting for /tmp/sluice-cluster.lock"
+    flock -w "${SLUICE_LOCK_WAIT:-1800}" 8 || { log "the cluster lock stayed taken"; return 1; }
+  fi
   CURRENT=$SLUICE_NODE_DIR
   local t0=$SECONDS
-  bash "$here/scripts/node-tier.sh" up >/dev/null || rc=$?
+  bash "$here/scripts/node-tier.sh" up >/dev/null &
+  CHILD=$!
+  wait "$CHILD" || rc=$?
+  CHILD=
   [ $rc -eq 0 ] && { e2e "$focus" || rc=$?; }
   rm -rf "$OUT/$proxy"; mkdir -p "$OUT/$proxy"
   cp "$SLUICE_NODE_DIR"/e2e/e2e.log "$SLUICE_NODE_DIR"/e2e/junit*.xml "$OUT/$proxy/" 2>/dev/null || true
   cp -r "$SLUICE_NODE_DIR/logs" "$OUT/$proxy/cluster-logs" 2>/dev/null || true
   bash "$here/scripts/node-tier.sh" down >&2 || true
   CURRENT=
-  flock -u 8
+  [ -n "${LOCKED:-}" ] || flock -u 8
   log "$proxy: done in $((SECONDS - t0))s (e2e.test exit $rc)"
 }
 
@@ -102,14 +112,43 @@ case ${1:-run} in
     focus=$(focus_for "$sel")
     bash "$here/scripts/node-binaries.sh" --e2e >/dev/null
     [ -f "$here/dist/test/cluster/forwarder.js" ] || { log "run make build first"; exit 1; }
-    CURRENT=
-    # whatever stops us, the cluster that is up goes down
-    trap '[ -n "$CURRENT" ] && SLUICE_NODE_DIR=$CURRENT bash "$here/scripts/node-tier.sh" down >&2; exit 143' TERM INT
-    trap '[ -n "$CURRENT" ] && SLUICE_NODE_DIR=$CURRENT bash "$here/scripts/node-tier.sh" down >&2' EXIT
+    CURRENT= CHILD=
+    # whatever stops us, the child running now (e2e.test, or node-tier.sh up,
+    # which tears its half-built cluster down on TERM) is stopped by pid and
+    # waited for, then the cluster that is up goes down
+    stop_child() { [ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null && wait "$CHILD" 2>/dev/null; CHILD=; }
+    trap 'stop_child; [ -n "$CURRENT" ] && SLUICE_NODE_DIR=$CURRENT bash "$here/scripts/node-tier.sh" down >&2; CURRENT=; exit 143' TERM INT
+    trap 'stop_child; [ -n "$CURRENT" ] && SLUICE_NODE_DIR=$CURRENT bash "$here/scripts/node-tier.sh" down >&2' EXIT
     mkdir -p "$OUT"
     echo "focus $focus, skip $SKIP" >"$OUT/selection"
-    side kube-proxy "$focus"
-    side sluice "$focus"
+    if [ "${SLUICE_CONFORMANCE_PARALLEL:-0}" = 1 ]; then
+      # Both sides at once (two clusters, each in its own namespaces and state
+      # directory), under one hold of the lock: half the wall time, at the cost
+      # of sharing the CPUs. The second starts once the first is running its
+      # tests, so the image archives are built once, not by two writers.
+      exec 8>/tmp/sluice-cluster.lock
+      log "waiting for /tmp/sluice-cluster.lock"
+      flock -w "${SLUICE_LOCK_WAIT:-1800}" 8 || { log "the cluster lock stayed taken"; exit 1; }
+      export LOCKED=1
+      SIDES=()
+      # each side in a subshell with its own trap: stop its child, tear its cluster down
+      run_side() { ( CURRENT= CHILD=
+        trap 'stop_child; [ -n "$CURRENT" ] && SLUICE_NODE_DIR=$CURRENT bash "$here/scripts/node-tier.sh" down >&2; exit 143' TERM
+        side "$1" "$focus" ) & SIDES+=($!); }
+      trap 'for p in "${SIDES[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait; exit 143' TERM INT
+      trap - EXIT
+      run_side kube-proxy
+      for _ in $(seq 600); do
+        [ -d /tmp/sluice-conformance-kube-proxy/e2e ] && break
+        kill -0 "${SIDES[0]}" 2>/dev/null || break
+        sleep 1
+      done
+      run_side sluice
+      wait
+    else
+      side kube-proxy "$focus"
+      side sluice "$focus"
+    fi
     table ;;
   e2e) e2e "$(focus_for "${2:-conformance}")" ;;
   table) table ;;

@@ -246,6 +246,12 @@ node_up() {
     [ "$j" = "$i" ] || ip -n "$ns" route add "198.19.$j.0/24" via "198.18.0.$((10 + j))"
   done
   ip -n "$FABRIC" route add "198.19.$i.0/24" via "$ip"
+  # The service range is routed to the fabric, as a real node's default route
+  # would carry it: a packet to a ClusterIP that no proxy translated (kube-proxy
+  # has no endpoints for it) must reach the FORWARD chain, where kube-proxy's
+  # REJECT answers "connection refused", instead of failing the route lookup
+  # ("network is unreachable"). The fabric has no route onwards.
+  ip -n "$ns" route add "$SERVICE_CIDR" via "$FABRIC_IP"
 
   cp /usr/lib/cni/{bridge,host-local,loopback,portmap} "$d/cni/bin/"
   cat >"$d/cni/net.d/10-bridge.conflist" <<EOF
