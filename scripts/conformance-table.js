@@ -36,8 +36,9 @@ function readJunit(file) {
     const skip = /<skipped\b([^>]*)/.exec(body);
     if (fail) {
       status = 'failed';
+      // ginkgo leaves message="" and puts the failure in the element's text
       const msg = /message="([^"]*)"/.exec(fail[2] || fail[5] || '');
-      reason = unescape(msg ? msg[1] : fail[3] || '');
+      reason = unescape(msg && msg[1] ? msg[1] : fail[3] || '');
     } else if (skip) {
       status = 'skipped';
       const msg = /message="([^"]*)"/.exec(skip[1]);
@@ -50,7 +51,7 @@ function readJunit(file) {
 }
 
 function firstLine(s) {
-  const line = s.split('\n').map((l) => l.trim()).find((l) => l && !/^\[(FAILED|SKIPPED)\]$/.test(l)) || '';
+  const line = s.split('\n').map((l) => l.trim().replace(/^\[(FAILED|SKIPPED)\]\s*/, '')).find((l) => l) || '';
   return line.length > 240 ? `${line.slice(0, 237)}...` : line;
 }
 
@@ -95,14 +96,16 @@ function main() {
     const a = kp.get(n); const b = sl.get(n);
     let why = '';
     if (a?.status !== 'passed' || b?.status !== 'passed') {
-      const note = Object.entries(notes).find(([k]) => n.includes(k));
+      // A note applies when the results are the ones it explains: {"kubeProxy": "passed", "sluice": "failed", "why": ...}
+      // (a plain string: always); e2e.test's own reasons follow it.
+      // (a list: the first that applies)
+      const applies = (v) => typeof v === 'string' || ((!v.kubeProxy || v.kubeProxy === a?.status) && (!v.sluice || v.sluice === b?.status));
+      const note = Object.entries(notes).filter(([k]) => n.includes(k)).flatMap(([, v]) => (Array.isArray(v) ? v : [v])).find(applies);
       const parts = [];
-      if (note) parts.push(note[1]);
-      else {
-        if (a && a.status !== 'passed') parts.push(`kube-proxy: ${a.reason || a.status}`);
-        if (b && b.status !== 'passed') parts.push(`Sluice: ${b.reason || b.status}`);
-      }
-      why = parts.join('; ');
+      if (note) parts.push(typeof note === 'string' ? note : note.why);
+      if (a && a.status !== 'passed') parts.push(`kube-proxy: ${a.reason || a.status}`);
+      if (b && b.status !== 'passed') parts.push(`Sluice: ${b.reason || b.status}`);
+      why = parts.join(' — ');
     }
     lines.push(`| ${cell(n.replace(/^\[sig-network\] Services /, ''))} | ${mark(a)} | ${mark(b)} | ${cell(why)} |`);
   }

@@ -254,6 +254,11 @@ node_up() {
   ip -n "$ns" route add "$SERVICE_CIDR" via "$FABRIC_IP"
 
   cp /usr/lib/cni/{bridge,host-local,loopback,portmap} "$d/cni/bin/"
+  # Pods get a default route to their node (cni0), as with the bridge
+  # plugin's usual isDefaultGateway: a pod's packet to any address reaches the
+  # node, where a proxy may translate it (kube-proxy does, for an ExternalIP
+  # that is no node's address). The node itself has no default route, so
+  # nothing goes further than the node.
   cat >"$d/cni/net.d/10-bridge.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -264,7 +269,7 @@ node_up() {
       "ipam": {
         "type": "host-local", "dataDir": "$d/ipam",
         "ranges": [[{"subnet": "198.19.$i.0/24"}]],
-        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$CLUSTER_POD_CIDR"}, {"dst": "$NODE_CIDR"}]
+        "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
@@ -359,7 +364,7 @@ EOF
     for h in $(awk '"'"'$3 == "cgroup" || $3 == "cgroup2" {print $2}'"'"' /proc/mounts | grep ^/sys/fs/cgroup/); do
       echo $$ > "$h/$0/cgroup.procs"
     done
-    exec nsenter --net="/run/netns/$1" unshare --mount --propagation slave bash "$2" "$3"' \
+    exec nsenter --net="/run/netns/$1" unshare --mount --uts --propagation slave bash "$2" "$3"' \
     "$cg" "$ns" "$here/scripts/node-tier/node-init.sh" "$d"
 }
 
