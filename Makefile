@@ -123,3 +123,11 @@ fuzz: build
 .PHONY: soak
 soak: build
 	@flock /tmp/sluice-bench.lock node dist/bench/soakReport.js
+
+# conformance: upstream e2e.test's `[sig-network] Services` specs on the node
+# tier, with kube-proxy (iptables) and with Sluice; writes
+# docs/conformance-services.md. SELECTION=conformance (default) or all. Takes
+# the cluster lock itself, per side, only while a cluster is up.
+.PHONY: conformance
+conformance: build
+	@./scripts/conformance.sh run $(or $(SELECTION),conformance)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Build what the node tier (test/node/) adds to the cluster tier's binaries:
-# kubelet and kube-scheduler (DaemonSet pods are placed by the scheduler) of
+# kubelet, kube-scheduler (DaemonSet pods are placed by the scheduler) and
+# kubectl (the tier's client, so it is the pinned version, not the PATH's) of
 # the Kubernetes version pinned in test/cluster/versions.env, and the pause
 # binary from the same version's sources (build/pause/linux/pause.c, C,
-# compiled static); with --e2e also e2e.test and agnhost (scripts/conformance.sh),
-# into
+# compiled static); with --e2e also e2e.test and agnhost (scripts/conformance.sh)
+# and CoreDNS (the cluster DNS, COREDNS_VERSION, `go install` of its module), into
 #
 #   ${SLUICE_CACHE:-/var/cache/sluice}/k8s-<version>/bin/
 #
@@ -27,7 +28,10 @@ log() { echo "node-binaries: $*" >&2; }
 rc=0; "$here/scripts/k8s-binaries.sh" >/dev/null || rc=$?
 [ $rc -eq 0 ] || exit $rc
 
-have() { local out; [ -x "$bin/$1" ] && out=$("$bin/$1" --version 2>/dev/null) && [[ $out == *"$2"* ]]; }
+have() {
+  local out args=(--version); [ "$1" = kubectl ] && args=(version --client)
+  [ -x "$bin/$1" ] && out=$("$bin/$1" "${args[@]}" 2>/dev/null) && [[ $out == *"$2"* ]]
+}
 pause_tag=$(sed -n 's/^TAG ?= *//p' "$cache/go/pkg/mod/k8s.io/kubernetes@$KUBERNETES_VERSION/build/pause/Makefile" 2>/dev/null || true)
 
 go_env() {
@@ -96,7 +100,7 @@ exec 9>"$cache/.build.lock"
 flock -w "$build_timeout" 9 || { log "another build holds $cache/.build.lock"; exit 1; }
 
 need=()
-for c in kubelet kube-scheduler; do have "$c" "$KUBERNETES_VERSION" || need+=("$c"); done
+for c in kubelet kube-scheduler kubectl; do have "$c" "$KUBERNETES_VERSION" || need+=("$c"); done
 
 if [ ${#need[@]} -gt 0 ]; then
   command -v go >/dev/null || { log "Go is not installed; cannot build ${need[*]}"; exit 2; }
@@ -114,6 +118,7 @@ package build
 import (
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 EOF
   (cd "$src" && nice -n 10 timeout --kill-after=30 "$build_timeout" go mod tidy) || { log "go mod tidy failed in $src"; exit 1; }
@@ -143,8 +148,26 @@ if [ ! -x "$bin/pause" ] || [ "$(cat "$bin/pause.tag" 2>/dev/null)" != "$pause_t
   log "built pause $pause_tag"
 fi
 
-for c in kubelet kube-scheduler; do
+for c in kubelet kube-scheduler kubectl; do
   have "$c" "$KUBERNETES_VERSION" || { log "$c --version does not report $KUBERNETES_VERSION"; exit 1; }
 done
-[ "${1:-}" = --e2e ] && build_e2e
+# CoreDNS: its module has no replace directives, so `go install module@version`
+# builds exactly the pinned release.
+build_coredns() {
+  local want="CoreDNS-${COREDNS_VERSION#v}" out t0
+  out=$("$bin/coredns" -version 2>/dev/null || true)
+  [[ $out == *"$want"* ]] && { log "cached: coredns $COREDNS_VERSION"; return 0; }
+  command -v go >/dev/null || { log "Go is not installed; cannot build CoreDNS"; exit 2; }
+  go_env
+  t0=$SECONDS
+  local gobin=$cache/coredns-$COREDNS_VERSION
+  mkdir -p "$gobin"
+  GOBIN=$gobin nice -n 15 timeout --kill-after=30 "$build_timeout" go install -p 2 -ldflags="-s -w" \
+    "github.com/coredns/coredns@$COREDNS_VERSION" || { log "go install github.com/coredns/coredns@$COREDNS_VERSION failed"; exit 1; }
+  mv "$gobin/coredns" "$bin/coredns"
+  out=$("$bin/coredns" -version 2>/dev/null || true)
+  [[ $out == *"$want"* ]] || { log "coredns -version does not report $want: $out"; exit 1; }
+  log "built coredns $COREDNS_VERSION in $((SECONDS - t0))s"
+}
+[ "${1:-}" = --e2e ] && { build_e2e; build_coredns; }
 echo "$bin"

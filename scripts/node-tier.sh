@@ -36,6 +36,13 @@ cd "$here"
 NODES=${SLUICE_NODES:-2}
 CACHE=${SLUICE_CACHE:-/var/cache/sluice}
 BIN=$CACHE/k8s-$KUBERNETES_VERSION/bin
+# kubectl of the pinned version (scripts/node-binaries.sh builds it next to kubelet), not the PATH's
+export PATH=$BIN:$PATH
+# SLUICE_NODE_PROXY: sluice (default) installs Sluice as the only service proxy;
+# kube-proxy runs upstream kube-proxy (iptables mode) on every node instead, the
+# baseline of `make conformance`.
+PROXY=${SLUICE_NODE_PROXY:-sluice}
+DNS_IP=10.96.0.10
 FORWARDER=$here/dist/test/cluster/forwarder.js
 FABRIC_IP=198.18.0.1
 SERVICE_CIDR=10.96.0.0/16
@@ -138,6 +145,7 @@ pki() {
 extendedKeyUsage=serverAuth"
   cert admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth"
   cert apiserver-kubelet "/O=system:masters/CN=kube-apiserver-kubelet-client" "extendedKeyUsage=clientAuth"
+  cert kube-proxy /CN=system:kube-proxy "extendedKeyUsage=clientAuth"   # bound to system:node-proxier by default
   local i; for i in $(seq "$NODES"); do
     cert "node-$i" "/O=system:nodes/CN=system:node:node-$i" "extendedKeyUsage=clientAuth"
   done
@@ -238,8 +246,19 @@ node_up() {
     [ "$j" = "$i" ] || ip -n "$ns" route add "198.19.$j.0/24" via "198.18.0.$((10 + j))"
   done
   ip -n "$FABRIC" route add "198.19.$i.0/24" via "$ip"
+  # The service range is routed to the fabric, as a real node's default route
+  # would carry it: a packet to a ClusterIP that no proxy translated (kube-proxy
+  # has no endpoints for it) must reach the FORWARD chain, where kube-proxy's
+  # REJECT answers "connection refused", instead of failing the route lookup
+  # ("network is unreachable"). The fabric has no route onwards.
+  ip -n "$ns" route add "$SERVICE_CIDR" via "$FABRIC_IP"
 
   cp /usr/lib/cni/{bridge,host-local,loopback,portmap} "$d/cni/bin/"
+  # Pods get a default route to their node (cni0), as with the bridge
+  # plugin's usual isDefaultGateway: a pod's packet to any address reaches the
+  # node, where a proxy may translate it (kube-proxy does, for an ExternalIP
+  # that is no node's address). The node itself has no default route, so
+  # nothing goes further than the node.
   cat >"$d/cni/net.d/10-bridge.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -250,7 +269,7 @@ node_up() {
       "ipam": {
         "type": "host-local", "dataDir": "$d/ipam",
         "ranges": [[{"subnet": "198.19.$i.0/24"}]],
-        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$CLUSTER_POD_CIDR"}, {"dst": "$NODE_CIDR"}]
+        "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
@@ -313,6 +332,7 @@ authorization: {mode: AlwaysAllow}
 podCIDR: 198.19.$i.0/24
 resolvConf: ""
 clusterDomain: cluster.local
+clusterDNS: [$DNS_IP]
 failSwapOn: false
 protectKernelDefaults: true
 makeIPTablesUtilChains: false
@@ -344,7 +364,7 @@ EOF
     for h in $(awk '"'"'$3 == "cgroup" || $3 == "cgroup2" {print $2}'"'"' /proc/mounts | grep ^/sys/fs/cgroup/); do
       echo $$ > "$h/$0/cgroup.procs"
     done
-    exec nsenter --net="/run/netns/$1" unshare --mount --propagation slave bash "$2" "$3"' \
+    exec nsenter --net="/run/netns/$1" unshare --mount --uts --propagation slave bash "$2" "$3"' \
     "$cg" "$ns" "$here/scripts/node-tier/node-init.sh" "$d"
 }
 
@@ -405,6 +425,10 @@ up() {
   NODE_IMAGES=("$(binary_image "registry.k8s.io/pause:$PAUSE_TAG" "$BIN/pause" /pause 65535:65535)" "$IMAGE_ARCHIVE")
   # agnhost (scripts/node-binaries.sh --e2e; SLUICE_NODE_E2E_IMAGES=1): the e2e tests' image,
   # on a Debian layer with the tools the tests run in it (sh, curl, nc, ...)
+  # CoreDNS (scripts/node-binaries.sh --e2e), when built: the cluster DNS (dns_up)
+  if [ -x "$BIN/coredns" ]; then
+    NODE_IMAGES+=("$(binary_image "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" "$BIN/coredns" /coredns 0:0)")
+  fi
   if [ "${SLUICE_NODE_E2E_IMAGES:-0}" = 1 ] && [ -x "$BIN/agnhost" ]; then
     local agnhost_base
     agnhost_base=$(bash scripts/rootfs.sh test/node/images/agnhost-packages.txt | tail -1)
@@ -444,19 +468,67 @@ install_sluice() {
   log "Sluice DaemonSet ready on $NODES nodes"
 }
 
+# ---- or upstream kube-proxy, the baseline ----------------------------------------
+kube_proxy_up() {
+  # kube-proxy as a host process in each node's network namespace (what its
+  # DaemonSet with hostNetwork would be), iptables mode, the pinned version.
+  # conntrack sysctls are host-wide: zero = leave them alone.
+  kubeconfig "$R/kube-proxy.kubeconfig" "https://$FABRIC_IP:$API_PORT" kube-proxy
+  local i; for i in $(seq "$NODES"); do
+    cat >"$R/node-$i/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+hostnameOverride: node-$i
+clientConnection: {kubeconfig: $R/kube-proxy.kubeconfig}
+clusterCIDR: $CLUSTER_POD_CIDR
+detectLocalMode: ClusterCIDR
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s, udpTimeout: 0s, udpStreamTimeout: 0s}
+iptables: {minSyncPeriod: 1s, syncPeriod: 30s}
+EOF
+    # `ip netns exec` remounts /sys for the namespace (kube-proxy reads its interfaces there)
+    start "kube-proxy-$i" ip netns exec "$PREFIX-node-$i" "$BIN/kube-proxy" --config="$R/node-$i/kube-proxy.yaml" --v=2
+  done
+  for i in $(seq "$NODES"); do
+    wait_until 60 "kube-proxy on node-$i (first sync)" bash -c \
+      "ip netns exec '$PREFIX-node-$i' iptables-save -t nat | grep -q -- '-A KUBE-SERVICES .*-j KUBE-NODEPORTS'"
+  done
+  log "kube-proxy (iptables) running on $NODES nodes"
+}
+
+# ---- cluster DNS ---------------------------------------------------------------------
+dns_up() {  # CoreDNS as kube-dns at $DNS_IP (scripts/node-tier/coredns.yaml), when it is built
+  [ -x "$BIN/coredns" ] || { log "no $BIN/coredns (scripts/node-binaries.sh --e2e): no cluster DNS"; return 0; }
+  sed "s/@CORE_TAG@/$COREDNS_VERSION/" "$here/scripts/node-tier/coredns.yaml" | kc apply -f - >/dev/null
+  wait_until 180 "CoreDNS ready" bash -c \
+    "[ \"\$(kubectl --kubeconfig '$R/admin.kubeconfig' -n kube-system get deploy coredns -o jsonpath='{.status.readyReplicas}')\" = 2 ]"
+  log "CoreDNS $COREDNS_VERSION ready as kube-dns ($DNS_IP)"
+}
+
+proxy_up() {
+  case $PROXY in
+    sluice) install_sluice ;;
+    kube-proxy) kube_proxy_up ;;
+    *) die "SLUICE_NODE_PROXY=$PROXY: sluice or kube-proxy" ;;
+  esac
+  dns_up
+}
+
 case ${1:-run} in
   up)
     [ -s "${IMAGE_ARCHIVE:-}" ] || IMAGE_ARCHIVE=$(bash scripts/image.sh | tail -1)
     trap 'rc=$?; [ $rc -ne 0 ] && down; exit $rc' EXIT
     trap 'exit 143' TERM INT
-    up; install_sluice
+    up; proxy_up
     trap - EXIT
     echo "export KUBECONFIG=$R/admin.kubeconfig" ;;
   down) down ;;
   kubeconfig) kubeconfig "$2" "$3" "$4" ;;   # FILE SERVER CERT: a kubeconfig for the cluster in $SLUICE_NODE_DIR
   run)
     [ "$(id -u)" = 0 ] || skip "needs root (network namespaces, mounts, cgroups)"
-    for t in containerd runc ctr umoci mmdebstrap kubectl; do
+    for t in containerd runc ctr umoci mmdebstrap; do
       command -v $t >/dev/null || skip "$t is not installed"
     done
     [ -f "$FORWARDER" ] || die "$FORWARDER is missing: run make build"
@@ -470,6 +542,7 @@ case ${1:-run} in
     t0=$SECONDS
     up
     install_sluice
+    dns_up
     bash "$here/scripts/node-tier/smoke.sh" "$R"
     log "passed in $((SECONDS - t0))s" ;;
   *) echo "usage: $0 run|up|down|kubeconfig FILE SERVER CERT" >&2; exit 2 ;;

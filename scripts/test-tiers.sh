@@ -27,12 +27,12 @@ skip_reason() {
       # builds is cached, so a machine without the cache never spends the
       # ~10 min of cold builds inside `make test`.
       [ "$(id -u)" = 0 ] || { echo "needs root"; return; }
-      local t; for t in containerd runc ctr umoci mmdebstrap kubectl; do
+      local t; for t in containerd runc ctr umoci mmdebstrap; do
         command -v $t >/dev/null || { echo "$t is not installed (apt-get install containerd runc umoci mmdebstrap)"; return; }
       done
       local c=${SLUICE_CACHE:-/var/cache/sluice}
-      ls "$c"/k8s-*/bin/kubelet "$c"/k8s-*/bin/kube-scheduler "$c"/k8s-*/bin/pause >/dev/null 2>&1 ||
-        { echo "kubelet, kube-scheduler and pause are not cached (make node-binaries builds them)"; return; }
+      ls "$c"/k8s-*/bin/kubelet "$c"/k8s-*/bin/kube-scheduler "$c"/k8s-*/bin/kubectl "$c"/k8s-*/bin/pause >/dev/null 2>&1 ||
+        { echo "kubelet, kube-scheduler, kubectl and pause are not cached (make node-binaries builds them)"; return; }
       ls "$c"/image/rootfs-*.tar >/dev/null 2>&1 || echo "the image's Debian root file system is not cached (make image builds it)" ;;
   esac
 }

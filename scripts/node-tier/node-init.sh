@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One node of the node tier, run by scripts/node-tier.sh as
 #
-#   (in the node's cgroups) nsenter --net=<node netns> unshare --mount --propagation slave node-init.sh NODE_DIR
+#   (in the node's cgroups) nsenter --net=<node netns> unshare --mount --uts --propagation slave node-init.sh NODE_DIR
 #
 # so everything below happens in the node's own network namespace (no route
 # out) and its own mount namespace (nothing mounted here is seen by the
@@ -12,6 +12,10 @@ set -euo pipefail
 node_dir=$1
 # shellcheck source=/dev/null
 . "$node_dir/node.env"      # NODE_NAME, CGROUP_REL, BIN, and the paths below
+
+# Its own host name (UTS namespace): hostNetwork pods share it, and e2e tests
+# compare what such a pod reports as its host name with the Node's name.
+hostname "$NODE_NAME"
 
 # Private /run: containerd's shim sockets, runc state, the pods' netns files,
 # /run/xtables.lock. Private bpffs: each node pins its own Sluice maps at

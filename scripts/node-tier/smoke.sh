@@ -128,6 +128,12 @@ const get = (url) => new Promise((resolve) => {
 })();'
 targets=$(printf '{"clusterIP":"http://%s:80/","nodePort":"http://198.18.0.12:%s/","kubernetes":"https://%s:443/livez"}' \
   "$cluster_ip" "$node_port" "$api_ip")
+# Cluster DNS (CoreDNS as kube-dns, when node-tier.sh deployed it): the client
+# resolves `kubernetes.default` through the pod's search path, the query going
+# to 10.96.0.10 through Sluice, and reaches the API server by that name.
+if kc -n kube-system get svc kube-dns >/dev/null 2>&1; then
+  targets=${targets%\}}',"dns":"https://kubernetes.default:443/livez"}'
+fi
 check_reach() {  # check_reach POD LABEL
 log "client $1: ClusterIP $cluster_ip:80, NodePort 198.18.0.12:$node_port, kubernetes $api_ip:443"
 client_pod "$1" "$reach" "{\"TARGETS\": $(node -p 'JSON.stringify(process.argv[1])' "$targets")}" | kc apply -f - >/dev/null
@@ -140,11 +146,13 @@ LABEL=$2 node -e '
     if (!x || x.failed || Object.keys(x.bodies).sort().join() !== "web-1,web-2") bad.push(`${k}: ${JSON.stringify(x)}`);
   }
   if (!r.kubernetes || r.kubernetes.failed) bad.push(`kubernetes: ${JSON.stringify(r.kubernetes)}`);
+  if (r.dns && r.dns.failed) bad.push(`dns (kubernetes.default): ${JSON.stringify(r.dns)}`);
   if (bad.length) { console.log("smoke: FAILED: " + bad.join("; ")); process.exit(1); }
   const l = process.env.LABEL;
   console.log(`smoke: ok clusterIP${l} 20/20 (web-1 ${r.clusterIP.bodies["web-1"]}, web-2 ${r.clusterIP.bodies["web-2"]})`);
   console.log(`smoke: ok nodePort${l} 20/20 (web-1 ${r.nodePort.bodies["web-1"]}, web-2 ${r.nodePort.bodies["web-2"]})`);
   console.log(`smoke: ok kubernetes${l} 20/20 (HTTP ${Object.keys(r.kubernetes.statuses).join(",")} from the API server)`);
+  if (r.dns) console.log(`smoke: ok dns${l} kubernetes.default resolved through kube-dns (CoreDNS behind Sluice) 20/20`);
 ' "${result:-{\}}" || { kc -n smoke get pod "$1" -o yaml >&2; exit 1; }
 }
 check_reach reach ""

@@ -57,6 +57,8 @@ export interface ServiceView {
   /** The Service and port that own the frontend (absent: programmed by `sluice service upsert`, or by an older agent). */
   service?: ServiceName;
   backends: Array<{ id: number; address: string; port: number; flags: string[] }>;
+  /** loadBalancerSourceRanges (flag sourceRanges) read back from the LPM map, sorted CIDRs. */
+  sourceRanges?: string[];
 }
 
 export function servicesView(maps: SockLbMaps): ServiceView[] {
@@ -84,6 +86,7 @@ export function servicesView(maps: SockLbMaps): ServiceView[] {
           ? { id, address: b.address, port: b.port, flags: backendFlagNames(b.flags) }
           : { id, address: '?', port: 0, flags: ['missing'] };
       }),
+      ...(f.sourceRanges.length > 0 ? { sourceRanges: [...f.sourceRanges].sort() } : {}),
     }));
 }
 

@@ -11,6 +11,9 @@ export interface ConformanceRow {
   frontend: string;
   kubeProxy: string[] | undefined;
   sluice: string[] | undefined;
+  /** The source-ranges column (LoadBalancer frontends): loadBalancerSourceRanges each side enforces; absent: none. */
+  kubeProxyRanges?: string[];
+  sluiceRanges?: string[];
   match: boolean;
 }
 
@@ -48,10 +51,42 @@ function cell(set: string[] | undefined): string {
   return [...set].sort().join(' ');
 }
 
+/**
+ * Add the source-ranges column to the LoadBalancer rows: each side's ranges
+ * for the row's frontend; a row matches only if the ranges match too.
+ */
+export function withSourceRanges(rows: ConformanceRow[], kubeProxy: Record<string, string[]>, sluice: Record<string, string[]>): ConformanceRow[] {
+  return rows.map((r) => {
+    if (r.kind !== 'loadBalancerIP') return r;
+    const kp = kubeProxy[r.frontend] ?? [];
+    const sl = sluice[r.frontend] ?? [];
+    const same = kp.length === sl.length && [...kp].sort().every((v, i) => v === [...sl].sort()[i]);
+    return { ...r, kubeProxyRanges: kp, sluiceRanges: sl, match: r.match && same };
+  });
+}
+
+/**
+ * Rows for the frontends a Service should have on this node that neither
+ * side programs: compareBackendSets only sees frontends present on one side
+ * at least, so one both sides drop would pass unseen.
+ */
+export function missingOnBothSides(scenario: (kind: FrontendKind, frontend: string) => string, node: string,
+  expected: Array<{ kind: FrontendKind; frontend: string }>, rows: ConformanceRow[]): ConformanceRow[] {
+  const seen = new Set(rows.filter((r) => r.node === node).map((r) => `${r.kind} ${r.frontend}`));
+  return expected.filter((e) => !seen.has(`${e.kind} ${e.frontend}`))
+    .map((e) => ({ scenario: scenario(e.kind, e.frontend), node, kind: e.kind, frontend: e.frontend, kubeProxy: undefined, sluice: undefined, match: false }));
+}
+
+function rangesCell(r: ConformanceRow, side: 'kubeProxyRanges' | 'sluiceRanges'): string {
+  if (r.kind !== 'loadBalancerIP' || r[side] === undefined) return '';
+  return r[side]!.length === 0 ? '(all)' : [...r[side]!].sort().join(' ');
+}
+
 /** A fixed-width table, one line per row, mismatches marked; ends with a "N match, N mismatch" line. */
 export function formatConformanceTable(rows: ConformanceRow[], labels = { kubeProxy: 'kube-proxy', sluice: 'sluice' }): string {
-  const header = ['scenario', 'node', 'kind', 'frontend', labels.kubeProxy, labels.sluice, 'result'];
-  const lines = rows.map((r) => [r.scenario, r.node, r.kind, r.frontend, cell(r.kubeProxy), cell(r.sluice), r.match ? 'match' : 'MISMATCH']);
+  const header = ['scenario', 'node', 'kind', 'frontend', labels.kubeProxy, labels.sluice, `${labels.kubeProxy} ranges`, `${labels.sluice} ranges`, 'result'];
+  const lines = rows.map((r) => [r.scenario, r.node, r.kind, r.frontend, cell(r.kubeProxy), cell(r.sluice),
+    rangesCell(r, 'kubeProxyRanges'), rangesCell(r, 'sluiceRanges'), r.match ? 'match' : 'MISMATCH']);
   const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
   const fmt = (cols: string[]): string => cols.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
   const mismatches = rows.filter((r) => !r.match).length;

@@ -466,3 +466,70 @@ function serviceFromChain(chain: string): string | undefined {
   const m = /^[a-z]+-[A-Z0-9]+-(.+)\/(.+)\/(tcp|udp|sctp)\/(.*)$/.exec(chain);
   return m ? `${m[1]}/${m[2]}:${m[4]}` : undefined;
 }
+
+// ---------------------------------------------------------------- loadBalancerSourceRanges
+
+/**
+ * The source-ranges column: for every LoadBalancer frontend kube-proxy
+ * firewalls, the CIDRs it lets through, keyed "<address>:<port>/<proto>".
+ *   iptables: KUBE-SERVICES -d LBIP -j KUBE-FW-*; KUBE-FW-* "-s CIDR -j KUBE-EXT-*" per range
+ *   nftables: map firewall-ips { addr . proto . port : goto firewall-* }; firewall-*:
+ *             "ip saddr != { CIDR, ... } drop"
+ * kube-proxy also lets the LoadBalancer IPs themselves through when a range
+ * holds the node's address (its comment: a node's request to a VIP that is a
+ * local address loops back with the VIP as source); that is an artefact of
+ * carrying node traffic through netfilter, not a range of the Service, and
+ * Sluice has no such path (node traffic is balanced at connect()). Those
+ * entries (any address of opts.loadBalancerIPs, as /32) are left out.
+ */
+export function parseSourceRanges(text: string, mode: KubeProxyMode, opts: ParseOptions = {}): Record<string, string[]> {
+  const lbHosts = new Set((opts.loadBalancerIPs ?? []).map((ip) => `${ip}/32`));
+  const clean = (cidrs: string[]): string[] => sortedUnique(cidrs.map((c) => (c.includes('/') ? c : `${c}/32`)).filter((c) => !lbHosts.has(c)));
+  const out: Record<string, string[]> = {};
+  if (mode === 'iptables') {
+    const { nat } = parseIptTables(text);
+    for (const r of nat.get('KUBE-SERVICES') ?? []) {
+      if (!r.target?.startsWith('KUBE-FW-')) continue;
+      const d = r.opts.get('-d');
+      const port = Number(r.opts.get('--dport'));
+      const proto = r.opts.get('-p');
+      if (!d || !proto || !Number.isInteger(port)) continue;
+      const ranges = (nat.get(r.target) ?? []).filter((x) => x.target && SERVICE_CHAIN.test(x.target) && x.opts.has('-s'))
+        .map((x) => x.opts.get('-s')!).filter((s) => !s.startsWith('!'));
+      out[frontendKey(stripPrefixLen(d), port, proto)] = clean(ranges);
+    }
+    return out;
+  }
+  const rs = parseNftRuleset(text);
+  for (const elem of rs.maps.get('firewall-ips') ?? []) {
+    const entry = mapEntry(elem);
+    const [addr, proto, port] = entry?.key ?? [];
+    const target = verdictTargets(entry?.value)[0];
+    if (typeof addr !== 'string' || typeof proto !== 'string' || typeof port !== 'number' || !target) continue;
+    const ranges: string[] = [];
+    for (const exprs of rs.chains.get(target) ?? []) {
+      for (const e of exprs) {
+        const match = asRecord(asRecord(e)?.match);
+        if (asRecord(asRecord(match?.left)?.payload)?.field !== 'saddr') continue;
+        const right = asRecord(match?.right)?.set ?? match?.right;
+        for (const v of Array.isArray(right) ? right : [right]) ranges.push(...nftAddress(v));
+      }
+    }
+    out[frontendKey(addr, port, proto)] = clean(ranges);
+  }
+  return out;
+}
+
+/** An nft set element as CIDRs: "a.b.c.d", {prefix: {addr, len}}, or a wrapped {elem: {val}}. */
+function nftAddress(v: Json): string[] {
+  const inner = asRecord(asRecord(v)?.elem)?.val ?? v;
+  if (typeof inner === 'string') return [inner];
+  const prefix = asRecord(asRecord(inner)?.prefix);
+  if (prefix && typeof prefix.addr === 'string' && typeof prefix.len === 'number') return [`${prefix.addr}/${prefix.len}`];
+  return [];
+}
+
+/** Read kube-proxy's rules in `node`'s namespace and return its source ranges per LoadBalancer frontend. */
+export async function kubeProxySourceRanges(node: ClusterNode, mode: KubeProxyMode, opts: ParseOptions = {}): Promise<Record<string, string[]>> {
+  return parseSourceRanges(await dumpRules(node, mode), mode, opts);
+}

@@ -27,6 +27,8 @@ export interface SluiceServiceView {
   flags: string[];
   affinityTimeoutSeconds?: number;
   backends: Array<{ address: string; port: number; flags: string[] }>;
+  /** loadBalancerSourceRanges, when the frontend has some. */
+  sourceRanges?: string[];
 }
 
 export type TrafficPath = 'external' | 'internal';
@@ -77,6 +79,16 @@ export function filterSets(sets: BackendSets, keep: (kind: FrontendKind, fronten
   const out: BackendSets = { clusterIP: {}, externalIP: {}, loadBalancerIP: {}, nodePort: {} };
   for (const kind of Object.keys(sets) as FrontendKind[]) {
     for (const [frontend, backends] of Object.entries(sets[kind])) if (keep(kind, frontend)) out[kind][frontend] = backends;
+  }
+  return out;
+}
+
+/** Sluice's side of the source-ranges column: external-scope LoadBalancer frontends -> their sorted CIDRs. */
+export function sluiceSourceRanges(view: readonly SluiceServiceView[]): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  for (const v of view) {
+    if (v.scope !== 'external' || kindOfFlags(v.flags) !== 'loadBalancerIP') continue;
+    out[frontendKey(v.address, v.port, v.protocol)] = [...(v.sourceRanges ?? [])].sort();
   }
   return out;
 }

@@ -7,9 +7,10 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import {
-  parseIptablesSave, parseNftJson, splitIptablesWords, toBackendSets, type ParseOptions,
+  parseIptablesSave, parseNftJson, parseSourceRanges, splitIptablesWords, toBackendSets, type ParseOptions,
 } from '../cluster/kubeProxyOracle';
-import { compareBackendSets, formatConformanceTable } from '../cluster/conformance';
+import { compareBackendSets, formatConformanceTable, missingOnBothSides, withSourceRanges } from '../cluster/conformance';
+import { sluiceSourceRanges } from '../cluster/sluiceSets';
 
 const fixtures = resolve(__dirname, '..', '..', '..', 'test', 'cluster', 'fixtures');
 
@@ -121,4 +122,69 @@ test('conformance table: matches, mismatches and frontends only one side has', (
   assert.match(table, /\n2 match, 1 mismatch$/);
   const onlyKp = compareBackendSets('s', 'n', kp, { ...sl, clusterIP: {} });
   assert.equal(onlyKp.filter((r) => !r.match).length, 3, 'a frontend Sluice lacks is a mismatch');
+});
+
+// ---- the source-ranges column and frontends both sides miss (issue 16, item 6) ----
+
+const firewalledIpt = `*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-FW-AAA - [0:0]
+:KUBE-EXT-AAA - [0:0]
+-A KUBE-SERVICES -d 198.18.200.24/32 -p tcp -m comment --comment "conf/lb-source-ranges:http loadbalancer IP" -m tcp --dport 80 -j KUBE-FW-AAA
+-A KUBE-FW-AAA -s 198.18.0.0/24 -m comment --comment "conf/lb-source-ranges:http loadbalancer IP" -j KUBE-EXT-AAA
+-A KUBE-FW-AAA -s 198.18.200.24/32 -m comment --comment "conf/lb-source-ranges:http loadbalancer IP" -j KUBE-EXT-AAA
+-A KUBE-FW-AAA -m comment --comment "conf/lb-source-ranges:http loadbalancer IP" -j KUBE-MARK-DROP
+COMMIT
+`;
+
+test('source ranges: iptables KUBE-FW-* chains, the LoadBalancer IP\'s own node-hairpin allowance left out', () => {
+  assert.deepEqual(parseSourceRanges(firewalledIpt, 'iptables', { loadBalancerIPs: ['198.18.200.24'] }),
+    { '198.18.200.24:80/tcp': ['198.18.0.0/24'] });
+  // Without knowing the LB IP, the allowance is reported (it is a rule kube-proxy wrote).
+  assert.deepEqual(parseSourceRanges(firewalledIpt, 'iptables'), { '198.18.200.24:80/tcp': ['198.18.0.0/24', '198.18.200.24/32'] });
+});
+
+test('source ranges: nftables firewall-ips map and the "ip saddr != { ... } drop" chain', () => {
+  const fw = 'firewall-AAA-conf/lb-source-ranges/tcp/http';
+  const doc = { nftables: [
+    { map: { family: 'ip', table: 'kube-proxy', name: 'firewall-ips', elem: [[{ concat: ['198.18.200.24', 'tcp', 80] }, { goto: { target: fw } }]] } },
+    { rule: { family: 'ip', table: 'kube-proxy', chain: fw, expr: [
+      { match: { op: '!=', left: { payload: { protocol: 'ip', field: 'saddr' } },
+        right: { set: [{ prefix: { addr: '198.18.0.0', len: 24 } }, '198.18.200.24', '10.1.2.3'] } } },
+      { drop: null },
+    ] } },
+  ] };
+  assert.deepEqual(parseSourceRanges(JSON.stringify(doc), 'nftables', { loadBalancerIPs: ['198.18.200.24'] }),
+    { '198.18.200.24:80/tcp': ['10.1.2.3/32', '198.18.0.0/24'] });
+});
+
+test('source ranges column: LoadBalancer rows match only when the ranges match; other kinds untouched', () => {
+  const kp = { clusterIP: { '10.96.0.5:80/tcp': ['198.19.1.2:8080'] }, externalIP: {}, nodePort: {},
+    loadBalancerIP: { '198.18.200.24:80/tcp': ['198.19.1.2:8080'] } };
+  const rows = compareBackendSets('lb-source-ranges', 'node-1', kp, kp);
+  const view = [{ frontend: '198.18.200.24:80/tcp', address: '198.18.200.24', port: 80, protocol: 'tcp', scope: 'external',
+    flags: ['LoadBalancer', 'sourceRanges'], backends: [], sourceRanges: ['198.18.0.0/25'] }];
+  const got = withSourceRanges(rows, { '198.18.200.24:80/tcp': ['198.18.0.0/24'] }, sluiceSourceRanges(view));
+  const lb = got.find((r) => r.kind === 'loadBalancerIP')!;
+  assert.equal(lb.match, false, 'different ranges are a mismatch even with equal backends');
+  assert.deepEqual([lb.kubeProxyRanges, lb.sluiceRanges], [['198.18.0.0/24'], ['198.18.0.0/25']]);
+  assert.equal(got.find((r) => r.kind === 'clusterIP')!.match, true);
+  const table = formatConformanceTable(got);
+  assert.match(table, /kube-proxy ranges +sluice ranges/);
+  assert.match(table, /198\.18\.0\.0\/24 +198\.18\.0\.0\/25 +MISMATCH/);
+  const same = withSourceRanges(rows, { '198.18.200.24:80/tcp': ['198.18.0.0/25'] }, sluiceSourceRanges(view));
+  assert.equal(same.every((r) => r.match), true);
+});
+
+test('a frontend the Service should have that both sides lack is a mismatch row', () => {
+  const empty = { clusterIP: {}, externalIP: {}, loadBalancerIP: {}, nodePort: {} };
+  const rows = compareBackendSets('s', 'node-1', { ...empty, clusterIP: { '10.96.0.5:80/tcp': ['198.19.1.2:8080'] } },
+    { ...empty, clusterIP: { '10.96.0.5:80/tcp': ['198.19.1.2:8080'] } });
+  assert.equal(rows.length, 1, 'compareBackendSets alone does not see the NodePort neither side has');
+  const missing = missingOnBothSides(() => 'scenario', 'node-1', [
+    { kind: 'clusterIP', frontend: '10.96.0.5:80/tcp' }, { kind: 'nodePort', frontend: '198.18.0.11:30080/tcp' },
+  ], rows);
+  assert.deepEqual(missing.map((r) => [r.kind, r.frontend, r.kubeProxy, r.sluice, r.match]),
+    [['nodePort', '198.18.0.11:30080/tcp', undefined, undefined, false]]);
+  assert.match(formatConformanceTable([...rows, ...missing]), /\(absent\) +\(absent\) +MISMATCH/);
 });
