@@ -92,6 +92,13 @@ export function pairedRatio(sr: ScaleResult, s: SeriesResult | undefined, key: '
 }
 
 /** Evaluate the data-path targets of issue 6 that this half measures. */
+/** Connect targets per Sluice mode (issue 12): the socket LB at the physical
+ * limit, the per-packet pod-veth path within 1.15x (p99 not set there). */
+const CONNECT_TARGETS: Record<string, { p50: number; p99: number }> = {
+  'sluice-sock': { p50: 1.03, p99: 1.10 },
+  'sluice-tc': { p50: 1.15, p99: Infinity },
+};
+
 export function evaluateTargets(rep: BenchReport): TargetResult[] {
   const out: TargetResult[] = [];
   const largest = Math.max(...rep.scales.map((s) => s.services));
@@ -110,12 +117,13 @@ export function evaluateTargets(rep: BenchReport): TargetResult[] {
       measured++;
       const r50 = pairedRatio(sr, series, 'p50_us');
       const r99 = pairedRatio(sr, series, 'p99_us');
-      if (!(r50 <= 1.05 && r99 <= 1.2) || s.failed > 0 || s.wrong_peer > 0) fail = true;
+      const want = CONNECT_TARGETS[mode]!;
+      if (!(r50 <= want.p50 && r99 <= want.p99) || s.failed > 0 || s.wrong_peer > 0) fail = true;
       parts.push(`${sr.services}: p50 ${f3(r50)}x, p99 ${f3(r99)}x${s.failed ? `, ${s.failed} failed` : ''}${s.wrong_peer ? `, ${s.wrong_peer} wrong peer` : ''}`);
     }
     const all = measured === rep.scales.length;
     out.push({
-      target: `${LABELS[mode]}: ClusterIP TCP connect p50 <= 1.05x and p99 <= 1.2x direct at every scale (up to ${largest})`,
+      target: `${LABELS[mode]}: ClusterIP TCP connect p50 <= ${CONNECT_TARGETS[mode]!.p50}x${Number.isFinite(CONNECT_TARGETS[mode]!.p99) ? ` and p99 <= ${CONNECT_TARGETS[mode]!.p99}x` : ''} direct at every scale (up to ${largest})`,
       verdict: measured === 0 ? 'n/a' : fail || !all ? 'FAIL' : 'PASS',
       detail: parts.join('; ') + (measured > 0 && !all ? ' (not every scale measured)' : ''),
     });

@@ -49,11 +49,13 @@ int sluice_bind4(struct bpf_sock *ctx)
 	return SYS_PROCEED;
 }
 
-/* least-connection: a socket that held a count gives it back (lib/lc.h). */
+/* A released socket: a least-connection count comes back (lib/lc.h) and a
+ * TCP socket's reverse pair is deleted (lib/sock.h). */
 SEC("cgroup/sock_release")
 int sluice_release4(struct bpf_sock *ctx)
 {
 	lc4_sock_release(ctx);
+	lb4_sock_tcp_forget(ctx);
 	return SYS_PROCEED;
 }
 

@@ -425,6 +425,23 @@ static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __b
 	return 1;
 }
 
+/* sock_release: a TCP socket's pair goes with the socket, so the LRU holds
+ * live connections only (it would otherwise keep every closed socket's pair
+ * until recycled). The hook runs before the protocol's close, so the peer
+ * is still the backend connect4 chose. A socket never translated: one
+ * lookup that finds nothing. */
+static __always_inline void lb4_sock_tcp_forget(struct bpf_sock *sk)
+{
+	struct lb4_sock_tcp_key tkey = {};
+
+	if (sk->protocol != LB_PROTO_TCP || !sk->dst_ip4)
+		return;
+	tkey.cookie = bpf_get_socket_cookie(sk);
+	tkey.backend_address = sk->dst_ip4;
+	tkey.backend_port = (__be16)sk->dst_port;
+	bpf_map_delete_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
+}
+
 /* The peer is a backend this socket was sent to: show the frontend instead,
  * if it still exists. A TCP socket looks in the LRU first; a socket never
  * translated has no storage: one more lookup. (A TCP socket connected

@@ -75,6 +75,10 @@ test('a TCP connect writes its one pair into sluice_sk_tcp4 under its socket coo
     assert.equal(pair.frontend_address, ip4ToNumber(VIP));
     assert.equal(pair.frontend_port, 80);
     assert.notEqual(pair.rev_nat_id, 0);
+    // Closing the socket (sock_release) deletes its pair: the LRU holds live
+    // connections only, so nothing is left behind once every socket is gone.
+    await conn.release();
+    await waitFor('the pair deleted at sock_release', () => !m.get({ cookie: conn.cookie, backend_address: ip4ToNumber(BACKEND), backend_port: 8080 }));
   } finally {
     m.map.close();
   }
