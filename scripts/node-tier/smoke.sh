@@ -159,8 +159,9 @@ check_reach reach ""
 
 # The inspection docs/deploy.md gives (the API server reaches the kubelets: exec works).
 agent_1=$(kc -n kube-system get pod -l app.kubernetes.io/name=sluice --field-selector spec.nodeName=node-1 -o jsonpath='{.items[0].metadata.name}')
-kc -n kube-system exec "$agent_1" -c agent -- sluice services -o json | grep -q "\"$cluster_ip\"" ||
-  fail "kubectl exec $agent_1 -- sluice services: no frontend $cluster_ip"
+services_json=$(kc -n kube-system exec "$agent_1" -c agent -- sluice services -o json 2>&1) || true
+grep -q "\"$cluster_ip\"" <<<"$services_json" ||
+  fail "kubectl exec $agent_1 -- sluice services: no frontend $cluster_ip; it printed: $(head -c 2000 <<<"$services_json")"
 echo "smoke: ok exec kubectl exec $agent_1 -c agent -- sluice services lists $cluster_ip"
 
 # ---- 2: Sluice's pod on node-1 replaced while a client connects -----------------
