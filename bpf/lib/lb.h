@@ -132,6 +132,22 @@ static __always_inline __u32 lb4_slot_backend_id(struct lb4_service_key *key, __
 }
 
 /*
+ * After a missing slot the master was re-read (count): the slots to try next.
+ * Slots below a missing one are the last to go, so try those, and slot 1 (the
+ * last a shrink removes) on the final attempt. Shared by both families.
+ */
+static __always_inline __u16 lb_retry_limit(__u16 count, __u16 missing, int attempt)
+{
+	__u16 limit = count;
+
+	if (missing > 1 && missing - 1 < limit)
+		limit = missing - 1;
+	if (attempt == LB_SELECT_ATTEMPTS - 2 && limit > 1)
+		limit = 1;
+	return limit;
+}
+
+/*
  * Choice over slots 1..count of the copy in *svc by its algorithm. A slot (or
  * its backend) can be missing only while the agent shrinks the frontend: it
  * writes the smaller master first, then deletes the slots above it. So on a
@@ -180,13 +196,7 @@ lb4_select_backend(struct lb4_service_key *key, struct lb4_service *svc, __u64 c
 		missing = key->backend_slot;
 		if (!lb4_reread_service(key, svc))
 			return NULL;
-		limit = svc->count;
-		/* Slots below a missing one are the last to go: try those, and
-		 * slot 1 (the last a shrink removes) on the final attempt. */
-		if (missing > 1 && missing - 1 < limit)
-			limit = missing - 1;
-		if (attempt == LB_SELECT_ATTEMPTS - 2 && limit > 1)
-			limit = 1;
+		limit = lb_retry_limit(svc->count, missing, attempt);
 		if (svc->algorithm == LB_ALG_RANDOM)
 			choice = bpf_get_prandom_u32();
 	}

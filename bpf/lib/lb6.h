@@ -103,11 +103,7 @@ lb6_select_backend(struct lb6_service_key *key, struct lb4_service *svc, __u64 c
 		missing = key->backend_slot;
 		if (!lb6_read_master(key, svc))
 			return NULL;
-		limit = svc->count;
-		if (missing > 1 && missing - 1 < limit)
-			limit = missing - 1;
-		if (attempt == LB_SELECT_ATTEMPTS - 2 && limit > 1)
-			limit = 1;
+		limit = lb_retry_limit(svc->count, missing, attempt);
 		if (svc->algorithm == LB_ALG_RANDOM)
 			choice = bpf_get_prandom_u32();
 	}
