@@ -835,4 +835,40 @@ _Static_assert(sizeof(struct lb6_sock_pair) == 48, "lb6_sock_pair layout");
 _Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6_sock_state layout");
 /* ==== end of IPv6, socket path =================================================== */
 
+/* ==== XDP north-south acceleration (issue 17, helper xdp) ======================== */
+/*
+ * bpf/xdp_lb.bpf.c runs before TC on the external devices (opt-in,
+ * --xdp-mode). It shares SLUICE_MAP_CT4 and the SNAT port space with the TC
+ * path (same entries), so a flow moves between the two freely.
+ */
+#define SLUICE_MAP_XDP_FE4   sluice_xdp_fe4  /* __be32 north-south frontend address -> __u8 1 (hash, written by the agent) */
+#define SLUICE_MAP_XDP_STATS sluice_xdp_st   /* __u32 ifindex -> lb_xdp_stats (per-CPU hash) */
+#define SLUICE_MAP_XDP_TX    sluice_xdp_tx   /* __u32 ifindex -> __u32 ifindex (DEVMAP_HASH: devices XDP may redirect to) */
+#define SLUICE_MAP_XDP_FIB   sluice_xdp_fib  /* __u32 0 -> lb_xdp_fib_scratch (per-CPU scratch, off the stack) */
+
+#define SLUICE_PROG_XDP      sluice_xdp      /* the XDP entry point on the external devices */
+#define SLUICE_PROG_XDP_PASS sluice_xdp_pass /* XDP_PASS only: on a veth peer it enables the NAPI XDP_TX/REDIRECT need */
+
+#define SLUICE_MAX_XDP_FE4   65536
+#define SLUICE_MAX_XDP_DEVS  256
+
+/* SLUICE_MAP_XDP_STATS value: what XDP did with the packets of one device. */
+struct lb_xdp_stats {
+	__u64 packets;    /* every packet the program saw */
+	__u64 passed;     /* XDP_PASS: not a Service packet (or a reply, ICMP, fragment) */
+	__u64 tx;         /* XDP_TX: translated, out of the same device */
+	__u64 redirected; /* XDP_REDIRECT: translated, out of another XDP device */
+	__u64 dropped;    /* XDP_DROP: loadBalancerSourceRanges, no backend, TTL */
+	__u64 fallback;   /* XDP_PASS of a Service packet TC must handle (no neighbour, no route, SNAT ports) */
+};
+
+/* SLUICE_MAP_XDP_FIB value: room for one struct bpf_fib_lookup (64 bytes,
+ * <linux/bpf.h>); bytes here so the ABI does not depend on that header. */
+struct lb_xdp_fib_scratch {
+	__u8 bytes[64];
+};
+
+_Static_assert(sizeof(struct lb_xdp_stats) == 48, "lb_xdp_stats layout");
+/* ==== end of XDP ================================================================= */
+
 #endif /* SLUICE_ABI_H */

@@ -18,8 +18,10 @@
 #include "maps.h"
 #include "nat.h"
 
+/* ctx: the program's context (__sk_buff or xdp_md: bpf_fib_lookup takes
+ * either); arrived: the device the flow arrived on. */
 static __always_inline __be32
-lb4_snat_address_for(struct __sk_buff *skb, const struct lb4_tc_config *cfg, __be32 backend)
+lb4_snat_address_ctx(void *ctx, __u32 arrived, const struct lb4_tc_config *cfg, __be32 backend)
 {
 	struct bpf_fib_lookup fib = {};
 	struct lb4_snat_device *dev;
@@ -28,8 +30,8 @@ lb4_snat_address_for(struct __sk_buff *skb, const struct lb4_tc_config *cfg, __b
 
 	fib.family = AF_INET;
 	fib.ipv4_dst = backend;
-	fib.ifindex = skb->ingress_ifindex;
-	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	fib.ifindex = arrived;
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
 	/* FRAG_NEEDED still names the egress device (pmtu.h answers later). */
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH &&
 	    rc != BPF_FIB_LKUP_RET_FRAG_NEEDED)
@@ -40,6 +42,12 @@ lb4_snat_address_for(struct __sk_buff *skb, const struct lb4_tc_config *cfg, __b
 		return cfg->snat_address;
 	lb_count(LB_CNT_TC_SNAT_EGRESS_DEV);
 	return dev->address;
+}
+
+static __always_inline __be32
+lb4_snat_address_for(struct __sk_buff *skb, const struct lb4_tc_config *cfg, __be32 backend)
+{
+	return lb4_snat_address_ctx(skb, skb->ingress_ifindex, cfg, backend);
 }
 
 #endif /* SLUICE_BPF_EGRESS_H */

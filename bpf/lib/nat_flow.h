@@ -311,8 +311,8 @@ lb4_ct_reserve_reply(struct lb4_ct_entry *e, const struct lb4_tc_config *cfg)
  * Counts and returns -1 on failure, leaving no half flow behind.
  */
 static __always_inline int
-lb4_ct_create_flow(struct __sk_buff *skb, const struct lb4_tuple *t, struct lb4_ct_entry *e,
-		   const struct lb4_tc_config *cfg)
+lb4_ct_create_flow_len(const struct lb4_tuple *t, struct lb4_ct_entry *e,
+		       const struct lb4_tc_config *cfg, __u32 len)
 {
 	struct lb4_ct_key key;
 	int err;
@@ -328,7 +328,7 @@ lb4_ct_create_flow(struct __sk_buff *skb, const struct lb4_tuple *t, struct lb4_
 	/* The reply entry starts at zero packets; this packet is the original's. */
 	e->dir = LB_CT_DIR_ORIGINAL;
 	e->packets = 1;
-	e->bytes = skb->len;
+	e->bytes = len;
 	lb4_ct_key_of(&key, t, LB_CT_DIR_ORIGINAL);
 	if (lb4_ct_claim_insert(&key, e) < 0) {
 		struct lb4_ct_key reply;
@@ -342,6 +342,14 @@ lb4_ct_create_flow(struct __sk_buff *skb, const struct lb4_tuple *t, struct lb4_
 		lc4_flow_open(&key, e->backend_id);
 	lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_TRANSLATED));
 	return 0;
+}
+
+/* The same for a TC program (the XDP path passes the frame length itself). */
+static __always_inline int
+lb4_ct_create_flow(struct __sk_buff *skb, const struct lb4_tuple *t, struct lb4_ct_entry *e,
+		   const struct lb4_tc_config *cfg)
+{
+	return lb4_ct_create_flow_len(t, e, cfg, skb->len);
 }
 
 /* Is the backend a flow was balanced to still there, at the same address? */

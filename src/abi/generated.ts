@@ -133,6 +133,10 @@ export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
 export const SLUICE_MAP_SRCRANGE6 = "sluice_srcrng6";
 export const SLUICE_MAP_SVC_NAMES = "sluice_svcname";
 export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
+export const SLUICE_MAP_XDP_FE4 = "sluice_xdp_fe4";
+export const SLUICE_MAP_XDP_FIB = "sluice_xdp_fib";
+export const SLUICE_MAP_XDP_STATS = "sluice_xdp_st";
+export const SLUICE_MAP_XDP_TX = "sluice_xdp_tx";
 export const SLUICE_MAX_AFFINITY = 131072;
 export const SLUICE_MAX_BACKENDS = 262144;
 export const SLUICE_MAX_CT4 = 262144;
@@ -151,11 +155,15 @@ export const SLUICE_MAX_SOCK_TCP4 = 131072;
 export const SLUICE_MAX_SRCRANGE4 = 16384;
 export const SLUICE_MAX_SRCRANGE6 = 16384;
 export const SLUICE_MAX_SVC_NAMES = 131072;
+export const SLUICE_MAX_XDP_DEVS = 256;
+export const SLUICE_MAX_XDP_FE4 = 65536;
 export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
 export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
 export const SLUICE_PROG_POD_INGRESS = "sluice_pod_ingress";
 export const SLUICE_PROG_SOCKTERM_TCP = "sluice_term_tcp4";
 export const SLUICE_PROG_SOCKTERM_UDP = "sluice_term_udp4";
+export const SLUICE_PROG_XDP = "sluice_xdp";
+export const SLUICE_PROG_XDP_PASS = "sluice_xdp_pass";
 export const SLUICE_SOCK_PAIRS = 4;
 
 // ---- structs (BTF) ----
@@ -1278,6 +1286,57 @@ export function decodeLbSvcNameKey(buf: Buffer, off = 0): LbSvcNameKey {
 }
 export const lb_svc_name_keyCodec: Codec<LbSvcNameKey> = { size: 8, encode: encodeLbSvcNameKey, decode: decodeLbSvcNameKey };
 
+/** struct lb_xdp_fib_scratch (64 bytes) */
+export interface LbXdpFibScratch {
+  bytes: Buffer;
+}
+export const LB_XDP_FIB_SCRATCH_SIZE = 64;
+export const lb_xdp_fib_scratchLayout: StructLayout = {"name":"lb_xdp_fib_scratch","size":64,"fields":[{"name":"bytes","kind":"bytes","offset":0,"size":64}]};
+export function encodeLbXdpFibScratch(v: LbXdpFibScratch, buf: Buffer = Buffer.alloc(64), off = 0): Buffer {
+  buf.fill(0, off, off + 64);
+  v.bytes.copy(buf, off + 0, 0, 64);
+  return buf;
+}
+export function decodeLbXdpFibScratch(buf: Buffer, off = 0): LbXdpFibScratch {
+  return {
+    bytes: Buffer.from(buf.subarray(off + 0, off + 0 + 64)),
+  };
+}
+export const lb_xdp_fib_scratchCodec: Codec<LbXdpFibScratch> = { size: 64, encode: encodeLbXdpFibScratch, decode: decodeLbXdpFibScratch };
+
+/** struct lb_xdp_stats (48 bytes) */
+export interface LbXdpStats {
+  packets: bigint;
+  passed: bigint;
+  tx: bigint;
+  redirected: bigint;
+  dropped: bigint;
+  fallback: bigint;
+}
+export const LB_XDP_STATS_SIZE = 48;
+export const lb_xdp_statsLayout: StructLayout = {"name":"lb_xdp_stats","size":48,"fields":[{"name":"packets","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"passed","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"tx","kind":"int","offset":16,"size":8,"bigEndian":false},{"name":"redirected","kind":"int","offset":24,"size":8,"bigEndian":false},{"name":"dropped","kind":"int","offset":32,"size":8,"bigEndian":false},{"name":"fallback","kind":"int","offset":40,"size":8,"bigEndian":false}]};
+export function encodeLbXdpStats(v: LbXdpStats, buf: Buffer = Buffer.alloc(48), off = 0): Buffer {
+  buf.fill(0, off, off + 48);
+  buf.writeBigUInt64LE(v.packets, off + 0);
+  buf.writeBigUInt64LE(v.passed, off + 8);
+  buf.writeBigUInt64LE(v.tx, off + 16);
+  buf.writeBigUInt64LE(v.redirected, off + 24);
+  buf.writeBigUInt64LE(v.dropped, off + 32);
+  buf.writeBigUInt64LE(v.fallback, off + 40);
+  return buf;
+}
+export function decodeLbXdpStats(buf: Buffer, off = 0): LbXdpStats {
+  return {
+    packets: buf.readBigUInt64LE(off + 0),
+    passed: buf.readBigUInt64LE(off + 8),
+    tx: buf.readBigUInt64LE(off + 16),
+    redirected: buf.readBigUInt64LE(off + 24),
+    dropped: buf.readBigUInt64LE(off + 32),
+    fallback: buf.readBigUInt64LE(off + 40),
+  };
+}
+export const lb_xdp_statsCodec: Codec<LbXdpStats> = { size: 48, encode: encodeLbXdpStats, decode: decodeLbXdpStats };
+
 /** struct sluice_agent_status (48 bytes) */
 export interface SluiceAgentStatus {
   last_sync_unix_ms: bigint;
@@ -1350,4 +1409,8 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_svc6: {"name":"sluice_svc6","type":1,"keyType":"lb6_service_key","keySize":24,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
   sluice_svcname: {"name":"sluice_svcname","type":1,"keyType":"lb_svc_name_key","keySize":8,"valueType":"lb_svc_name","valueSize":144,"maxEntries":131072,"flags":1},
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},
+  sluice_xdp_fe4: {"name":"sluice_xdp_fe4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":65536,"flags":1},
+  sluice_xdp_fib: {"name":"sluice_xdp_fib","type":6,"keyType":"u32","keySize":4,"valueType":"lb_xdp_fib_scratch","valueSize":64,"maxEntries":1},
+  sluice_xdp_st: {"name":"sluice_xdp_st","type":5,"keyType":"u32","keySize":4,"valueType":"lb_xdp_stats","valueSize":48,"maxEntries":256},
+  sluice_xdp_tx: {"name":"sluice_xdp_tx","type":25,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":256},
 };

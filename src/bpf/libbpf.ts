@@ -158,7 +158,7 @@ export interface LibbpfFunctions {
   bpf_prog_get_next_id(start: number, next: Uint32Array): number;
   bpf_link_get_next_id(start: number, next: Uint32Array): number;
 
-  bpf_link_create(progFd: number, targetFd: number, attachType: number, opts: null): number;
+  bpf_link_create(progFd: number, targetFd: number, attachType: number, opts: Buffer | null): number;
   bpf_link_update(linkFd: number, newProgFd: number, opts: LinkUpdateOpts | null): number;
   bpf_link_detach(linkFd: number): number;
   bpf_prog_query(targetFd: number, type: number, queryFlags: number, attachFlags: Uint32Array, progIds: Uint32Array, progCnt: Uint32Array): number;

@@ -95,6 +95,12 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_NODEIP6]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_SRCRANGE6]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_SOCK6]: { kind: 'drop', reason: 'per-socket state cannot be copied from user space: existing IPv6 sockets lose their reverse translation (keep lb6_sock_state compatible instead)' },
+  // XDP (issue 17): the frontend-address set and the redirect targets are the
+  // agent's (rewritten at its start); the counters are kept; the FIB scratch is per packet.
+  [abi.SLUICE_MAP_XDP_FE4]: { kind: 'rebuild' },
+  [abi.SLUICE_MAP_XDP_TX]: { kind: 'rebuild' },
+  [abi.SLUICE_MAP_XDP_STATS]: { kind: 'carry' },
+  [abi.SLUICE_MAP_XDP_FIB]: { kind: 'drop', reason: 'scratch space of one packet: nothing lives in it between packets' },
 };
 
 /** Unlisted maps: copied when the layout allows it, else empty (logged). */

@@ -1,0 +1,266 @@
+// XDP north-south acceleration (issue 17): loading build/xdp_lb.bpf.o next to
+// tc_lb (maps shared by pin), attaching it to devices with pinned XDP links,
+// the frontend-address set its first check reads, and its per-device counters.
+//
+// Links are pinned as links/xdp-<mode>-<device>: the kernel's link info has
+// the ifindex but not the mode, and `sluice status` shows both.
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import os from 'node:os';
+import { AttachType } from '../../bpf/constants';
+import { BpfError, check, libbpf } from '../../bpf/libbpf';
+import { BpfLink, unpin } from '../../bpf/link';
+import { BpfMap } from '../../bpf/map';
+import type { BpfObject } from '../../bpf/object';
+import * as abi from '../../abi/generated';
+import { ip4ToNumber } from '../addr';
+import { MapMigration, type MigratedMap } from '../migrate';
+import { checkEthernetDevice, deviceIndex } from '../tc/attach';
+import { TypedMap, u32Codec, u8Codec } from '../typedMap';
+
+const { ENOLINK, EOPNOTSUPP, EINVAL } = os.constants.errno;
+
+export type XdpMode = 'native' | 'generic';
+export type XdpModeSetting = XdpMode | 'off' | 'auto';
+export const XDP_MODES: readonly XdpModeSetting[] = ['native', 'generic', 'off', 'auto'];
+
+export function parseXdpMode(value: string, what: string): XdpModeSetting {
+  if (!(XDP_MODES as readonly string[]).includes(value)) throw new Error(`${what}: ${JSON.stringify(value)} is not one of ${XDP_MODES.join(', ')}`);
+  return value as XdpModeSetting;
+}
+
+/** UAPI XDP_FLAGS_*: the attach mode. */
+const XDP_FLAGS: Record<XdpMode, number> = { generic: 2 /* SKB_MODE */, native: 4 /* DRV_MODE */ };
+/** struct bpf_link_create_opts up to and including `flags` (libbpf reads only what sz covers). */
+const LINK_CREATE_OPTS_SIZE = 16;
+
+export interface XdpAttachment {
+  device: string;
+  mode: XdpMode;
+  ifindex: number;
+  linkId: number;
+  programId: number;
+}
+
+function linksDir(bpffs: string): string {
+  return path.join(bpffs, 'links');
+}
+
+export function xdpLinkPinPath(bpffs: string, device: string, mode: XdpMode): string {
+  return path.join(linksDir(bpffs), `xdp-${mode}-${device}`);
+}
+
+/** Pinned XDP links of this bpffs: device and mode from the pin name. */
+function pinnedXdpLinks(bpffs: string): Array<{ pin: string; device: string; mode: XdpMode }> {
+  const dir = linksDir(bpffs);
+  if (!fs.existsSync(dir)) return [];
+  return fs.readdirSync(dir).flatMap((name) => {
+    const m = /^xdp-(native|generic)-(.+)$/.exec(name);
+    return m ? [{ pin: path.join(dir, name), mode: m[1] as XdpMode, device: m[2]! }] : [];
+  });
+}
+
+/**
+ * Load xdp_lb with its maps reused from (or pinned to) `bpffs`, migrating
+ * pinned maps whose capacity or layout changed like loadTcObject does; pinned
+ * XDP links switch to the new program before old maps go.
+ */
+export function loadXdpObject(objectPath: string, bpffs: string, opts: { maxEntries?: Record<string, number>; onMigrated?: (m: MigratedMap[]) => void } = {}): BpfObject {
+  const migration = MapMigration.plan(objectPath, { bpffs, maxEntries: opts.maxEntries });
+  const obj = migration.open();
+  try {
+    obj.load();
+    migration.fill(obj);
+  } catch (err) {
+    obj.close();
+    migration.abort();
+    throw err;
+  }
+  try {
+    for (const { pin } of pinnedXdpLinks(bpffs)) swapLink(pin, obj);
+    const migrated = migration.finish(obj);
+    if (migrated.length > 0) opts.onMigrated?.(migrated);
+  } catch (err) {
+    obj.close();
+    throw err;
+  }
+  return obj;
+}
+
+function swapLink(pin: string, obj: BpfObject): void {
+  const link = BpfLink.fromPinned(pin);
+  try {
+    link.update(obj.program(abi.SLUICE_PROG_XDP));
+  } catch (err) {
+    if (!(err instanceof BpfError && err.errno === ENOLINK)) throw err;
+    unpin(pin); // its device is gone
+  } finally {
+    link.close();
+  }
+}
+
+function createLink(progFd: number, ifindex: number, mode: XdpMode): number {
+  const opts = Buffer.alloc(LINK_CREATE_OPTS_SIZE);
+  opts.writeBigUInt64LE(BigInt(LINK_CREATE_OPTS_SIZE), 0);
+  opts.writeUInt32LE(XDP_FLAGS[mode], 8);
+  return libbpf().bpf_link_create(progFd, ifindex, AttachType.XDP, opts);
+}
+
+/**
+ * Attach `programName` of `obj` to `device` in `mode` ('auto': native, else
+ * generic when the driver has no XDP support), pinned; a pin of the same
+ * mode is updated in place, one of the other mode replaced.
+ */
+export function attachXdp(obj: BpfObject, device: string, setting: XdpMode | 'auto', bpffs: string, programName: string = abi.SLUICE_PROG_XDP): XdpAttachment {
+  checkEthernetDevice(device);
+  const ifindex = deviceIndex(device);
+  const prog = obj.program(programName);
+  const modes: XdpMode[] = setting === 'auto' ? ['native', 'generic'] : [setting];
+  for (const p of pinnedXdpLinks(bpffs).filter((l) => l.device === device)) {
+    const link = BpfLink.fromPinned(p.pin);
+    try {
+      if (modes.includes(p.mode) && link.info().ifindex === ifindex) {
+        link.update(prog);
+        return describe(link, device, p.mode);
+      }
+    } finally {
+      link.close();
+    }
+    unpin(p.pin); // another mode, or a stale pin of a re-created device
+  }
+  let lastErr = 0;
+  for (const mode of modes) {
+    const fd = createLink(prog.fd, ifindex, mode);
+    if (fd < 0) {
+      lastErr = -fd;
+      if (setting === 'auto' && (lastErr === EOPNOTSUPP || lastErr === EINVAL)) continue;
+      break;
+    }
+    const link = new BpfLink(fd, `xdp ${mode} link of ${device}`);
+    try {
+      fs.mkdirSync(linksDir(bpffs), { recursive: true });
+      link.pin(xdpLinkPinPath(bpffs, device, mode));
+      return describe(link, device, mode);
+    } finally {
+      link.close();
+    }
+  }
+  return check(-lastErr, 'bpf_link_create', `xdp ${setting} on ${device} (ifindex ${ifindex})`) as never;
+}
+
+function describe(link: BpfLink, device: string, mode: XdpMode): XdpAttachment {
+  const info = link.info();
+  return { device, mode, ifindex: info.ifindex ?? 0, linkId: info.id, programId: info.progId };
+}
+
+/** Detach XDP from `device` (any mode): its pins go, and with them the links. */
+export function detachXdp(bpffs: string, device: string): boolean {
+  let any = false;
+  for (const p of pinnedXdpLinks(bpffs)) if (p.device === device) any = unpin(p.pin) || any;
+  return any;
+}
+
+/** The XDP links of this bpffs, as pinned (a link whose device vanished shows ifindex 0). */
+export function listXdp(bpffs: string): XdpAttachment[] {
+  return pinnedXdpLinks(bpffs).map((p) => {
+    const link = BpfLink.fromPinned(p.pin);
+    try {
+      return describe(link, p.device, p.mode);
+    } finally {
+      link.close();
+    }
+  });
+}
+
+// ---- maps ----
+
+const be32Codec = {
+  size: 4,
+  encode(value: number, buf = Buffer.alloc(4), off = 0) {
+    buf.writeUInt32BE(value >>> 0, off);
+    return buf;
+  },
+  decode: (buf: Buffer, off = 0) => buf.readUInt32BE(off),
+};
+
+export interface XdpMaps {
+  /** North-south frontend addresses (the program's first check). */
+  frontends: TypedMap<number, number>;
+  /** Devices XDP may redirect to (DEVMAP_HASH: ifindex -> ifindex). */
+  targets: TypedMap<number, number>;
+  stats: BpfMap;
+  close(): void;
+}
+
+export function xdpMapsPresent(bpffs: string): boolean {
+  return fs.existsSync(path.join(bpffs, abi.SLUICE_MAP_XDP_STATS));
+}
+
+export function openXdpMaps(bpffs: string): XdpMaps {
+  const opened: BpfMap[] = [];
+  const open = (name: string) => {
+    const m = BpfMap.fromPinned(path.join(bpffs, name));
+    opened.push(m);
+    return m;
+  };
+  try {
+    return {
+      frontends: new TypedMap(open(abi.SLUICE_MAP_XDP_FE4), be32Codec, u8Codec),
+      targets: new TypedMap(open(abi.SLUICE_MAP_XDP_TX), u32Codec, u32Codec),
+      stats: open(abi.SLUICE_MAP_XDP_STATS),
+      close: () => opened.forEach((m) => m.close()),
+    };
+  } catch (err) {
+    for (const m of opened) m.close();
+    throw err;
+  }
+}
+
+const NORTH_SOUTH = abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_LOADBALANCER;
+
+/**
+ * Make the frontend-address set hold exactly the IPv4 addresses of the
+ * north-south frontends given. Returns what changed.
+ */
+export function syncFrontendAddresses(map: TypedMap<number, number>, frontends: Iterable<{ address: string; flags: number }>): { added: number; removed: number } {
+  const wanted = new Set<number>();
+  for (const f of frontends) if (f.flags & NORTH_SOUTH && !f.address.includes(':')) wanted.add(ip4ToNumber(f.address));
+  const present = new Set([...map.entries()].map(([k]) => k));
+  let added = 0;
+  let removed = 0;
+  for (const a of wanted) if (!present.has(a)) { map.set(a, 1); added++; }
+  for (const a of present) if (!wanted.has(a)) { map.delete(a); removed++; }
+  return { added, removed };
+}
+
+export interface XdpDeviceStats {
+  ifindex: number;
+  packets: bigint;
+  passed: bigint;
+  tx: bigint;
+  redirected: bigint;
+  dropped: bigint;
+  fallback: bigint;
+}
+
+/** Per-device counters, summed over CPUs. */
+export function readXdpStats(stats: BpfMap): XdpDeviceStats[] {
+  const out: XdpDeviceStats[] = [];
+  for (const key of stats.keys()) {
+    const perCpu = stats.lookupPerCpu(key);
+    if (!perCpu) continue;
+    const sum: XdpDeviceStats = { ifindex: key.readUInt32LE(0), packets: 0n, passed: 0n, tx: 0n, redirected: 0n, dropped: 0n, fallback: 0n };
+    for (const v of perCpu) {
+      const s = abi.lb_xdp_statsCodec.decode(v);
+      sum.packets += BigInt(s.packets);
+      sum.passed += BigInt(s.passed);
+      sum.tx += BigInt(s.tx);
+      sum.redirected += BigInt(s.redirected);
+      sum.dropped += BigInt(s.dropped);
+      sum.fallback += BigInt(s.fallback);
+    }
+    out.push(sum);
+  }
+  return out.sort((a, b) => a.ifindex - b.ifindex);
+}
+
