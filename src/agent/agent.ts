@@ -75,6 +75,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
         const { local, remote } = syncer!.takeExternalBackends();
         if (local) northSouth.localBackends(local);
         if (remote) northSouth.remoteBackends(remote);
+        northSouth.frontends(syncer!.programmed().programmedFrontends());
       }
     },
     translate: {

@@ -12,6 +12,7 @@ import { fromKubeProxyConfiguration, isKubeProxyConfiguration, type IgnoredField
 import { parseDefaultLbAlgorithm } from '../translate/algorithm';
 import { DEFAULT_MAGLEV_TABLE_SIZE, checkMaglevTableSize } from '../datapath/maglevTable';
 import type { LbAlgorithm } from '../model/frontend';
+import { parseXdpMode, type XdpModeSetting } from '../datapath/xdp/xdp';
 
 export interface AgentConfig {
   kubeconfig?: string; // absent: in-cluster config
@@ -42,6 +43,12 @@ export interface AgentConfig {
   devices: string[];
   /** Source address for flows SNATed to remote backends; default: the first device's IPv4 address. */
   snatAddress?: string;
+  /**
+   * XDP in front of TC on the external devices (issue 17; docs/xdp.md):
+   * native (driver), generic (after skb allocation, any device), auto
+   * (native where the driver supports it, else generic) or off (default).
+   */
+  xdpMode: XdpModeSetting;
   /** Conntrack timeouts of the TC path, seconds (kube-proxy's conntrack settings). */
   conntrackTcpEstablishedSeconds: number;
   /** TCP flows until the handshake completes (SYN-stage), seconds. */
@@ -113,6 +120,7 @@ export function defaultConfig(): AgentConfig {
     minSyncPeriodMs: 0,
     maxEntries: {},
     devices: [],
+    xdpMode: 'off',
     conntrackTcpEstablishedSeconds: 86400,
     conntrackTcpSynSeconds: 60, // a SYN flood's entries are reclaimable after a minute (Cilium: 60 s)
     conntrackTcpCloseWaitSeconds: 10, // FIN or RST seen: the SNAT port is free again soon (the kernel: 10 s for CLOSE)
@@ -147,6 +155,7 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   'drift-repair-period': { field: 'driftRepairPeriodSeconds', parse: nonNegativeInt('drift-repair-period') }, // h-watch
   devices: { field: 'devices', parse: (v) => v.split(',').filter(Boolean) },
   'snat-address': { field: 'snatAddress', parse: String },
+  'xdp-mode': { field: 'xdpMode', parse: (v) => parseXdpMode(v, '--xdp-mode') },
   'conntrack-tcp-established': { field: 'conntrackTcpEstablishedSeconds', parse: (v) => durationSeconds('conntrack-tcp-established', v) },
   'conntrack-tcp-close-wait': { field: 'conntrackTcpCloseWaitSeconds', parse: (v) => durationSeconds('conntrack-tcp-close-wait', v) },
   'conntrack-udp': { field: 'conntrackUdpSeconds', parse: (v) => durationSeconds('conntrack-udp', v) },
@@ -271,6 +280,7 @@ export function resolveConfigWithNotes(flags: Map<string, string>): { config: Ag
     config.socketLB = parseSocketLbMode(config.socketLB, `config file ${file}: socketLB`);
     config.lbAlgorithm = parseDefaultLbAlgorithm(String(config.lbAlgorithm), `config file ${file}: lbAlgorithm`); // h-alg
     config.maglevTableSize = checkMaglevTableSize(Number(config.maglevTableSize), `config file ${file}: maglevTableSize`); // h-maglev
+    config.xdpMode = parseXdpMode(String(config.xdpMode), `config file ${file}: xdpMode`); // h-xdp
   }
   for (const [flag, value] of flags) {
     const spec = FLAGS[flag];

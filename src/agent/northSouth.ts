@@ -20,6 +20,7 @@ import { purgeBackends, startConntrackGc } from '../datapath/tc/conntrack';
 import { HealthCheckServer } from '../datapath/tc/healthcheck';
 import * as abi from '../abi/generated';
 import { startSnatExhaustionLog } from './snatExhaustion';
+import { startXdp } from './xdp';
 
 const CONNTRACK_GC_INTERVAL_MS = 10_000;
 
@@ -41,6 +42,8 @@ export interface NorthSouth {
   remoteBackends(addresses: Iterable<string>): void;
   backendsDeleted(ids: number[]): void;
   healthChecks(checks: HealthCheckService[]): void;
+  /** The programmed frontends (XDP's frontend-address set follows them). */
+  frontends(list: Iterable<{ address: string; flags: number }>): void;
   stop(): Promise<void>;
 }
 
@@ -111,6 +114,8 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
   }
   if (!snatAddress) log.warn({ devices }, 'no IPv4 address on the first device: flows to backends on other nodes will be dropped; set --snat-address');
   log.info({ attachments, snatAddress }, 'TC attached to the external devices');
+  // After TC (its maps are the ones XDP shares), on the devices TC serves.
+  const xdp = startXdp(config.xdpMode, config.bpffs, served, config.maxEntries, metrics, log);
   const stopGc = startConntrackGc(tcObject.program(abi.SLUICE_PROG_CT_GC), CONNTRACK_GC_INTERVAL_MS);
   const stopSnatLog = startSnatExhaustionLog(tcObject.map(abi.SLUICE_MAP_COUNTERS), `${TC_DEFAULTS.snatPortMin}-${TC_DEFAULTS.snatPortMax}`, log);
   const health = new HealthCheckServer({
@@ -158,6 +163,9 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
       const purged = purgeBackends(maps.conntrack, ids);
       if (purged > 0) log.debug({ backends: ids.length, flows: purged }, 'forgot the flows of deleted backends');
     },
+    frontends(list) {
+      xdp?.frontends(list);
+    },
     healthChecks(checks) {
       const services = checks.map((c) => {
         const [namespace, name] = c.service.split('/') as [string, string];
@@ -169,6 +177,7 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
     async stop() {
       stopGc();
       stopSnatLog();
+      xdp?.stop();
       tcObject.close(); // the links are pinned: nothing detaches
       await health.close();
       maps.close();

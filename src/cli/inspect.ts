@@ -8,6 +8,7 @@ import { formatEndpoint, isIp6 } from '../datapath/addr';
 import { sockLbStatus, type AttachmentStatus } from '../datapath/sockLb';
 import { staleSocketStatus, type StaleSocketStatus } from '../datapath/sockTerm';
 import { readServiceNames, serviceNameOf, type ServiceName } from '../datapath/serviceNames';
+import { xdpStatus, type XdpDeviceStatus } from '../datapath/xdp/status';
 
 export function flagNames(flags: number): string[] {
   const names: Array<[number, string]> = [
@@ -117,6 +118,8 @@ export interface StatusView {
   staleSockets: StaleSocketStatus;
   maps: MapFill[];
   counters: Record<string, string>;
+  /** XDP in front of TC (issue 17): per device, its mode and counters; empty when never used. */
+  xdp: XdpDeviceStatus[];
 }
 
 export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string): StatusView {
@@ -152,6 +155,7 @@ export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string)
       ...(maps.v6 ? [maps.v6.services, maps.v6.backends, maps.v6.revNat, maps.v6.nodeIps, maps.v6.affinity].map((m) => fill(m.name, count(m.map), m.map.maxEntries)) : []),
     ],
     counters,
+    xdp: xdpStatus(bpffs),
   };
 }
 

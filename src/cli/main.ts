@@ -87,6 +87,13 @@ const commands: Record<string, Command> = {
       print(table(['MAP', 'ENTRIES', 'MAX', 'FILL'], view.maps.map((m) => [m.name, String(m.entries), String(m.maxEntries), `${((100 * m.entries) / m.maxEntries).toFixed(1)}%`])));
       print('\n');
       print(table(['COUNTER', 'VALUE'], Object.entries(view.counters)));
+      if (view.xdp.length > 0) {
+        print('\n');
+        print(table(['XDP DEVICE', 'MODE', 'IFINDEX', 'LINK', 'PROGRAM', 'PACKETS', 'PASSED', 'TX', 'REDIRECTED', 'DROPPED', 'FALLBACK'], view.xdp.map((x) => [
+          x.device, x.mode, String(x.ifindex), x.linkId !== undefined ? String(x.linkId) : '-', x.programId !== undefined ? String(x.programId) : '-',
+          x.packets, x.passed, x.tx, x.redirected, x.dropped, x.fallback,
+        ])));
+      }
       return 0;
     },
   },

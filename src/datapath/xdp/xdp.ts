@@ -46,8 +46,10 @@ function linksDir(bpffs: string): string {
   return path.join(bpffs, 'links');
 }
 
-export function xdpLinkPinPath(bpffs: string, device: string, mode: XdpMode): string {
-  return path.join(linksDir(bpffs), `xdp-${mode}-${device}`);
+/** Where the link of `device` is pinned; another program than the LB one
+ * (sluice_xdp_pass on a veth peer) is pinned apart, never swapped or listed. */
+export function xdpLinkPinPath(bpffs: string, device: string, mode: XdpMode, program: string = abi.SLUICE_PROG_XDP): string {
+  return path.join(linksDir(bpffs), program === abi.SLUICE_PROG_XDP ? `xdp-${mode}-${device}` : `xdpaux-${program}-${mode}-${device}`);
 }
 
 /** Pinned XDP links of this bpffs: device and mode from the pin name. */
@@ -116,7 +118,9 @@ export function attachXdp(obj: BpfObject, device: string, setting: XdpMode | 'au
   const ifindex = deviceIndex(device);
   const prog = obj.program(programName);
   const modes: XdpMode[] = setting === 'auto' ? ['native', 'generic'] : [setting];
-  for (const p of pinnedXdpLinks(bpffs).filter((l) => l.device === device)) {
+  const main = programName === abi.SLUICE_PROG_XDP;
+  if (!main) for (const mode of modes) unpin(xdpLinkPinPath(bpffs, device, mode, programName));
+  for (const p of main ? pinnedXdpLinks(bpffs).filter((l) => l.device === device) : []) {
     const link = BpfLink.fromPinned(p.pin);
     try {
       if (modes.includes(p.mode) && link.info().ifindex === ifindex) {
@@ -139,7 +143,7 @@ export function attachXdp(obj: BpfObject, device: string, setting: XdpMode | 'au
     const link = new BpfLink(fd, `xdp ${mode} link of ${device}`);
     try {
       fs.mkdirSync(linksDir(bpffs), { recursive: true });
-      link.pin(xdpLinkPinPath(bpffs, device, mode));
+      link.pin(xdpLinkPinPath(bpffs, device, mode, programName));
       return describe(link, device, mode);
     } finally {
       link.close();
