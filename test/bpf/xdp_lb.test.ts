@@ -10,7 +10,8 @@ import { ip4ToNumber } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { syncSourceRanges } from '../../src/datapath/tc/sourceRanges';
 import { listConntrack } from '../../src/datapath/tc/conntrack';
-import { syncFrontendAddresses } from '../../src/datapath/xdp/xdp';
+import { attachXdp, detachXdp, listXdp, syncFrontendAddresses } from '../../src/datapath/xdp/xdp';
+import { xdpStatus } from '../../src/datapath/xdp/status';
 import { TCP_ACK, TCP_PSH, TCP_SYN, TC_ACT_REDIRECT, diffHex, frame, type L4Spec } from './tc_packet';
 import { XDP_DROP, XDP_PASS, XDP_REDIRECT, XDP_TX, XdpHarness } from './xdp_harness';
 
@@ -243,5 +244,19 @@ describe('the frontend-address set', () => {
     const r2 = syncFrontendAddresses(h.maps.frontends, [{ address: NODE, flags: NODEPORT }]);
     assert.deepEqual(r2, { added: 0, removed: 1 });
     assert.deepEqual([...h.maps.frontends.entries()].map(([k]) => k), [ip4ToNumber(NODE)]);
+  });
+});
+
+describe('attach modes', () => {
+  test('auto takes generic on a veth (CHECKSUM_PARTIAL frames), native when asked; status shows the mode; off detaches', () => {
+    const pinDir = h.tc.pinDir;
+    const auto = h.inside(() => attachXdp(h.xdp, 'ext0', 'auto', pinDir));
+    assert.equal(auto.mode, 'generic');
+    assert.deepEqual(xdpStatus(pinDir).filter((x) => x.mode !== 'off').map((x) => [x.device, x.mode]), [['ext0', 'generic']]);
+    const native = h.inside(() => attachXdp(h.xdp, 'ext0', 'native', pinDir));
+    assert.equal(native.mode, 'native');
+    assert.deepEqual(listXdp(pinDir).map((x) => [x.device, x.mode, x.ifindex]), [['ext0', 'native', ext0]], 'the generic link was replaced');
+    assert.ok(detachXdp(pinDir, 'ext0'));
+    assert.deepEqual(listXdp(pinDir), []);
   });
 });

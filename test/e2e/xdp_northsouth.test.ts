@@ -126,6 +126,11 @@ describe('XDP native on the ingress node, backend on another node', () => {
     assert.equal(row?.mode, 'native');
     assert.equal(row?.ifindex, eth0);
     assert.ok(row?.programId && row.linkId, JSON.stringify(row));
+    // bpftool, in node1's namespace, lists the program on the device in driver mode.
+    const net = execFileSync('ip', ['netns', 'exec', topo.ns.n1, 'bpftool', 'net', 'show', 'dev', 'eth0'], { encoding: 'utf8' });
+    assert.match(net, /eth0\(\d+\) driver id (\d+)/);
+    assert.equal(Number(/driver id (\d+)/.exec(net)![1]), row!.programId);
+    assert.match(execFileSync('bpftool', ['prog', 'show', 'id', String(row!.programId)], { encoding: 'utf8' }), /xdp\s+name sluice_xdp/);
   });
 
   for (const proto of ['tcp', 'udp'] as const) {

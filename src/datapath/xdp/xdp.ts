@@ -15,6 +15,7 @@ import type { BpfObject } from '../../bpf/object';
 import * as abi from '../../abi/generated';
 import { ip4ToNumber } from '../addr';
 import { MapMigration, type MigratedMap } from '../migrate';
+import { execFileSync } from 'node:child_process';
 import { checkEthernetDevice, deviceIndex } from '../tc/attach';
 import { TypedMap, u32Codec, u8Codec } from '../typedMap';
 
@@ -101,6 +102,23 @@ function swapLink(pin: string, obj: BpfObject): void {
   }
 }
 
+/** The device's kind as iproute2 names it (veth, bond, ...; '' for a plain NIC). */
+export function deviceKind(device: string): string {
+  const [link] = JSON.parse(execFileSync('ip', ['-j', '-d', 'link', 'show', 'dev', device], { encoding: 'utf8' }) || '[]') as Array<{ linkinfo?: { info_kind?: string } }>;
+  return link?.linkinfo?.info_kind ?? '';
+}
+
+/**
+ * The modes 'auto' tries, in order. A veth is the exception to "native
+ * first": frames of local sockets reach its peer with their TCP/UDP checksum
+ * still to be finished (CHECKSUM_PARTIAL), which native XDP cannot see and so
+ * would corrupt when it rewrites them; generic XDP runs on the skb, after the
+ * kernel has finished it. (A NIC never receives such frames.)
+ */
+export function autoModes(device: string): XdpMode[] {
+  return deviceKind(device) === 'veth' ? ['generic'] : ['native', 'generic'];
+}
+
 function createLink(progFd: number, ifindex: number, mode: XdpMode): number {
   const opts = Buffer.alloc(LINK_CREATE_OPTS_SIZE);
   opts.writeBigUInt64LE(BigInt(LINK_CREATE_OPTS_SIZE), 0);
@@ -117,7 +135,7 @@ export function attachXdp(obj: BpfObject, device: string, setting: XdpMode | 'au
   checkEthernetDevice(device);
   const ifindex = deviceIndex(device);
   const prog = obj.program(programName);
-  const modes: XdpMode[] = setting === 'auto' ? ['native', 'generic'] : [setting];
+  const modes: XdpMode[] = setting === 'auto' ? autoModes(device) : [setting];
   const main = programName === abi.SLUICE_PROG_XDP;
   if (!main) for (const mode of modes) unpin(xdpLinkPinPath(bpffs, device, mode, programName));
   for (const p of main ? pinnedXdpLinks(bpffs).filter((l) => l.device === device) : []) {

@@ -1,0 +1,105 @@
+// Nanoseconds per packet of the XDP program against the TC one, as the
+// kernel measures a program run (BPF_PROG_TEST_RUN duration; nothing
+// attached, no sysctl), inside a throwaway namespace whose FIB both consult:
+//
+//   non-Service   a packet to an address that is no frontend: sluice_xdp
+//                 (XDP_PASS after the frontend-address check) against
+//                 sluice_xdp_pass (a program that only returns XDP_PASS:
+//                 the floor of any XDP program) and sluice_tc_ingress
+//   known flow    a data packet of a NodePort flow SNATed to a backend on
+//                 another node: sluice_xdp (XDP_TX) against
+//                 sluice_tc_ingress (bpf_redirect), same translation
+//
+// The program run is only part of a packet's cost: XDP's gain is mostly what
+// happens before TC (skb allocation, GRO, the stack up to tc ingress), which
+// this does not measure; `make bench` (bench/nodeport.ts) is where pps lives.
+//
+//   node dist/bench/xdpcost.js [--runs 15] [--calls 2000]
+import * as abi from '../src/abi/generated';
+import { progTestRun } from '../src/bpf';
+import { writeTcConfig } from '../src/datapath/tc/config';
+import { syncFrontendAddresses } from '../src/datapath/xdp/xdp';
+import { XdpHarness } from '../test/bpf/xdp_harness';
+import { frame, TCP_ACK, TCP_SYN } from '../test/bpf/tc_packet';
+
+const arg = (name: string, def: number) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : def;
+};
+const RUNS = arg('runs', 15);
+const CALLS = arg('calls', 2000);
+const NODE = '198.18.0.1';
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+function main(): void {
+  const h = new XdpHarness();
+  try {
+    h.ip('link', 'add', 'ext0', 'address', '02:00:00:00:00:01', 'type', 'veth', 'peer', 'name', 'ext0p');
+    h.ip('link', 'set', 'ext0p', 'up');
+    h.ip('addr', 'add', `${NODE}/24`, 'dev', 'ext0');
+    h.ip('link', 'set', 'ext0', 'up');
+    h.ip('neigh', 'add', '198.18.0.2', 'lladdr', '02:00:00:00:00:22', 'dev', 'ext0', 'nud', 'permanent');
+    h.ip('route', 'add', '198.18.2.0/24', 'via', '198.18.0.2', 'dev', 'ext0');
+    const ifindex = h.ifindex('ext0');
+    writeTcConfig(h.tc.tc.config, { snatAddress: NODE });
+    h.tc.upsertFrontend({ address: NODE, port: 30080, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 7, backends: [{ id: 2, address: '198.18.2.20', port: 8080, local: false }] });
+    syncFrontendAddresses(h.maps.frontends, [{ address: NODE, flags: abi.LB_SVC_FLAG_NODEPORT }]);
+
+    const xdpCtx = (len: number) => {
+      const ctx = Buffer.alloc(24);
+      ctx.writeUInt32LE(len, 4);
+      ctx.writeUInt32LE(ifindex, 12);
+      return ctx;
+    };
+    const tcCtx = Buffer.alloc(192);
+    tcCtx.writeUInt32LE(ifindex, 36);
+    const progs = {
+      xdp: h.xdp.program(abi.SLUICE_PROG_XDP).fd,
+      xdpPass: h.xdp.program(abi.SLUICE_PROG_XDP_PASS).fd,
+      tc: h.tc.obj.program('sluice_tc_ingress').fd,
+    };
+    const ctxFor = (p: keyof typeof progs, pkt: Buffer) => (p === 'tc' ? tcCtx : xdpCtx(pkt.length));
+
+    // Unchanged by every program: one test run repeated CALLS times.
+    const other = frame({ proto: 'tcp', src: '198.18.0.10', dst: '198.18.0.99', sport: 40000, dport: 80, tcpFlags: TCP_ACK });
+    const repeated = (p: keyof typeof progs) => h.inside(() => progTestRun(progs[p], { dataIn: other, ctxIn: ctxFor(p, other), repeat: CALLS }).duration);
+    // Rewritten by the program: a fresh copy per run, CALLS runs averaged.
+    const syn = frame({ proto: 'tcp', src: '198.18.0.10', dst: NODE, sport: 62000, dport: 30080, tcpFlags: TCP_SYN });
+    const data = frame({ proto: 'tcp', src: '198.18.0.10', dst: NODE, sport: 62000, dport: 30080, tcpFlags: TCP_ACK });
+    h.runXdp(syn, ifindex); // the flow exists from here on (shared conntrack)
+    const fresh = (p: keyof typeof progs, expect: number) => h.inside(() => {
+      let sum = 0;
+      for (let i = 0; i < CALLS; i++) {
+        const r = progTestRun(progs[p], { dataIn: data, ctxIn: ctxFor(p, data) });
+        if (r.retval !== expect) throw new Error(`${p}: verdict ${r.retval}, expected ${expect}`);
+        sum += r.duration;
+      }
+      return sum / CALLS;
+    });
+
+    const rows: Record<string, number[]> = { nonServiceXdpPass: [], nonServiceXdp: [], nonServiceTc: [], knownFlowXdp: [], knownFlowTc: [] };
+    for (let run = 0; run < RUNS; run++) {
+      rows.nonServiceXdpPass!.push(repeated('xdpPass'));
+      rows.nonServiceXdp!.push(repeated('xdp'));
+      rows.nonServiceTc!.push(repeated('tc'));
+      rows.knownFlowXdp!.push(fresh('xdp', 3 /* XDP_TX */));
+      rows.knownFlowTc!.push(fresh('tc', 7 /* TC_ACT_REDIRECT */));
+    }
+    const ns = Object.fromEntries(Object.entries(rows).map(([k, v]) => [k, Math.round(median(v) * 10) / 10]));
+    process.stdout.write(`${JSON.stringify({
+      nsPerRun: ns,
+      ratios: {
+        knownFlowXdpOverTc: +(ns.knownFlowXdp! / ns.knownFlowTc!).toFixed(3),
+        nonServiceXdpOverPassOnly: +(ns.nonServiceXdp! / ns.nonServiceXdpPass!).toFixed(3),
+        nonServiceXdpOverTc: +(ns.nonServiceXdp! / ns.nonServiceTc!).toFixed(3),
+      },
+      runs: RUNS,
+      calls: CALLS,
+    })}\n`);
+  } finally {
+    h.close();
+  }
+}
+
+main();
