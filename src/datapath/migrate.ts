@@ -262,6 +262,34 @@ export class MapMigration {
   }
 }
 
+/**
+ * Load `objectPath` with its maps reused from (or pinned to) `bpffs`,
+ * migrating pinned maps whose capacity or layout changed: `swapLinks`
+ * switches the object's pinned links to the new programs before the old
+ * maps are unpinned, so no program keeps running on a map about to go.
+ */
+export function loadMigrated(objectPath: string, bpffs: string, opts: { maxEntries?: Record<string, number>; onMigrated?: (m: MigratedMap[]) => void }, swapLinks: (obj: BpfObject) => void): BpfObject {
+  const migration = MapMigration.plan(objectPath, { bpffs, maxEntries: opts.maxEntries });
+  const obj = migration.open();
+  try {
+    obj.load();
+    migration.fill(obj);
+  } catch (err) {
+    obj.close();
+    migration.abort();
+    throw err;
+  }
+  try {
+    swapLinks(obj);
+    const migrated = migration.finish(obj);
+    if (migrated.length > 0) opts.onMigrated?.(migrated);
+  } catch (err) {
+    obj.close(); // the old maps stay pinned as <name>_migrating: the next load finishes
+    throw err;
+  }
+  return obj;
+}
+
 const layoutOf = (policies: Record<string, MapPolicy>, name: string) => (policies[name] ?? DEFAULT_POLICY).layout ?? 1;
 
 const describe = (d: MapDescription) => `${mapTypeName(d.type)} key ${d.keySize} value ${d.valueSize} max_entries ${d.maxEntries} flags 0x${d.flags.toString(16)}`;

@@ -11,7 +11,7 @@ import os from 'node:os';
 import type { BpfObject } from '../../bpf/object';
 import { BpfError } from '../../bpf/libbpf';
 import { BpfLink, unpin } from '../../bpf/link';
-import { MapMigration, type MigratedMap } from '../migrate';
+import { loadMigrated, type MigratedMap } from '../migrate';
 import { attachTc, TC_PROGRAMS, type TcDirection } from './attach';
 
 const { ENOLINK } = os.constants.errno;
@@ -40,27 +40,9 @@ export function attachTcDevices(objectPath: string, bpffs: string, devices: stri
  * the old maps go, so established flows keep their conntrack entries.
  */
 export function loadTcObject(objectPath: string, bpffs: string, opts: { maxEntries?: Record<string, number>; onMigrated?: (m: MigratedMap[]) => void } = {}): BpfObject {
-  const migration = MapMigration.plan(objectPath, { bpffs, maxEntries: opts.maxEntries });
-  const obj = migration.open();
-  try {
-    obj.load();
-    migration.fill(obj);
-  } catch (err) {
-    obj.close();
-    migration.abort();
-    throw err;
-  }
-  try {
-    // All at once (not device by device as they are attached again): no TC
-    // program keeps running on a map that is about to be unpinned.
-    swapPinnedTcLinks(obj, bpffs);
-    const migrated = migration.finish(obj);
-    if (migrated.length > 0) opts.onMigrated?.(migrated);
-  } catch (err) {
-    obj.close(); // the old maps stay pinned as <name>_migrating: the next load finishes
-    throw err;
-  }
-  return obj;
+  // All at once (not device by device as they are attached again): no TC
+  // program keeps running on a map that is about to be unpinned.
+  return loadMigrated(objectPath, bpffs, opts, (obj) => swapPinnedTcLinks(obj, bpffs));
 }
 
 /** Every pinned tcx link of this bpffs (any device) runs `obj`'s programs; links of vanished devices are unpinned. */

@@ -14,7 +14,7 @@ import { BpfMap } from '../../bpf/map';
 import type { BpfObject } from '../../bpf/object';
 import * as abi from '../../abi/generated';
 import { ip4ToNumber } from '../addr';
-import { MapMigration, type MigratedMap } from '../migrate';
+import { loadMigrated, type MigratedMap } from '../migrate';
 import { execFileSync } from 'node:child_process';
 import { checkEthernetDevice, deviceIndex } from '../tc/attach';
 import { TypedMap, u32Codec, u8Codec } from '../typedMap';
@@ -69,25 +69,9 @@ function pinnedXdpLinks(bpffs: string): Array<{ pin: string; device: string; mod
  * XDP links switch to the new program before old maps go.
  */
 export function loadXdpObject(objectPath: string, bpffs: string, opts: { maxEntries?: Record<string, number>; onMigrated?: (m: MigratedMap[]) => void } = {}): BpfObject {
-  const migration = MapMigration.plan(objectPath, { bpffs, maxEntries: opts.maxEntries });
-  const obj = migration.open();
-  try {
-    obj.load();
-    migration.fill(obj);
-  } catch (err) {
-    obj.close();
-    migration.abort();
-    throw err;
-  }
-  try {
+  return loadMigrated(objectPath, bpffs, opts, (obj) => {
     for (const { pin } of pinnedXdpLinks(bpffs)) swapLink(pin, obj);
-    const migrated = migration.finish(obj);
-    if (migrated.length > 0) opts.onMigrated?.(migrated);
-  } catch (err) {
-    obj.close();
-    throw err;
-  }
-  return obj;
+  });
 }
 
 function swapLink(pin: string, obj: BpfObject): void {
@@ -137,7 +121,7 @@ export function attachXdp(obj: BpfObject, device: string, setting: XdpMode | 'au
   const prog = obj.program(programName);
   const modes: XdpMode[] = setting === 'auto' ? autoModes(device) : [setting];
   const main = programName === abi.SLUICE_PROG_XDP;
-  if (!main) for (const mode of modes) unpin(xdpLinkPinPath(bpffs, device, mode, programName));
+  if (!main) for (const mode of modes) detachPinned(xdpLinkPinPath(bpffs, device, mode, programName));
   for (const p of main ? pinnedXdpLinks(bpffs).filter((l) => l.device === device) : []) {
     const link = BpfLink.fromPinned(p.pin);
     try {
@@ -148,7 +132,7 @@ export function attachXdp(obj: BpfObject, device: string, setting: XdpMode | 'au
     } finally {
       link.close();
     }
-    unpin(p.pin); // another mode, or a stale pin of a re-created device
+    detachPinned(p.pin); // another mode, or a stale pin of a re-created device
   }
   let lastErr = 0;
   for (const mode of modes) {
@@ -175,10 +159,29 @@ function describe(link: BpfLink, device: string, mode: XdpMode): XdpAttachment {
   return { device, mode, ifindex: info.ifindex ?? 0, linkId: info.id, programId: info.progId };
 }
 
-/** Detach XDP from `device` (any mode): its pins go, and with them the links. */
+/**
+ * Detach a pinned link now and remove its pin. Unpinning alone ends the link
+ * only once the kernel releases its last reference, which may come later:
+ * an attach of another mode right after would still find the device busy
+ * (EEXIST), and "off" would not be off yet.
+ */
+function detachPinned(pin: string): boolean {
+  if (!fs.existsSync(pin)) return false;
+  const link = BpfLink.fromPinned(pin);
+  try {
+    link.detach();
+  } catch (err) {
+    if (!(err instanceof BpfError && err.errno === ENOLINK)) throw err; // its device is gone
+  } finally {
+    link.close();
+  }
+  return unpin(pin);
+}
+
+/** Detach XDP from `device` (any mode): the links end, their pins go. */
 export function detachXdp(bpffs: string, device: string): boolean {
   let any = false;
-  for (const p of pinnedXdpLinks(bpffs)) if (p.device === device) any = unpin(p.pin) || any;
+  for (const p of pinnedXdpLinks(bpffs)) if (p.device === device) any = detachPinned(p.pin) || any;
   return any;
 }
 
