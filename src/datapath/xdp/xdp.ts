@@ -258,33 +258,18 @@ export function syncFrontendAddresses(map: TypedMap<number, number>, frontends: 
   return { added, removed };
 }
 
-export interface XdpDeviceStats {
-  ifindex: number;
-  packets: bigint;
-  passed: bigint;
-  tx: bigint;
-  redirected: bigint;
-  dropped: bigint;
-  fallback: bigint;
-}
+export type XdpDeviceStats = { ifindex: number } & abi.LbXdpStats;
 
 /** Per-device counters, summed over CPUs. */
 export function readXdpStats(stats: BpfMap): XdpDeviceStats[] {
   const out: XdpDeviceStats[] = [];
   for (const key of stats.keys()) {
-    const perCpu = stats.lookupPerCpu(key);
-    if (!perCpu) continue;
-    const sum: XdpDeviceStats = { ifindex: key.readUInt32LE(0), packets: 0n, passed: 0n, tx: 0n, redirected: 0n, dropped: 0n, fallback: 0n };
-    for (const v of perCpu) {
+    const sum: abi.LbXdpStats = { packets: 0n, passed: 0n, tx: 0n, redirected: 0n, dropped: 0n, fallback: 0n };
+    for (const v of stats.lookupPerCpu(key) ?? []) {
       const s = abi.lb_xdp_statsCodec.decode(v);
-      sum.packets += BigInt(s.packets);
-      sum.passed += BigInt(s.passed);
-      sum.tx += BigInt(s.tx);
-      sum.redirected += BigInt(s.redirected);
-      sum.dropped += BigInt(s.dropped);
-      sum.fallback += BigInt(s.fallback);
+      for (const k of Object.keys(sum) as Array<keyof abi.LbXdpStats>) sum[k] += s[k];
     }
-    out.push(sum);
+    out.push({ ifindex: key.readUInt32LE(0), ...sum });
   }
   return out.sort((a, b) => a.ifindex - b.ifindex);
 }
