@@ -115,7 +115,14 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
   if (!snatAddress) log.warn({ devices }, 'no IPv4 address on the first device: flows to backends on other nodes will be dropped; set --snat-address');
   log.info({ attachments, snatAddress }, 'TC attached to the external devices');
   // After TC (its maps are the ones XDP shares), on the devices TC serves.
-  const xdp = startXdp(config.xdpMode, config.bpffs, served, config.maxEntries, metrics, log);
+  // XDP only accelerates: if it cannot load at all, TC serves alone.
+  let xdp: ReturnType<typeof startXdp>;
+  try {
+    xdp = startXdp(config.xdpMode, config.bpffs, served, config.maxEntries, metrics, log);
+  } catch (err) {
+    metrics.errors.inc({ reason: 'xdp_attach_failed' });
+    log.error({ mode: config.xdpMode, error: (err as Error).message }, `XDP not started (${(err as Error).message}): TC serves the devices alone`);
+  }
   const stopGc = startConntrackGc(tcObject.program(abi.SLUICE_PROG_CT_GC), CONNTRACK_GC_INTERVAL_MS);
   const stopSnatLog = startSnatExhaustionLog(tcObject.map(abi.SLUICE_MAP_COUNTERS), `${TC_DEFAULTS.snatPortMin}-${TC_DEFAULTS.snatPortMax}`, log);
   const health = new HealthCheckServer({
