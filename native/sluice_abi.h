@@ -568,10 +568,38 @@ _Static_assert(sizeof(struct lb4_sock_tcp) == 12, "lb4_sock_tcp layout");
  * cannot). The source is the socket's bound address; an unbound socket of the
  * host netns is judged by the node's addresses (SLUICE_MAP_NODEIP4: allowed
  * when a range holds one of them); an unbound socket of another netns (a
- * pod) has no address the hook can know, and is refused.
+ * pod) by the pod address the CNI plugin recorded for that netns
+ * (SLUICE_MAP_POD_ADDR below), refused when there is none.
  */
 #define LB_CNT_SOCK_SRC_RANGE_DROP    112 /* refused: source outside the LB IP's loadBalancerSourceRanges */
-#define LB_CNT_SOCK_SRC_RANGE_UNKNOWN 113 /* refused: unbound pod socket on a ranged LB IP (source not known at connect) */
+#define LB_CNT_SOCK_SRC_RANGE_UNKNOWN 113 /* refused: unbound pod socket on a ranged LB IP, its netns not in SLUICE_MAP_POD_ADDR */
+
+/*
+ * The address an unbound pod socket's packets will carry: the CNI plugin
+ * (native/sluice-cni.c) records the pod's network namespace cookie
+ * (SO_NETNS_COOKIE) -> the pod's addresses from prevResult.ips at ADD, and
+ * deletes the entry at DEL (found by owner, so a DEL after the netns is gone
+ * still cleans up). connect4/sendmsg4 judge an unbound socket of that netns
+ * by address4, as kube-proxy's firewall chain judges the packet's source (the
+ * pod IP). Netns cookies are never reused. Written by the plugin only, so the
+ * agent carries the map across upgrades; a pod started before the plugin
+ * recorded addresses has no entry and is refused as before (counter 113).
+ * The plugin creates and pins the map when the agent has not yet.
+ */
+#define SLUICE_MAP_POD_ADDR sluice_podaddr /* __u64 netns cookie -> lb_pod_addr (hash) */
+#define SLUICE_MAX_POD_ADDR 16384
+
+#define LB_POD_ADDR_HAS4 (1 << 0) /* address4 is set */
+#define LB_POD_ADDR_HAS6 (1 << 1) /* address6 is set */
+
+struct lb_pod_addr {
+	__be32 address4;    /* the pod's IPv4 address (first of prevResult.ips) */
+	__u32  flags;       /* LB_POD_ADDR_HAS* */
+	__u8   address6[16];/* the pod's IPv6 address (first of prevResult.ips) */
+	__u64  owner;       /* FNV-1a 64 of "<CNI_CONTAINERID>/<CNI_IFNAME>": DEL deletes its own entry only */
+};
+
+_Static_assert(sizeof(struct lb_pod_addr) == 32, "lb_pod_addr layout");
 /* ==== end of socket path ======================================================== */
 /* ==== Stale socket termination (issue 13.1; bpf/sock_destroy.bpf.c) =========== */
 /*

@@ -105,11 +105,11 @@ static long lb4_src_probe_node(void *map, const __be32 *address, __u8 *value, st
  * clients too (the flag is set on LoadBalancer frontends only: ClusterIPs
  * are never filtered). The source kube-proxy sees is the packet's: here the
  * socket's bound address. An unbound socket gets its address only after
- * this hook (routing picks it): in the host netns that is one of the node's
- * addresses, so it is allowed when a range holds one of them (kube-proxy
- * also lets the node in when a range holds its node IP); in a pod's netns it
- * is the pod's address, which a socket hook cannot know: refused (counted
- * apart), rather than letting every pod around the ranges.
+ * this hook (routing picks it): in a pod's netns that is the pod's address,
+ * which the CNI plugin recorded under the netns cookie (SLUICE_MAP_POD_ADDR;
+ * refused, counted apart, when there is none); in the host netns it is one of
+ * the node's addresses, so it is allowed when a range holds one of them
+ * (kube-proxy also lets the node in when a range holds its node IP).
  * Returns 0 when allowed, else the counter of the refusal.
  */
 static __always_inline __u32 lb4_sock_src_range_refusal(struct bpf_sock_addr *ctx, const struct lb4_service *svc)
@@ -117,18 +117,26 @@ static __always_inline __u32 lb4_sock_src_range_refusal(struct bpf_sock_addr *ct
 	struct lb4_src_probe probe = { .rev_nat_id = svc->rev_nat_id };
 	const struct lb_sock_config *cfg;
 	struct bpf_sock *sk = ctx->sk;
+	struct lb_pod_addr *pod;
+	__u64 netns;
 	__be32 source;
 
 	if (!lb_svc_has_source_ranges(svc))
 		return 0;
 	source = sk ? sk->src_ip4 : 0;
-	if (source)
-		return lb4_source_allowed(svc->rev_nat_id, source) ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
-	cfg = lb_sock_config();
-	if (!cfg || !lb_sock_in_host_ns(ctx, cfg))
-		return LB_CNT_SOCK_SRC_RANGE_UNKNOWN;
-	bpf_for_each_map_elem(&SLUICE_MAP_NODEIP4, lb4_src_probe_node, &probe, 0);
-	return probe.allowed ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
+	if (!source) {
+		cfg = lb_sock_config();
+		if (cfg && lb_sock_in_host_ns(ctx, cfg)) {
+			bpf_for_each_map_elem(&SLUICE_MAP_NODEIP4, lb4_src_probe_node, &probe, 0);
+			return probe.allowed ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
+		}
+		netns = bpf_get_netns_cookie(ctx);
+		pod = bpf_map_lookup_elem(&SLUICE_MAP_POD_ADDR, &netns);
+		if (!pod || !(pod->flags & LB_POD_ADDR_HAS4))
+			return LB_CNT_SOCK_SRC_RANGE_UNKNOWN;
+		source = pod->address4;
+	}
+	return lb4_source_allowed(svc->rev_nat_id, source) ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
 }
 
 /* ---- Per-socket pairs (lb4_sock_state; the caller holds st->lock) --------- */
