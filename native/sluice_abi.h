@@ -76,7 +76,8 @@
 #define LB_SVC_FLAG_SOURCE_RANGE (1 << 8) /* loadBalancerSourceRanges apply */
 /* count 0 means "drop", not "reject": endpoints exist but a Local traffic
  * policy forbids all of them from here (kube-proxy drops; with no endpoint
- * at all it rejects). TC drops silently; a socket cannot drop, so
+ * at all it rejects: ICMP port unreachable on the TC paths, bpf/lib/reject.h).
+ * TC drops silently; a socket cannot drop, so
  * connect()/sendmsg() fail with EHOSTUNREACH instead of ECONNREFUSED. */
 #define LB_SVC_FLAG_DROP_NO_BACKEND (1 << 9)
 
@@ -307,7 +308,7 @@ _Static_assert(sizeof(struct sluice_agent_status) == 48, "sluice_agent_status la
 #define LB_CNT_POD_OFFSET            80
 #define LB_CNT_TC_TRANSLATED         16 /* original: new flow, backend picked, DNAT (+SNAT) done */
 #define LB_CNT_TC_REV_XLATED         17 /* reply: reply (or ICMP error) restored to frontend -> client */
-#define LB_CNT_TC_NO_BACKEND         18 /* original: dropped (pod path: rejected), no (local) backend */
+#define LB_CNT_TC_NO_BACKEND         18 /* original: no endpoint: rejected (ICMP); none usable here (DROP_NO_BACKEND): dropped */
 #define LB_CNT_TC_SRC_RANGE_DROP     19 /* original: dropped, source outside loadBalancerSourceRanges */
 #define LB_CNT_TC_SNAT_FAILED        20 /* original: dropped, no SNAT address configured or no free port */
 #define LB_CNT_TC_BACKEND_GONE       21 /* original: a flow's backend vanished; flow re-balanced */
@@ -659,7 +660,7 @@ _Static_assert(sizeof(struct lb4_sock_term_event) == 24, "lb4_sock_term_event la
 
 /* lb_event.type */
 #define LB_EVENT_DROP     1 /* a packet dropped (TC paths) */
-#define LB_EVENT_REFUSED  2 /* a connect()/sendmsg() refused, or a pod's packet rejected with ICMP */
+#define LB_EVENT_REFUSED  2 /* a connect()/sendmsg() refused, or a TC packet rejected with ICMP (reject.h) */
 #define LB_EVENT_NEW_FLOW 3 /* a new flow translated (north-south and pod-veth paths) */
 
 struct lb_svc_name_key {

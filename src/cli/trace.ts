@@ -246,11 +246,15 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
     return finish({ action: 'refuse', reason: 'source outside loadBalancerSourceRanges: connect()/sendmsg() fail with EHOSTUNREACH', counter: counter(abi.LB_CNT_SOCK_SRC_RANGE_DROP) });
   }
   if (svc.count === 0) {
+    // DROP_NO_BACKEND: endpoints exist, none usable from here (kube-proxy drops); else none at all (kube-proxy rejects).
+    const drop = (svc.flags & abi.LB_SVC_FLAG_DROP_NO_BACKEND) !== 0;
     return finish(input.path === 'socket'
-      ? { action: 'refuse', reason: 'no backends: connect()/sendmsg() fail with ECONNREFUSED', counter: counter(abi.LB_CNT_SOCK_NO_BACKEND) }
-      : podPath
-        ? { action: 'reject', reason: 'no backends: ICMP port unreachable sent back into the pod', counter: counter(abi.LB_CNT_TC_NO_BACKEND + abi.LB_CNT_POD_OFFSET) }
-        : { action: 'drop', reason: `no ${extLocal ? 'local ' : ''}backends: dropped`, counter: counter(abi.LB_CNT_TC_NO_BACKEND) });
+      ? { action: 'refuse', reason: drop ? 'no usable backends here: connect()/sendmsg() fail with EHOSTUNREACH' : 'no backends: connect()/sendmsg() fail with ECONNREFUSED', counter: counter(abi.LB_CNT_SOCK_NO_BACKEND) }
+      : drop
+        ? { action: 'drop', reason: `no ${extLocal ? 'local ' : 'usable '}backends: dropped`, counter: counter(abi.LB_CNT_TC_NO_BACKEND) }
+        : podPath
+          ? { action: 'reject', reason: 'no backends: ICMP port unreachable sent back into the pod', counter: counter(abi.LB_CNT_TC_NO_BACKEND + abi.LB_CNT_POD_OFFSET) }
+          : { action: 'reject', reason: 'no backends: ICMP port unreachable sent back to the client', counter: counter(abi.LB_CNT_TC_NO_BACKEND) });
   }
   result.affinity = affinityOf(input, svc, m, client, now);
   const usable = backends.filter((b) => !b.missing);

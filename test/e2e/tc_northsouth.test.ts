@@ -110,8 +110,10 @@ describe('externalTrafficPolicy: Cluster', () => {
 });
 
 describe('externalTrafficPolicy: Local', () => {
+  // No local backend while POD2 is an endpoint elsewhere: the agent flags the
+  // external scope DROP_NO_BACKEND (kube-proxy drops, does not reject).
   const local = (backends: TcBackend[]) =>
-    frontend({ flags: abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES, backends });
+    frontend({ flags: abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES | (backends.length ? 0 : abi.LB_SVC_FLAG_DROP_NO_BACKEND), backends });
 
   test('the backend sees the client address; without local backends traffic is dropped; health check 200/503', async () => {
     const HC_SCRIPT = `
@@ -152,6 +154,29 @@ describe('externalTrafficPolicy: Local', () => {
     assert.equal(parse(request('cli', 'tcp', ADDR.node1, NODE_PORT)).peer, ADDR.client);
     assert.equal(JSON.parse(probe()).status, 200);
   });
+});
+
+// kube-proxy REJECTs (icmp-port-unreachable) a NodePort / ExternalIP whose
+// Service has no endpoints at all: the external client's connect() fails at
+// once instead of timing out.
+describe('a Service without any endpoint: rejected, as kube-proxy does', () => {
+  const CONNECTED_UDP = `
+    const u = require('dgram').createSocket('udp4'); const [host, port] = process.argv.slice(1);
+    const done = (s) => { process.stdout.write(s); process.exit(0); };
+    u.on('error', (e) => done('error ' + e.code)); u.on('message', (m) => done(String(m)));
+    u.connect(Number(port), host, () => { const tick = () => u.send('hi'); tick(); setInterval(tick, 200); });
+    setTimeout(() => done('timeout'), 2000);`;
+  for (const [name, address, flags] of [['NodePort', ADDR.node1, abi.LB_SVC_FLAG_NODEPORT], ['ExternalIP', '198.18.100.30', abi.LB_SVC_FLAG_EXTERNAL_IP]] as const) {
+    test(`${name}: TCP connect() and connected UDP get ECONNREFUSED from the external namespace`, () => {
+      h.upsertFrontend(frontend({ address, flags, backends: [] }));
+      h.upsertFrontend(frontend({ address, flags, proto: 'udp', backends: [] }));
+      const before = h.counter(abi.LB_CNT_TC_NO_BACKEND);
+      assert.equal(request('cli', 'tcp', address, NODE_PORT), 'error ECONNREFUSED');
+      assert.equal(topo.node('cli', CONNECTED_UDP, [address, String(NODE_PORT)]), 'error ECONNREFUSED');
+      assert.ok(h.counter(abi.LB_CNT_TC_NO_BACKEND) - before >= 2n);
+      assert.equal(listConntrack(h.tc.conntrack).length, 0);
+    });
+  }
 });
 
 describe('loadBalancerSourceRanges', () => {
