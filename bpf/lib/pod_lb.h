@@ -46,6 +46,7 @@
 #include "nat_flow.h"
 #include "events.h"
 #include "reject.h"
+#include "nodeport.h"
 
 static __always_inline bool lb4_ct_is_pod(const struct lb4_ct_entry *e)
 {
@@ -82,7 +83,7 @@ lb4_pod_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const stru
 	struct lb4_service *svc;
 	__u32 backend_id = 0;
 
-	svc = lb4_lookup_service(&skey, true);
+	svc = lb4_lookup_frontend(&skey, true);
 	if (!svc)
 		return TC_ACT_OK;
 	if (!svc->count && (svc->flags & LB_SVC_FLAG_DROP_NO_BACKEND)) {

@@ -27,6 +27,7 @@
 #include "nat_flow.h"
 #include "events.h"
 #include "reject.h"
+#include "nodeport.h"
 
 static __always_inline bool lb_svc_is_north_south(const struct lb4_service *svc)
 {
@@ -60,7 +61,7 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 	struct lb4_service *svc;
 	__u32 backend_id = 0;
 
-	svc = lb4_lookup_service(&skey, false);
+	svc = lb4_lookup_frontend(&skey, false);
 	if (!svc || !lb_svc_is_north_south(svc))
 		return TC_ACT_OK;
 	if (lb_svc_has_source_ranges(svc) && !lb4_source_allowed(svc->rev_nat_id, t->saddr)) {

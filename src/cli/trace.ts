@@ -29,6 +29,8 @@ export interface TraceMaps {
     flowsOf(client: number, frontend: number, port: number, proto: number): Array<[abi.Lb4CtKey, abi.Lb4CtEntry]>;
   };
   tcConfig?(): abi.Lb4TcConfig | undefined;
+  /** NodePorts listen on this address (sluice_nodeip4): its NodePorts are the wildcard frontend (bpf/lib/nodeport.h). */
+  isNodePortAddress?(address: number): boolean;
   serviceName(revNatId: number, proto: ProtoName): ServiceName | undefined;
   /** bpf_ktime_get_ns() now (CLOCK_MONOTONIC). */
   nowNs(): bigint;
@@ -144,6 +146,14 @@ function lookupService(m: TraceMaps, key: abi.Lb4ServiceKey, internal: boolean):
   return { svc: m.service({ ...key, scope: abi.LB_SCOPE_INTERNAL, backend_slot: 0 }), scope: abi.LB_SCOPE_INTERNAL };
 }
 
+/** lb4_lookup_frontend (nodeport.h): then the NodePort wildcard on a NodePort address; `address` keys the slots. */
+function lookupFrontend(m: TraceMaps, key: abi.Lb4ServiceKey, internal: boolean): { svc?: abi.Lb4Service; scope: number; address: number } {
+  const exact = lookupService(m, key, internal);
+  if (exact.svc || !key.address || !m.isNodePortAddress?.(key.address)) return { ...exact, address: key.address };
+  const wild = lookupService(m, { ...key, address: 0 }, internal);
+  return wild.svc && wild.svc.flags & abi.LB_SVC_FLAG_NODEPORT ? { ...wild, address: 0 } : { ...exact, address: key.address };
+}
+
 export function trace(input: TraceInput, m: TraceMaps): TraceResult {
   const client = ip4ToNumber(input.client);
   const daddr = ip4ToNumber(input.address);
@@ -195,7 +205,7 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
     }
   }
 
-  const { svc, scope } = lookupService(m, { address: daddr, port: input.port, proto, scope: 0, backend_slot: 0 }, internal);
+  const { svc, scope, address: keyAddress } = lookupFrontend(m, { address: daddr, port: input.port, proto, scope: 0, backend_slot: 0 }, internal);
   const finish = (verdict: TraceResult['verdict']): TraceResult => {
     result.verdict = gone ? { ...verdict, reason: `${gone}; ${verdict.reason}` } : verdict;
     return result;
@@ -207,7 +217,7 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
   const extLocal = (svc.flags & abi.LB_SVC_FLAG_EXT_LOCAL) !== 0;
   const backends: TraceBackend[] = [];
   for (let slot = 1; slot <= svc.count; slot++) {
-    const s = m.service({ address: daddr, port: input.port, proto, scope, backend_slot: slot });
+    const s = m.service({ address: keyAddress, port: input.port, proto, scope, backend_slot: slot });
     const b = s ? m.backend(s.backend_id) : undefined;
     const row: TraceBackend = { slot, id: s?.backend_id ?? 0, flags: b ? backendFlagNames(b.flags) : [] };
     if (!b) row.missing = true;

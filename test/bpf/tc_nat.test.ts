@@ -9,6 +9,9 @@ import { ip4ToNumber } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { syncSourceRanges } from '../../src/datapath/tc/sourceRanges';
 import { formatConntrack, listConntrack, purgeBackends } from '../../src/datapath/tc/conntrack';
+import * as path from 'node:path';
+import { BpfMap } from '../../src/bpf';
+import { nodeIpMap, syncNodeAddresses } from '../../src/datapath/sockConfig';
 import { TcHarness } from './tc_harness';
 import {
   TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_RST, TCP_SYN,
@@ -276,6 +279,42 @@ describe('a north-south frontend without any endpoint is rejected with ICMP port
     const before = h.counter(abi.LB_CNT_TC_NO_BACKEND);
     assert.equal(h.run('ingress', withOptions).verdict, TC_ACT_SHOT);
     assert.equal(h.counter(abi.LB_CNT_TC_NO_BACKEND) - before, 1n);
+  });
+});
+
+// One wildcard entry per NodePort (address 0.0.0.0, bpf/lib/nodeport.h),
+// served on every address of sluice_nodeip4.
+describe('NodePort wildcard frontend', () => {
+  const NODE2 = '198.18.0.2';
+  const withNodeIps = (addresses: string[], fn: () => void) => {
+    const m = BpfMap.fromPinned(path.join(h.pinDir, abi.SLUICE_MAP_NODEIP4));
+    try {
+      syncNodeAddresses(nodeIpMap(m), addresses);
+      fn();
+    } finally {
+      syncNodeAddresses(nodeIpMap(m), []);
+      m.close();
+    }
+  };
+  beforeEach(() => h.upsertFrontend({ address: '0.0.0.0', port: NODE_PORT, proto: 'tcp', flags: NODEPORT, revNatId: 14, backends: [REMOTE_BE] }));
+
+  test('a SYN to any node address is translated; the reply gets that address back; other addresses pass', () => {
+    withNodeIps([NODE, NODE2], () => {
+      for (const [i, address] of [NODE, NODE2].entries()) {
+        const syn: L4Spec = { proto: 'tcp', src: CLIENT, dst: address, sport: 40400 + i, dport: NODE_PORT, tcpFlags: TCP_SYN };
+        const out = h.run('ingress', frame(syn)).out;
+        const sport = out.readUInt16BE(34);
+        expectPacket(out, frame({ ...syn, src: NODE, sport, dst: REMOTE_BE.address, dport: REMOTE_BE.port }), `SYN to ${address}`);
+        const reply: L4Spec = { proto: 'tcp', src: REMOTE_BE.address, dst: NODE, sport: REMOTE_BE.port, dport: sport, tcpFlags: TCP_SYN | TCP_ACK };
+        const back = h.run('ingress', frame(reply)).out;
+        expectPacket(back, frame({ ...reply, src: address, sport: NODE_PORT, dst: CLIENT, dport: 40400 + i }), `reply via ${address}`);
+      }
+      check('ingress', { proto: 'tcp', src: CLIENT, dst: '198.18.0.3', sport: 40410, dport: NODE_PORT, tcpFlags: TCP_SYN }, null);
+    });
+  });
+
+  test('without the address in sluice_nodeip4 the wildcard serves nothing', () => {
+    withNodeIps([NODE2], () => check('ingress', { proto: 'tcp', src: CLIENT, dst: NODE, sport: 40420, dport: NODE_PORT, tcpFlags: TCP_SYN }, null));
   });
 });
 
