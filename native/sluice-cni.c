@@ -8,8 +8,12 @@
  *           build/pod_lb.bpf.o's programs to its TC ingress and egress with
  *           tcx links pinned at <bpffs>/links/pod-<container id>-<ifname>-<dir>,
  *           and prints prevResult unchanged.
- *   DEL     removes those pins (the links end with them); never fails when
- *           they are already gone.
+ *           Both modes: records the pod's network namespace cookie -> its
+ *           addresses (prevResult.ips) in <bpffs>/sluice_podaddr, so the
+ *           socket LB knows an unbound pod socket's source
+ *           (loadBalancerSourceRanges; see SLUICE_MAP_POD_ADDR).
+ *   DEL     removes those pins (the links end with them) and the pod's
+ *           address entry; never fails when they are already gone.
  *   CHECK   verifies that both links exist, are on the host veth and run the
  *           pinned programs.
  *   VERSION prints the supported versions.
@@ -30,8 +34,12 @@
  * JSON: a small purpose-built parser (RFC 8259 values, depth-limited) that
  * keeps each value's source span, so prevResult is printed byte for byte.
  */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <net/if.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -55,6 +63,9 @@
 #define SLUICE_BPF_TCX_INGRESS   46
 #define SLUICE_BPF_TCX_EGRESS    47
 #define SLUICE_BPF_LINK_TYPE_TCX 11
+#ifndef SO_NETNS_COOKIE
+#define SO_NETNS_COOKIE 71
+#endif
 
 /* CNI spec error codes; 100+ are this plugin's. */
 #define CNI_ERR_VERSION        1
@@ -807,6 +818,150 @@ static void attach_link(const char *pin, int prog_fd, unsigned int ifindex, int 
 	close(fd);
 }
 
+/* ---- The pod's addresses, by netns cookie (SLUICE_MAP_POD_ADDR) --------------------- */
+
+#define POD_ADDR_PIN STR(SLUICE_MAP_POD_ADDR)
+
+/* FNV-1a 64 of "<container id>/<ifname>": which ADD an entry came from. */
+static __u64 pod_addr_owner(const char *container, const char *ifname)
+{
+	__u64 h = 0xcbf29ce484222325ULL;
+
+	for (const char *p = container; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+	h = (h ^ '/') * 0x100000001b3ULL;
+	for (const char *p = ifname; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+	return h;
+}
+
+/* The pinned map; created and pinned (as sock_lb.bpf.o declares it) when the
+ * agent has not pinned it yet and create is set. -1 when absent. */
+static int pod_addr_map(const struct plugin_conf *c, bool create)
+{
+	LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
+	char pin[512];
+	int fd;
+
+	if ((size_t)snprintf(pin, sizeof(pin), "%s/%s", c->bpffs, POD_ADDR_PIN) >= sizeof(pin))
+		fail(CNI_ERR_CONFIG, "invalid network configuration", "bpffs path too long");
+	fd = bpf_obj_get(pin);
+	if (fd >= 0 || !create)
+		return fd;
+	mkdir_in_bpffs(c->bpffs, "links");
+	fd = bpf_map_create(BPF_MAP_TYPE_HASH, POD_ADDR_PIN, sizeof(__u64), sizeof(struct lb_pod_addr),
+			    SLUICE_MAX_POD_ADDR, &opts);
+	if (fd < 0)
+		fail(SLUICE_ERR_ATTACH, "cannot create the pod address map", "%s: %s", pin, strerror(errno));
+	if (bpf_obj_pin(fd, pin) < 0) {
+		int e = errno;
+
+		close(fd);
+		fd = e == EEXIST ? bpf_obj_get(pin) : -1; /* another ADD pinned it meanwhile */
+		if (fd < 0)
+			fail(SLUICE_ERR_ATTACH, "cannot pin the pod address map", "%s: %s", pin, strerror(e));
+	}
+	return fd;
+}
+
+/* SO_NETNS_COOKIE of the network namespace at path. */
+static __u64 netns_cookie(const char *path)
+{
+	int self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	int target = open(path, O_RDONLY | O_CLOEXEC);
+	__u64 cookie = 0;
+	socklen_t len = sizeof(cookie);
+	int sock = -1, e = 0;
+
+	if (self < 0 || target < 0 || setns(target, CLONE_NEWNET) < 0) {
+		e = errno;
+	} else {
+		sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		if (sock < 0 || getsockopt(sock, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &len) < 0)
+			e = errno;
+		if (setns(self, CLONE_NEWNET) < 0)
+			fail(CNI_ERR_IO, "cannot return to the runtime's network namespace", "setns: %s", strerror(errno));
+	}
+	if (sock >= 0)
+		close(sock);
+	if (self >= 0)
+		close(self);
+	if (target >= 0)
+		close(target);
+	if (e || !cookie)
+		fail(CNI_ERR_IO, "cannot read the pod's network namespace cookie", "%s: %s", path, strerror(e));
+	return cookie;
+}
+
+/* The first IPv4 and the first IPv6 address of prevResult.ips ("a.b.c.d/len"). */
+static bool pod_addresses(const struct jval *prev, struct lb_pod_addr *out)
+{
+	struct jval *ips = jget(prev, "ips");
+	char text[64];
+
+	if (!ips || ips->type != J_ARRAY)
+		return false;
+	for (struct jval *i = ips->child; i; i = i->next) {
+		const char *cidr = jget_string(i, "address", "prevResult.ips[]");
+		const char *slash;
+
+		if (!cidr)
+			continue;
+		slash = strchr(cidr, '/');
+		snprintf(text, sizeof(text), "%.*s", slash ? (int)(slash - cidr) : (int)strlen(cidr), cidr);
+		if (!(out->flags & LB_POD_ADDR_HAS4) && inet_pton(AF_INET, text, &out->address4) == 1)
+			out->flags |= LB_POD_ADDR_HAS4;
+		else if (!(out->flags & LB_POD_ADDR_HAS6) && inet_pton(AF_INET6, text, out->address6) == 1)
+			out->flags |= LB_POD_ADDR_HAS6;
+	}
+	return out->flags != 0;
+}
+
+/* ADD: netns cookie -> the pod's addresses. A netns already recorded by
+ * another interface's ADD (a second network) keeps its first entry. */
+static void record_pod_addr(const struct plugin_conf *c, const char *container, const char *ifname, const char *netns)
+{
+	struct lb_pod_addr value = { .owner = pod_addr_owner(container, ifname) }, old;
+	__u64 cookie;
+	int fd;
+
+	if (!c->prev_result || !pod_addresses(c->prev_result, &value))
+		return;
+	cookie = netns_cookie(netns);
+	fd = pod_addr_map(c, true);
+	if (bpf_map_lookup_elem(fd, &cookie, &old) == 0 && old.owner != value.owner) {
+		close(fd);
+		return;
+	}
+	if (bpf_map_update_elem(fd, &cookie, &value, BPF_ANY) < 0) {
+		int e = errno;
+
+		close(fd);
+		fail(SLUICE_ERR_ATTACH, "cannot record the pod's address", "%s/%s: %s", c->bpffs, POD_ADDR_PIN, strerror(e));
+	}
+	close(fd);
+}
+
+/* DEL: the entries this ADD wrote, found by owner (the netns may be gone). */
+static void forget_pod_addr(const struct plugin_conf *c, const char *container, const char *ifname)
+{
+	__u64 owner = pod_addr_owner(container, ifname), key, next, doomed[16];
+	struct lb_pod_addr value;
+	int fd = pod_addr_map(c, false), n = 0;
+	bool more;
+
+	if (fd < 0)
+		return;
+	for (more = bpf_map_get_next_key(fd, NULL, &next) == 0; more; more = bpf_map_get_next_key(fd, &key, &next) == 0) {
+		key = next;
+		if (n < 16 && bpf_map_lookup_elem(fd, &key, &value) == 0 && value.owner == owner)
+			doomed[n++] = key;
+	}
+	for (int i = 0; i < n; i++)
+		bpf_map_delete_elem(fd, &doomed[i]);
+	close(fd);
+}
+
 /* ---- Commands ------------------------------------------------------------------------ */
 
 static void print_prev_result(const struct plugin_conf *c)
@@ -825,8 +980,9 @@ static int cmd_add(const struct plugin_conf *c)
 	const char *veth;
 	char pins[2][512];
 	int prog_fds[2];
+	const char *netns = require_env("CNI_NETNS");
 
-	require_env("CNI_NETNS");
+	record_pod_addr(c, container, ifname, netns);
 	if (!c->per_packet) {
 		print_prev_result(c);
 		return 0;
@@ -858,6 +1014,7 @@ static int cmd_del(const struct plugin_conf *c)
 		if (unlink(pin) < 0 && errno != ENOENT)
 			fail(CNI_ERR_IO, "cannot remove the pod's tcx link", "unlink %s: %s", pin, strerror(errno));
 	}
+	forget_pod_addr(c, container, ifname);
 	return 0;
 }
 

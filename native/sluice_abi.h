@@ -76,7 +76,8 @@
 #define LB_SVC_FLAG_SOURCE_RANGE (1 << 8) /* loadBalancerSourceRanges apply */
 /* count 0 means "drop", not "reject": endpoints exist but a Local traffic
  * policy forbids all of them from here (kube-proxy drops; with no endpoint
- * at all it rejects). TC drops silently; a socket cannot drop, so
+ * at all it rejects: ICMP port unreachable on the TC paths, bpf/lib/reject.h).
+ * TC drops silently; a socket cannot drop, so
  * connect()/sendmsg() fail with EHOSTUNREACH instead of ECONNREFUSED. */
 #define LB_SVC_FLAG_DROP_NO_BACKEND (1 << 9)
 
@@ -307,7 +308,7 @@ _Static_assert(sizeof(struct sluice_agent_status) == 48, "sluice_agent_status la
 #define LB_CNT_POD_OFFSET            80
 #define LB_CNT_TC_TRANSLATED         16 /* original: new flow, backend picked, DNAT (+SNAT) done */
 #define LB_CNT_TC_REV_XLATED         17 /* reply: reply (or ICMP error) restored to frontend -> client */
-#define LB_CNT_TC_NO_BACKEND         18 /* original: dropped (pod path: rejected), no (local) backend */
+#define LB_CNT_TC_NO_BACKEND         18 /* original: no endpoint: rejected (ICMP); none usable here (DROP_NO_BACKEND): dropped */
 #define LB_CNT_TC_SRC_RANGE_DROP     19 /* original: dropped, source outside loadBalancerSourceRanges */
 #define LB_CNT_TC_SNAT_FAILED        20 /* original: dropped, no SNAT address configured or no free port */
 #define LB_CNT_TC_BACKEND_GONE       21 /* original: a flow's backend vanished; flow re-balanced */
@@ -568,10 +569,38 @@ _Static_assert(sizeof(struct lb4_sock_tcp) == 12, "lb4_sock_tcp layout");
  * cannot). The source is the socket's bound address; an unbound socket of the
  * host netns is judged by the node's addresses (SLUICE_MAP_NODEIP4: allowed
  * when a range holds one of them); an unbound socket of another netns (a
- * pod) has no address the hook can know, and is refused.
+ * pod) by the pod address the CNI plugin recorded for that netns
+ * (SLUICE_MAP_POD_ADDR below), refused when there is none.
  */
 #define LB_CNT_SOCK_SRC_RANGE_DROP    112 /* refused: source outside the LB IP's loadBalancerSourceRanges */
-#define LB_CNT_SOCK_SRC_RANGE_UNKNOWN 113 /* refused: unbound pod socket on a ranged LB IP (source not known at connect) */
+#define LB_CNT_SOCK_SRC_RANGE_UNKNOWN 113 /* refused: unbound pod socket on a ranged LB IP, its netns not in SLUICE_MAP_POD_ADDR */
+
+/*
+ * The address an unbound pod socket's packets will carry: the CNI plugin
+ * (native/sluice-cni.c) records the pod's network namespace cookie
+ * (SO_NETNS_COOKIE) -> the pod's addresses from prevResult.ips at ADD, and
+ * deletes the entry at DEL (found by owner, so a DEL after the netns is gone
+ * still cleans up). connect4/sendmsg4 judge an unbound socket of that netns
+ * by address4, as kube-proxy's firewall chain judges the packet's source (the
+ * pod IP). Netns cookies are never reused. Written by the plugin only, so the
+ * agent carries the map across upgrades; a pod started before the plugin
+ * recorded addresses has no entry and is refused as before (counter 113).
+ * The plugin creates and pins the map when the agent has not yet.
+ */
+#define SLUICE_MAP_POD_ADDR sluice_podaddr /* __u64 netns cookie -> lb_pod_addr (hash) */
+#define SLUICE_MAX_POD_ADDR 16384
+
+#define LB_POD_ADDR_HAS4 (1 << 0) /* address4 is set */
+#define LB_POD_ADDR_HAS6 (1 << 1) /* address6 is set */
+
+struct lb_pod_addr {
+	__be32 address4;    /* the pod's IPv4 address (first of prevResult.ips) */
+	__u32  flags;       /* LB_POD_ADDR_HAS* */
+	__u8   address6[16];/* the pod's IPv6 address (first of prevResult.ips) */
+	__u64  owner;       /* FNV-1a 64 of "<CNI_CONTAINERID>/<CNI_IFNAME>": DEL deletes its own entry only */
+};
+
+_Static_assert(sizeof(struct lb_pod_addr) == 32, "lb_pod_addr layout");
 /* ==== end of socket path ======================================================== */
 /* ==== Stale socket termination (issue 13.1; bpf/sock_destroy.bpf.c) =========== */
 /*
@@ -631,7 +660,7 @@ _Static_assert(sizeof(struct lb4_sock_term_event) == 24, "lb4_sock_term_event la
 
 /* lb_event.type */
 #define LB_EVENT_DROP     1 /* a packet dropped (TC paths) */
-#define LB_EVENT_REFUSED  2 /* a connect()/sendmsg() refused, or a pod's packet rejected with ICMP */
+#define LB_EVENT_REFUSED  2 /* a connect()/sendmsg() refused, or a TC packet rejected with ICMP (reject.h) */
 #define LB_EVENT_NEW_FLOW 3 /* a new flow translated (north-south and pod-veth paths) */
 
 struct lb_svc_name_key {

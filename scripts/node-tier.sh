@@ -28,7 +28,7 @@
 # Exit codes: 0 all passed, 1 a failure, 4 skipped (reason on the last line:
 # "node-tier: SKIPPED: ...").
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 # shellcheck source=../test/cluster/versions.env
 . test/cluster/versions.env
@@ -56,7 +56,7 @@ die() { log "FAILED: $*"; exit 1; }
 # ---- state: one directory; every resource is written down before it exists --
 state_dir() { echo "${SLUICE_NODE_DIR:-/tmp/sluice-nodes}"; }
 R=$(state_dir)
-note() { echo "$1 $2" >>"$R/owned"; }          # note KIND VALUE (pid, netns, cgroup, hostdir)
+note() { echo "$1 $2" >>"$R/owned"; }          # note KIND VALUE (pid, netns, cgroup, hostref)
 
 free_port() { node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
 
@@ -121,7 +121,8 @@ down() {
     case $kind in
       netns) ip netns del "$value" 2>/dev/null || true ;;
       cgroup) remove_cgroup_tree "$value" ;;
-      hostdir) rmdir "$value" 2>/dev/null || true ;;
+      hostref) with_hostdir_lock release_host_dirs "$value" ;;
+      hostdir) ;; # state of an older version of this script: left in place (it may be shared)
     esac
   done < <(tac "$R/owned")
   if mount | grep -q " $R/"; then log "mounts left under $R:"; mount | grep " $R/" >&2; return 1; fi
@@ -368,11 +369,46 @@ EOF
     "$cg" "$ns" "$here/scripts/node-tier/node-init.sh" "$d"
 }
 
-host_dirs() {  # mount points node-init.sh needs; created here only if missing, removed by down
-  local p
-  for p in /etc/cni /etc/cni/net.d /opt/cni /opt/cni/bin /var/lib/cni /var/log/pods; do
-    [ -d "$p" ] || { note hostdir "$p"; mkdir "$p"; }
+# Mount points node-init.sh needs (SLUICE_HOST_DIRS: another list, for tests).
+# Shared by every cluster up at once (make conformance with
+# SLUICE_CONFORMANCE_PARALLEL=1 runs two), so they are reference counted in
+# $HOSTDIR_REFS, under its lock: users/<id> names each cluster's state dir,
+# `created` the dirs a cluster of this tier made. down() drops its user and
+# only the last one removes the created dirs: an rmdir while another cluster's
+# nodes have mounts on them would detach those mounts. A user whose state dir
+# is gone (a run killed before its teardown) no longer counts.
+HOST_DIRS=${SLUICE_HOST_DIRS:-/etc/cni /etc/cni/net.d /opt/cni /opt/cni/bin /var/lib/cni /var/log/pods}
+HOSTDIR_REFS=${SLUICE_HOSTDIR_REFS:-/run/sluice-node-hostdirs}
+hostdir_user() { echo "$1" | tr '/' '_'; }
+with_hostdir_lock() {  # with_hostdir_lock CMD...: CMD under the refs lock
+  mkdir -p "$HOSTDIR_REFS/users"
+  ( flock -w 60 9 || { log "$HOSTDIR_REFS/lock stayed taken"; exit 1; }; "$@" ) 9>"$HOSTDIR_REFS/lock"
+}
+prune_hostdir_users() {
+  local u
+  for u in "$HOSTDIR_REFS"/users/*; do
+    [ -e "$u" ] && [ ! -f "$(cat "$u")/owned" ] && rm -f "$u"
   done
+  return 0
+}
+acquire_host_dirs() {
+  local p
+  prune_hostdir_users
+  for p in $HOST_DIRS; do
+    [ -d "$p" ] || { mkdir "$p"; echo "$p" >>"$HOSTDIR_REFS/created"; }
+  done
+  echo "$R" >"$HOSTDIR_REFS/users/$(hostdir_user "$R")"
+}
+release_host_dirs() {  # release_host_dirs STATE_DIR
+  rm -f "$HOSTDIR_REFS/users/$(hostdir_user "$1")"
+  prune_hostdir_users
+  compgen -G "$HOSTDIR_REFS/users/*" >/dev/null && return 0   # another cluster still uses them
+  [ -f "$HOSTDIR_REFS/created" ] && tac "$HOSTDIR_REFS/created" | while read -r p; do rmdir "$p" 2>/dev/null || true; done
+  rm -f "$HOSTDIR_REFS/created"
+}
+host_dirs() {
+  note hostref "$R"
+  with_hostdir_lock acquire_host_dirs
 }
 
 # binary_image NAME:TAG BINARY ENTRYPOINT USER [BASE_TAR]: an OCI archive
@@ -515,6 +551,9 @@ proxy_up() {
   esac
   dns_up
 }
+
+# sourced (tests of the functions above): define, run nothing
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 case ${1:-run} in
   up)

@@ -57,6 +57,16 @@ struct {
 	__type(value, struct lb4_sock_tcp);
 	__uint(max_entries, SLUICE_MAX_SOCK_TCP4);
 } SLUICE_MAP_SOCK_TCP4 SEC(".maps");
+
+/* Pod netns cookie -> the pod's addresses (lb_pod_addr): written by the CNI
+ * plugin at ADD/DEL, read by connect4/sendmsg4 for loadBalancerSourceRanges. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u64);
+	__type(value, struct lb_pod_addr);
+	__uint(max_entries, SLUICE_MAX_POD_ADDR);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_POD_ADDR SEC(".maps");
 #endif
 
 /* Which sockets the socket LB translates; written by the agent. */

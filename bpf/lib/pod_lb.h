@@ -45,11 +45,8 @@
 
 #include "nat_flow.h"
 #include "events.h"
-
-#define LB_ICMP_PORT_UNREACH 3
-#define LB_IP_HLEN           20
-/* An ICMP error quotes the offending IPv4 header and the first 8 bytes after it. */
-#define LB_ICMP_QUOTE_LEN    (LB_IP_HLEN + 8)
+#include "reject.h"
+#include "nodeport.h"
 
 static __always_inline bool lb4_ct_is_pod(const struct lb4_ct_entry *e)
 {
@@ -61,64 +58,13 @@ static __always_inline bool lb4_ct_is_hairpin(const struct lb4_ct_entry *e)
 	return (e->flags & (LB_CT_FLAG_POD | LB_CT_FLAG_SNAT)) == (LB_CT_FLAG_POD | LB_CT_FLAG_SNAT);
 }
 
-/* lb_csum_fold: pmtu.h (shared with the ICMP "fragmentation needed" replies) */
-
-/* The reply of lb4_pod_reject: IPv4 + ICMP header + quote, built whole. */
-struct lb4_icmp_unreach {
-	struct iphdr ip;
-	__u8   type;
-	__u8   code;
-	__sum16 checksum;
-	__u32  unused;
-	__u8   quote[LB_ICMP_QUOTE_LEN];
-};
-
-/*
- * Reject a packet to a frontend without backends: the frame is turned into
- * an ICMP port unreachable from the frontend to the pod, quoting the
- * packet's IPv4 header and first 8 payload bytes (RFC 792), and sent back
- * into the pod. A packet with IPv4 options or a GSO packet (never a first
- * packet in practice) is dropped instead.
- */
+/* A packet to a frontend without backends: an ICMP port unreachable sent
+ * back into the pod (reject.h), counted on the pod path. */
 static __always_inline int lb4_pod_reject(struct __sk_buff *skb, const struct lb4_packet *pkt)
 {
-	struct lb4_icmp_unreach r = {};
-	__u8 eth[LB_ETH_HLEN];
-	__s64 sum;
-
 	lb_path_count(LB_PATH_POD, LB_CNT_TC_NO_BACKEND);
 	lb4_event_packet(LB_EVENT_REFUSED, LB_CNT_TC_NO_BACKEND + LB_CNT_POD_OFFSET, &pkt->tuple, 0, skb->ifindex);
-	if (pkt->l4_off != LB_ETH_HLEN + LB_IP_HLEN || skb->gso_size)
-		return TC_ACT_SHOT;
-	if (bpf_skb_load_bytes(skb, 0, eth, sizeof(eth)) < 0 ||
-	    bpf_skb_load_bytes(skb, LB_ETH_HLEN, r.quote, sizeof(r.quote)) < 0)
-		return TC_ACT_SHOT;
-
-	r.type = LB_ICMP_DEST_UNREACH;
-	r.code = LB_ICMP_PORT_UNREACH;
-	sum = bpf_csum_diff(NULL, 0, (__be32 *)&r.type, 8 + LB_ICMP_QUOTE_LEN, 0);
-	if (sum < 0)
-		return TC_ACT_SHOT;
-	r.checksum = lb_csum_fold(sum);
-
-	r.ip.version = 4;
-	r.ip.ihl = 5;
-	r.ip.tot_len = bpf_htons(sizeof(r));
-	r.ip.ttl = 64;
-	r.ip.protocol = LB_IPPROTO_ICMP;
-	r.ip.saddr = pkt->tuple.daddr;
-	r.ip.daddr = pkt->tuple.saddr;
-	sum = bpf_csum_diff(NULL, 0, (__be32 *)&r.ip, LB_IP_HLEN, 0);
-	if (sum < 0)
-		return TC_ACT_SHOT;
-	r.ip.check = lb_csum_fold(sum);
-
-	if (bpf_skb_change_tail(skb, LB_ETH_HLEN + sizeof(r), 0) < 0 ||
-	    bpf_skb_store_bytes(skb, 0, eth + 6, 6, 0) < 0 ||
-	    bpf_skb_store_bytes(skb, 6, eth, 6, 0) < 0 ||
-	    bpf_skb_store_bytes(skb, LB_ETH_HLEN, &r, sizeof(r), 0) < 0)
-		return TC_ACT_SHOT;
-	return bpf_redirect(skb->ifindex, 0);
+	return lb4_icmp_reject(skb, pkt);
 }
 
 /* A new flow from the pod to a frontend; anything else passes untouched. */
@@ -137,7 +83,7 @@ lb4_pod_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const stru
 	struct lb4_service *svc;
 	__u32 backend_id = 0;
 
-	svc = lb4_lookup_service(&skey, true);
+	svc = lb4_lookup_frontend(&skey, true);
 	if (!svc)
 		return TC_ACT_OK;
 	if (!svc->count && (svc->flags & LB_SVC_FLAG_DROP_NO_BACKEND)) {

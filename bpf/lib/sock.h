@@ -15,6 +15,7 @@
 #define SLUICE_BPF_SOCK_H
 
 #include "lb.h"
+#include "nodeport.h"
 #include "events.h"
 
 #ifndef EADDRINUSE
@@ -105,11 +106,11 @@ static long lb4_src_probe_node(void *map, const __be32 *address, __u8 *value, st
  * clients too (the flag is set on LoadBalancer frontends only: ClusterIPs
  * are never filtered). The source kube-proxy sees is the packet's: here the
  * socket's bound address. An unbound socket gets its address only after
- * this hook (routing picks it): in the host netns that is one of the node's
- * addresses, so it is allowed when a range holds one of them (kube-proxy
- * also lets the node in when a range holds its node IP); in a pod's netns it
- * is the pod's address, which a socket hook cannot know: refused (counted
- * apart), rather than letting every pod around the ranges.
+ * this hook (routing picks it): in a pod's netns that is the pod's address,
+ * which the CNI plugin recorded under the netns cookie (SLUICE_MAP_POD_ADDR;
+ * refused, counted apart, when there is none); in the host netns it is one of
+ * the node's addresses, so it is allowed when a range holds one of them
+ * (kube-proxy also lets the node in when a range holds its node IP).
  * Returns 0 when allowed, else the counter of the refusal.
  */
 static __always_inline __u32 lb4_sock_src_range_refusal(struct bpf_sock_addr *ctx, const struct lb4_service *svc)
@@ -117,18 +118,26 @@ static __always_inline __u32 lb4_sock_src_range_refusal(struct bpf_sock_addr *ct
 	struct lb4_src_probe probe = { .rev_nat_id = svc->rev_nat_id };
 	const struct lb_sock_config *cfg;
 	struct bpf_sock *sk = ctx->sk;
+	struct lb_pod_addr *pod;
+	__u64 netns;
 	__be32 source;
 
 	if (!lb_svc_has_source_ranges(svc))
 		return 0;
 	source = sk ? sk->src_ip4 : 0;
-	if (source)
-		return lb4_source_allowed(svc->rev_nat_id, source) ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
-	cfg = lb_sock_config();
-	if (!cfg || !lb_sock_in_host_ns(ctx, cfg))
-		return LB_CNT_SOCK_SRC_RANGE_UNKNOWN;
-	bpf_for_each_map_elem(&SLUICE_MAP_NODEIP4, lb4_src_probe_node, &probe, 0);
-	return probe.allowed ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
+	if (!source) {
+		cfg = lb_sock_config();
+		if (cfg && lb_sock_in_host_ns(ctx, cfg)) {
+			bpf_for_each_map_elem(&SLUICE_MAP_NODEIP4, lb4_src_probe_node, &probe, 0);
+			return probe.allowed ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
+		}
+		netns = bpf_get_netns_cookie(ctx);
+		pod = bpf_map_lookup_elem(&SLUICE_MAP_POD_ADDR, &netns);
+		if (!pod || !(pod->flags & LB_POD_ADDR_HAS4))
+			return LB_CNT_SOCK_SRC_RANGE_UNKNOWN;
+		source = pod->address4;
+	}
+	return lb4_source_allowed(svc->rev_nat_id, source) ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
 }
 
 /* ---- Per-socket pairs (lb4_sock_state; the caller holds st->lock) --------- */
@@ -203,16 +212,18 @@ static __always_inline __u32 sock_pair_index(struct lb4_sock_state *st, const st
  * its backend the same way, until the backend goes). NULL: pick again.
  */
 static __always_inline struct lb4_backend *
-lb4_sock_sticky_backend(struct lb4_sock_state *st, struct lb4_service_key *key,
+lb4_sock_sticky_backend(struct lb4_sock_state *st, struct lb4_service_key *key, __be32 frontend,
 			const struct lb4_service *svc, __u32 *backend_id)
 {
+	struct lb4_service_key fkey = *key;
 	struct lb4_sock_pair pair = {};
 	struct lb4_backend *backend;
 	struct lb4_service *slot;
 	bool found;
 
+	fkey.address = frontend; /* the address the socket used (key: a NodePort's wildcard) */
 	bpf_spin_lock(&st->lock);
-	found = sock_pair_of_frontend(st, key, &pair);
+	found = sock_pair_of_frontend(st, &fkey, &pair);
 	bpf_spin_unlock(&st->lock);
 	if (!found || pair.scope != key->scope || pair.rev_nat_id != svc->rev_nat_id ||
 	    pair.backend_slot == 0 || pair.backend_slot > svc->count)
@@ -231,11 +242,12 @@ lb4_sock_sticky_backend(struct lb4_sock_state *st, struct lb4_service_key *key,
 
 /* Keep the choice: key->backend_slot is the slot it came from (0: affinity). */
 static __always_inline void
-lb4_sock_remember(struct lb4_sock_state *st, const struct lb4_service_key *key, const struct lb4_service *svc,
-		  const struct lb4_backend *backend, __u32 backend_id)
+lb4_sock_remember(struct lb4_sock_state *st, const struct lb4_service_key *key, __be32 frontend,
+		  const struct lb4_service *svc, const struct lb4_backend *backend, __u32 backend_id)
 {
+	struct lb4_service_key fkey = *key;
 	struct lb4_sock_pair pair = {
-		.frontend_address = key->address,
+		.frontend_address = frontend,
 		.frontend_port = key->port,
 		.scope = key->scope,
 		.used = 1,
@@ -249,7 +261,8 @@ lb4_sock_remember(struct lb4_sock_state *st, const struct lb4_service_key *key, 
 	__u32 at;
 
 	bpf_spin_lock(&st->lock);
-	at = sock_pair_index(st, key, &evicted) & (SLUICE_SOCK_PAIRS - 1);
+	fkey.address = frontend;
+	at = sock_pair_index(st, &fkey, &evicted) & (SLUICE_SOCK_PAIRS - 1);
 	st->pairs[at] = pair;
 	st->last = at;
 	bpf_spin_unlock(&st->lock);
@@ -259,8 +272,8 @@ lb4_sock_remember(struct lb4_sock_state *st, const struct lb4_service_key *key, 
 
 /* A TCP connect's reverse pair (lb4_sock_tcp in sluice_abi.h). */
 static __always_inline void
-lb4_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb4_service_key *key, const struct lb4_service *svc,
-		      const struct lb4_backend *backend)
+lb4_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb4_service_key *key, __be32 frontend,
+		      const struct lb4_service *svc, const struct lb4_backend *backend)
 {
 	struct lb4_sock_tcp_key tkey = {
 		.cookie = bpf_get_socket_cookie(ctx),
@@ -268,7 +281,7 @@ lb4_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb4_service_key *k
 		.backend_port = backend->port,
 	};
 	struct lb4_sock_tcp pair = {
-		.frontend_address = key->address,
+		.frontend_address = frontend,
 		.frontend_port = key->port,
 		.rev_nat_id = svc->rev_nat_id,
 	};
@@ -293,19 +306,20 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx, __be32 
 	struct lb4_affinity_key akey = {};
 	struct lb4_backend *backend = NULL;
 	struct lb4_sock_state *st;
+	__be32 frontend = *address; /* key.address becomes 0 for a NodePort (nodeport.h) */
 	struct lb4_service svc;
 	__u32 backend_id = 0;
 	__u32 refusal;
 
 	if (!sock_proto_supported(ctx->protocol))
 		return 0;
-	if (!lb4_lookup_service_copy(&key, true, &svc))
+	if (!lb4_lookup_frontend_copy(&key, true, &svc))
 		return 0;
 	if (lb_sock_ns_excluded(ctx)) {
 		lb_count(LB_CNT_SOCK_NS_SKIPPED);
 		return 0;
 	}
-	if (lb4_extip_elsewhere(&svc, key.address)) {
+	if (lb4_extip_elsewhere(&svc, frontend)) {
 		lb_count(LB_CNT_SOCK_EXTIP_PASSED);
 		return 0;
 	}
@@ -333,7 +347,7 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx, __be32 
 		if (!st)
 			lb_count(LB_CNT_SOCK_STATE_FAILED);
 		else
-			backend = lb4_sock_sticky_backend(st, &key, &svc, &backend_id);
+			backend = lb4_sock_sticky_backend(st, &key, frontend, &svc, &backend_id);
 	} else {
 		st = NULL;
 	}
@@ -358,9 +372,9 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx, __be32 
 			return -ECONNREFUSED;
 		}
 		if (st)
-			lb4_sock_remember(st, &key, &svc, backend, backend_id);
+			lb4_sock_remember(st, &key, frontend, &svc, backend, backend_id);
 		else if (key.proto == LB_PROTO_TCP)
-			lb4_sock_tcp_remember(ctx, &key, &svc, backend);
+			lb4_sock_tcp_remember(ctx, &key, frontend, &svc, backend);
 	}
 	if (svc.algorithm == LB_ALG_LEAST_CONN)
 		lc4_sock_hold(ctx->sk, backend_id);
@@ -395,7 +409,7 @@ static __always_inline bool lb4_sock_frontend_current(__u32 rev_nat_id, __be32 a
 {
 	struct lb4_reverse_nat *rev_nat = bpf_map_lookup_elem(&SLUICE_MAP_REVNAT4, &rev_nat_id);
 
-	return rev_nat && rev_nat->address == address && rev_nat->port == port;
+	return rev_nat && lb4_rev_nat_address_matches(rev_nat->address, address) && rev_nat->port == port;
 }
 
 /* TCP: the pair in the LRU under this socket's cookie and its peer
@@ -528,9 +542,9 @@ static long lb4_bind_probe_address(void *map, const __be32 *address, __u8 *value
  * A host-namespace socket bound to the address:port of a NodePort, ExternalIP
  * or LoadBalancer frontend would receive that Service's traffic from outside
  * the node: refuse it with EADDRINUSE, as Cilium does. A bind to 0.0.0.0 is
- * refused when the port is a NodePort on any node address (NodePort
- * frontends are keyed per node address, so this walks the node's addresses:
- * a few lookups, once per bind). Sockets of other namespaces (pods) cannot
+ * refused when the port is a NodePort: the IPv4 wildcard entry (nodeport.h),
+ * else per-address NodePort entries (a walk of the node's addresses: a few
+ * lookups, once per bind). Sockets of other namespaces (pods) cannot
  * shadow node addresses and are left alone; so are all sockets while the host
  * namespace is unknown.
  */
@@ -545,11 +559,16 @@ static __always_inline bool lb4_bind_shadows(__be32 address, __be16 port, __u8 p
 	struct lb4_service *svc;
 
 	if (address) {
-		svc = lb4_lookup_service(&key, false);
+		svc = lb4_lookup_frontend(&key, false);
 		if (!svc || !(svc->flags & LB_BIND_SHADOWED))
 			return false;
 	} else {
-		bpf_for_each_map_elem(&SLUICE_MAP_NODEIP4, lb4_bind_probe_address, &probe, 0);
+		/* The NodePort wildcard (nodeport.h), else per-address NodePorts. */
+		svc = lb4_lookup_service(&key, false);
+		if (!svc || !(svc->flags & LB_SVC_FLAG_NODEPORT))
+			bpf_for_each_map_elem(&SLUICE_MAP_NODEIP4, lb4_bind_probe_address, &probe, 0);
+		else
+			probe.nodeport = 1;
 		if (!probe.nodeport)
 			return false;
 	}

@@ -7,7 +7,8 @@
  *      frontend -> client and send it back out (redirect);
  *   2. a packet of a known flow (client -> frontend): apply its DNAT (+SNAT);
  *   3. a new flow to a NodePort / ExternalIP / LoadBalancer frontend: source
- *      ranges, pick a backend, write both conntrack entries, translate.
+ *      ranges, pick a backend, write both conntrack entries, translate; a
+ *      frontend without any endpoint answers ICMP port unreachable (reject.h).
  *   Anything else passes untouched.
  * Egress (a packet leaving through the device):
  *   a reply of a DNAT-only flow (local backend -> client): restore the
@@ -25,6 +26,8 @@
 
 #include "nat_flow.h"
 #include "events.h"
+#include "reject.h"
+#include "nodeport.h"
 
 static __always_inline bool lb_svc_is_north_south(const struct lb4_service *svc)
 {
@@ -58,7 +61,7 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 	struct lb4_service *svc;
 	__u32 backend_id = 0;
 
-	svc = lb4_lookup_service(&skey, false);
+	svc = lb4_lookup_frontend(&skey, false);
 	if (!svc || !lb_svc_is_north_south(svc))
 		return TC_ACT_OK;
 	if (lb_svc_has_source_ranges(svc) && !lb4_source_allowed(svc->rev_nat_id, t->saddr)) {
@@ -66,12 +69,17 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 		lb4_event_packet(LB_EVENT_DROP, LB_CNT_TC_SRC_RANGE_DROP, t, svc->rev_nat_id, skb->ingress_ifindex);
 		return TC_ACT_SHOT;
 	}
-	/* externalTrafficPolicy: Local without a local backend has count 0 in
-	 * the external scope: dropped, as kube-proxy does. */
+	/* No endpoint at all: rejected (ICMP port unreachable), as kube-proxy's
+	 * KUBE-EXTERNAL-SERVICES REJECT does. Endpoints that may not be used
+	 * from here (externalTrafficPolicy: Local without a local one;
+	 * LB_SVC_FLAG_DROP_NO_BACKEND): dropped, as kube-proxy does. */
 	if (!svc->count) {
+		bool drop = svc->flags & LB_SVC_FLAG_DROP_NO_BACKEND;
+
 		lb_count(LB_CNT_TC_NO_BACKEND);
-		lb4_event_packet(LB_EVENT_DROP, LB_CNT_TC_NO_BACKEND, t, svc->rev_nat_id, skb->ingress_ifindex);
-		return TC_ACT_SHOT;
+		lb4_event_packet(drop ? LB_EVENT_DROP : LB_EVENT_REFUSED, LB_CNT_TC_NO_BACKEND, t, svc->rev_nat_id,
+				 skb->ingress_ifindex);
+		return drop ? TC_ACT_SHOT : lb4_icmp_reject(skb, pkt);
 	}
 	akey.client_id = lb4_maglev_tc_client(svc, t->saddr, t->daddr, t->sport, t->dport, t->proto);
 	akey.rev_nat_id = svc->rev_nat_id;

@@ -76,6 +76,8 @@ export const LB_LC_FLOW_RELEASED = 2;
 export const LB_LC_FLOW_REVIVING = 0;
 export const LB_LC_SCAN = 16;
 export const LB_MAGLEV_ROW = 8;
+export const LB_POD_ADDR_HAS4 = 1;
+export const LB_POD_ADDR_HAS6 = 2;
 export const LB_PROTO_TCP = 6;
 export const LB_PROTO_UDP = 17;
 export const LB_SCOPE_EXTERNAL = 0;
@@ -118,6 +120,7 @@ export const SLUICE_MAP_LC_SOCK4 = "sluice_lc_sock4";
 export const SLUICE_MAP_MAGLEV4 = "sluice_maglev4";
 export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
 export const SLUICE_MAP_NODEIP6 = "sluice_nodeip6";
+export const SLUICE_MAP_POD_ADDR = "sluice_podaddr";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_REVNAT6 = "sluice_revnat6";
 export const SLUICE_MAP_RR4 = "sluice_rr4";
@@ -146,6 +149,7 @@ export const SLUICE_MAX_LC_FLOW4 = 131072;
 export const SLUICE_MAX_MAGLEV4 = 131072;
 export const SLUICE_MAX_NODEIP4 = 256;
 export const SLUICE_MAX_NODEIP6 = 256;
+export const SLUICE_MAX_POD_ADDR = 16384;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
@@ -1220,6 +1224,33 @@ export function decodeLbMaglevInner(buf: Buffer, off = 0): LbMaglevInner {
 }
 export const lb_maglev_innerCodec: Codec<LbMaglevInner> = { size: 40, encode: encodeLbMaglevInner, decode: decodeLbMaglevInner };
 
+/** struct lb_pod_addr (32 bytes) */
+export interface LbPodAddr {
+  address4: number; // network byte order in the map
+  flags: number;
+  address6: Buffer;
+  owner: bigint;
+}
+export const LB_POD_ADDR_SIZE = 32;
+export const lb_pod_addrLayout: StructLayout = {"name":"lb_pod_addr","size":32,"fields":[{"name":"address4","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"flags","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"address6","kind":"bytes","offset":8,"size":16},{"name":"owner","kind":"int","offset":24,"size":8,"bigEndian":false}]};
+export function encodeLbPodAddr(v: LbPodAddr, buf: Buffer = Buffer.alloc(32), off = 0): Buffer {
+  buf.fill(0, off, off + 32);
+  buf.writeUInt32BE(v.address4 >>> 0, off + 0);
+  buf.writeUInt32LE(v.flags >>> 0, off + 4);
+  v.address6.copy(buf, off + 8, 0, 16);
+  buf.writeBigUInt64LE(v.owner, off + 24);
+  return buf;
+}
+export function decodeLbPodAddr(buf: Buffer, off = 0): LbPodAddr {
+  return {
+    address4: buf.readUInt32BE(off + 0),
+    flags: buf.readUInt32LE(off + 4),
+    address6: Buffer.from(buf.subarray(off + 8, off + 8 + 16)),
+    owner: buf.readBigUInt64LE(off + 24),
+  };
+}
+export const lb_pod_addrCodec: Codec<LbPodAddr> = { size: 32, encode: encodeLbPodAddr, decode: decodeLbPodAddr };
+
 /** struct lb_sock_config (16 bytes) */
 export interface LbSockConfig {
   host_netns_cookie: bigint;
@@ -1394,6 +1425,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_maglev4: {"name":"sluice_maglev4","type":13,"keyType":"lb4_maglev_key","keySize":8,"maxEntries":131072,"flags":1},
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_nodeip6: {"name":"sluice_nodeip6","type":1,"keyType":"lb6_node_ip","keySize":16,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
+  sluice_podaddr: {"name":"sluice_podaddr","type":1,"keyType":"u64","keySize":8,"valueType":"lb_pod_addr","valueSize":32,"maxEntries":16384,"flags":1},
   sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
   sluice_revnat6: {"name":"sluice_revnat6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_reverse_nat","valueSize":20,"maxEntries":65536,"flags":1},
   sluice_rr4: {"name":"sluice_rr4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":65536},

@@ -23,7 +23,7 @@ import type { SockLbMaps } from '../datapath/maps';
 import type { ClusterState } from './store';
 import type { AgentMetrics } from './metrics';
 import type { ProxyHealth } from './health';
-import { toFrontendSpec, ZoneIds } from './toSpecs';
+import { nodePortWildcard, toFrontendSpec, ZoneIds } from './toSpecs';
 import { isIp6 } from '../datapath/addr';
 
 const RETRY_DELAY_MS = 1000;
@@ -481,10 +481,15 @@ export class Syncer {
     this.countNoLocalEndpoints(key, t.frontends);
     const problems = [...t.problems];
     const specs: FrontendSpec[] = [];
+    const seen = new Set<string>();
     for (const f of t.frontends) {
-      const spec = toFrontendSpec(f, this.zones);
-      if (!spec) continue;
+      const translated = toFrontendSpec(f, this.zones);
+      if (!translated) continue;
+      // One IPv4 NodePort frontend per port, whatever the node's addresses.
+      const spec = nodePortWildcard(translated);
       const id = frontendId(spec);
+      if (seen.has(id)) continue;
+      seen.add(id);
       const winner = this.conflictWinner(id, key);
       if (winner !== key) {
         problems.push({

@@ -49,6 +49,21 @@ function serviceNameOf(f: Frontend): ServiceName {
   return { namespace: f.service.slice(0, slash), name: f.service.slice(slash + 1), portName: f.portName };
 }
 
+/** The address of every IPv4 NodePort frontend in the maps (bpf/lib/nodeport.h). */
+export const NODEPORT_WILDCARD4 = '0.0.0.0';
+
+/**
+ * An IPv4 NodePort is written once per port and protocol, at the wildcard
+ * address, not once per node address (translate lists one per address, as
+ * kube-proxy's rules do): the data path looks the wildcard up for any
+ * address in sluice_nodeip4, which holds exactly the addresses NodePorts
+ * listen on. IPv6 NodePorts stay per address.
+ */
+export function nodePortWildcard(spec: FrontendSpec): FrontendSpec {
+  if (!(spec.flags & abi.LB_SVC_FLAG_NODEPORT) || spec.address.includes(':')) return spec;
+  return { ...spec, address: NODEPORT_WILDCARD4 };
+}
+
 /** Either family: IPv6 frontends go to the lb6_* maps (the programmer picks by address). */
 export function toFrontendSpec(f: Frontend, zones: ZoneIds): FrontendSpec | undefined {
   const proto = f.proto === 'TCP' ? 'tcp' : 'udp';

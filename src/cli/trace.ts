@@ -29,6 +29,8 @@ export interface TraceMaps {
     flowsOf(client: number, frontend: number, port: number, proto: number): Array<[abi.Lb4CtKey, abi.Lb4CtEntry]>;
   };
   tcConfig?(): abi.Lb4TcConfig | undefined;
+  /** NodePorts listen on this address (sluice_nodeip4): its NodePorts are the wildcard frontend (bpf/lib/nodeport.h). */
+  isNodePortAddress?(address: number): boolean;
   serviceName(revNatId: number, proto: ProtoName): ServiceName | undefined;
   /** bpf_ktime_get_ns() now (CLOCK_MONOTONIC). */
   nowNs(): bigint;
@@ -144,6 +146,14 @@ function lookupService(m: TraceMaps, key: abi.Lb4ServiceKey, internal: boolean):
   return { svc: m.service({ ...key, scope: abi.LB_SCOPE_INTERNAL, backend_slot: 0 }), scope: abi.LB_SCOPE_INTERNAL };
 }
 
+/** lb4_lookup_frontend (nodeport.h): then the NodePort wildcard on a NodePort address; `address` keys the slots. */
+function lookupFrontend(m: TraceMaps, key: abi.Lb4ServiceKey, internal: boolean): { svc?: abi.Lb4Service; scope: number; address: number } {
+  const exact = lookupService(m, key, internal);
+  if (exact.svc || !key.address || !m.isNodePortAddress?.(key.address)) return { ...exact, address: key.address };
+  const wild = lookupService(m, { ...key, address: 0 }, internal);
+  return wild.svc && wild.svc.flags & abi.LB_SVC_FLAG_NODEPORT ? { ...wild, address: 0 } : { ...exact, address: key.address };
+}
+
 export function trace(input: TraceInput, m: TraceMaps): TraceResult {
   const client = ip4ToNumber(input.client);
   const daddr = ip4ToNumber(input.address);
@@ -195,7 +205,7 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
     }
   }
 
-  const { svc, scope } = lookupService(m, { address: daddr, port: input.port, proto, scope: 0, backend_slot: 0 }, internal);
+  const { svc, scope, address: keyAddress } = lookupFrontend(m, { address: daddr, port: input.port, proto, scope: 0, backend_slot: 0 }, internal);
   const finish = (verdict: TraceResult['verdict']): TraceResult => {
     result.verdict = gone ? { ...verdict, reason: `${gone}; ${verdict.reason}` } : verdict;
     return result;
@@ -207,7 +217,7 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
   const extLocal = (svc.flags & abi.LB_SVC_FLAG_EXT_LOCAL) !== 0;
   const backends: TraceBackend[] = [];
   for (let slot = 1; slot <= svc.count; slot++) {
-    const s = m.service({ address: daddr, port: input.port, proto, scope, backend_slot: slot });
+    const s = m.service({ address: keyAddress, port: input.port, proto, scope, backend_slot: slot });
     const b = s ? m.backend(s.backend_id) : undefined;
     const row: TraceBackend = { slot, id: s?.backend_id ?? 0, flags: b ? backendFlagNames(b.flags) : [] };
     if (!b) row.missing = true;
@@ -246,11 +256,15 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
     return finish({ action: 'refuse', reason: 'source outside loadBalancerSourceRanges: connect()/sendmsg() fail with EHOSTUNREACH', counter: counter(abi.LB_CNT_SOCK_SRC_RANGE_DROP) });
   }
   if (svc.count === 0) {
+    // DROP_NO_BACKEND: endpoints exist, none usable from here (kube-proxy drops); else none at all (kube-proxy rejects).
+    const drop = (svc.flags & abi.LB_SVC_FLAG_DROP_NO_BACKEND) !== 0;
     return finish(input.path === 'socket'
-      ? { action: 'refuse', reason: 'no backends: connect()/sendmsg() fail with ECONNREFUSED', counter: counter(abi.LB_CNT_SOCK_NO_BACKEND) }
-      : podPath
-        ? { action: 'reject', reason: 'no backends: ICMP port unreachable sent back into the pod', counter: counter(abi.LB_CNT_TC_NO_BACKEND + abi.LB_CNT_POD_OFFSET) }
-        : { action: 'drop', reason: `no ${extLocal ? 'local ' : ''}backends: dropped`, counter: counter(abi.LB_CNT_TC_NO_BACKEND) });
+      ? { action: 'refuse', reason: drop ? 'no usable backends here: connect()/sendmsg() fail with EHOSTUNREACH' : 'no backends: connect()/sendmsg() fail with ECONNREFUSED', counter: counter(abi.LB_CNT_SOCK_NO_BACKEND) }
+      : drop
+        ? { action: 'drop', reason: `no ${extLocal ? 'local ' : 'usable '}backends: dropped`, counter: counter(abi.LB_CNT_TC_NO_BACKEND) }
+        : podPath
+          ? { action: 'reject', reason: 'no backends: ICMP port unreachable sent back into the pod', counter: counter(abi.LB_CNT_TC_NO_BACKEND + abi.LB_CNT_POD_OFFSET) }
+          : { action: 'reject', reason: 'no backends: ICMP port unreachable sent back to the client', counter: counter(abi.LB_CNT_TC_NO_BACKEND) });
   }
   result.affinity = affinityOf(input, svc, m, client, now);
   const usable = backends.filter((b) => !b.missing);

@@ -46,6 +46,7 @@ function pinnedTraceMaps(bpffs: string, maps: SockLbMaps, opened: BpfMap[]): Tra
         k.dir === abi.LB_CT_DIR_ORIGINAL && e.client_address === client && e.frontend_address === frontend && e.frontend_port === port && e.proto === proto),
     },
     tcConfig: () => cfg?.get(0),
+    isNodePortAddress: (address) => maps.nodeIps.get(address) !== undefined,
     serviceName: (revNatId, proto) => serviceNameOf(names, revNatId, proto),
     nowNs: () => process.hrtime.bigint(), // CLOCK_MONOTONIC, as bpf_ktime_get_ns()
   };

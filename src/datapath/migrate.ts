@@ -78,6 +78,9 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // TCP's reverse pairs, keyed by socket cookie (never reused): carried, so
   // open connections keep showing their Service in getpeername.
   [abi.SLUICE_MAP_SOCK_TCP4]: { kind: 'carry' },
+  // Pod netns cookie -> pod addresses: written by the CNI plugin at ADD only,
+  // so the agent cannot rebuild it: carried (loadBalancerSourceRanges).
+  [abi.SLUICE_MAP_POD_ADDR]: { kind: 'carry' },
   // least-connection: the active counts and the flows holding them must
   // survive, or counts drift; a socket's note of its count lives with the socket.
   [abi.SLUICE_MAP_LC_COUNT4]: { kind: 'carry' },

@@ -61,7 +61,7 @@ test('TC: drops with their reason and new flows reach the monitor, filtered; not
     h.reset();
     h.tc.config.set(0, { snat_address: ip4ToNumber('198.18.0.1'), snat_port_min: 0, snat_port_max: 0, tcp_established_timeout: 0, tcp_closing_timeout: 0, udp_timeout: 0, tcp_syn_timeout: 0 });
     h.upsertFrontend({ address: '198.18.50.1', port: 443, proto: 'tcp', flags: abi.LB_SVC_FLAG_LOADBALANCER | abi.LB_SVC_FLAG_SOURCE_RANGE, revNatId: 3, backends: [{ id: 1, address: '198.18.1.1', port: 8443, local: false }] });
-    h.upsertFrontend({ address: '198.18.0.1', port: 30081, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL, revNatId: 4, backends: [] });
+    h.upsertFrontend({ address: '198.18.0.1', port: 30081, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_DROP_NO_BACKEND, revNatId: 4, backends: [] });
     h.tc.sourceRanges.set({ prefixlen: 32 + 24, rev_nat_id: 3, address: ip4ToNumber('198.18.200.0') }, 1);
     const send = (src: string, sport: number, dst: string, dport: number) => h.run('ingress', frame({ proto: 'tcp', src, dst, sport, dport, tcpFlags: TCP_SYN }));
 
@@ -73,7 +73,7 @@ test('TC: drops with their reason and new flows reach the monitor, filtered; not
     await waitFor('monitor to claim the listener flag', () => listenerOf(h.pinDir) > 0);
     send('198.18.9.9', 40001, '198.18.50.1', 443); // outside the source ranges
     send('198.18.200.7', 40002, '198.18.50.1', 443); // new flow, SNATed
-    send('198.18.9.9', 40003, '198.18.0.1', 30081); // Local without local backends
+    send('198.18.9.9', 40003, '198.18.0.1', 30081); // Local without local backends (endpoints elsewhere: dropped)
     assert.equal(await mon.exited, 0);
     assert.deepEqual(mon.events.map((e) => [e.type, e.reason, e.source, e.frontend, e.backend ?? null]), [
       ['drop', 'north_south/source_range_drop/original', '198.18.9.9:40001', '198.18.50.1:443', null],

@@ -8,8 +8,10 @@ import { spawnSync } from 'node:child_process';
 import * as path from 'node:path';
 import * as abi from '../../src/abi/generated';
 import { ip4ToNumber, numberToIp4 } from '../../src/datapath/addr';
+import { BpfMap } from '../../src/bpf';
+import { nodeIpMap, syncNodeAddresses } from '../../src/datapath/sockConfig';
 import { TcHarness } from './tc_harness';
-import { frame, TCP_SYN, TC_ACT_SHOT } from './tc_packet';
+import { frame, TCP_SYN, TC_ACT_REDIRECT, TC_ACT_SHOT } from './tc_packet';
 import type { TraceResult } from '../../src/cli/trace';
 import { COUNTERS, counterName } from '../../src/datapath/counters';
 
@@ -22,10 +24,18 @@ before(() => {
   h.tc.config.set(0, { snat_address: ip4ToNumber('198.18.0.1'), snat_port_min: 0, snat_port_max: 0, tcp_established_timeout: 0, tcp_closing_timeout: 0, udp_timeout: 0, tcp_syn_timeout: 0 });
   const backends = [{ id: 1, address: '198.18.1.1', port: 8080, local: true }, { id: 2, address: '198.18.2.1', port: 8080, local: false }];
   h.upsertFrontend({ address: '198.18.0.1', port: 30080, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 1, backends });
-  h.upsertFrontend({ address: '198.18.0.1', port: 30081, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL, revNatId: 2, backends: [] });
+  // Local policy, endpoints only elsewhere: the agent flags DROP_NO_BACKEND.
+  h.upsertFrontend({ address: '198.18.0.1', port: 30081, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_DROP_NO_BACKEND, revNatId: 2, backends: [] });
+  // No endpoint at all: rejected with ICMP port unreachable.
+  h.upsertFrontend({ address: '198.18.0.1', port: 30082, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 5, backends: [] });
   h.upsertFrontend({ address: '198.18.50.1', port: 443, proto: 'tcp', flags: abi.LB_SVC_FLAG_LOADBALANCER | abi.LB_SVC_FLAG_SOURCE_RANGE, revNatId: 3, backends });
   h.upsertFrontend({ address: '198.18.96.1', port: 80, proto: 'tcp', flags: abi.LB_SVC_FLAG_CLUSTER_IP, revNatId: 4, backends });
   h.tc.sourceRanges.set({ prefixlen: 32 + 24, rev_nat_id: 3, address: ip4ToNumber('198.18.200.0') }, 1);
+  // A NodePort wildcard (bpf/lib/nodeport.h), served on the node address 198.18.0.1.
+  h.upsertFrontend({ address: '0.0.0.0', port: 30083, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 6, backends });
+  const nodeIps = BpfMap.fromPinned(path.join(h.pinDir, abi.SLUICE_MAP_NODEIP4));
+  syncNodeAddresses(nodeIpMap(nodeIps), ['198.18.0.1']);
+  nodeIps.close();
 });
 
 after(() => h?.close());
@@ -40,6 +50,9 @@ test('for each packet the trace predicts what the TC program then does', () => {
   const packets: Array<[string, number, string, number, TraceResult['verdict']['action']]> = [
     ['198.18.9.9', 40000, '198.18.0.1', 30080, 'translate'],
     ['198.18.9.9', 40001, '198.18.0.1', 30081, 'drop'], // externalTrafficPolicy Local, no local backend
+    ['198.18.9.9', 40006, '198.18.0.1', 30082, 'reject'], // no endpoint at all
+    ['198.18.9.9', 40007, '198.18.0.1', 30083, 'translate'], // the NodePort wildcard on a node address
+    ['198.18.9.9', 40008, '198.18.0.2', 30083, 'pass'], // not a node address
     ['198.18.9.9', 40002, '198.18.50.1', 443, 'drop'], // outside loadBalancerSourceRanges
     ['198.18.200.7', 40003, '198.18.50.1', 443, 'translate'],
     ['198.18.9.9', 40004, '198.18.96.1', 80, 'pass'], // a ClusterIP is not served here
@@ -53,7 +66,7 @@ test('for each packet the trace predicts what the TC program then does', () => {
     const pkt = frame({ proto: 'tcp', src, dst, sport, dport, tcpFlags: TCP_SYN });
     const { verdict, out } = h.run('ingress', pkt);
     const rewritten = !out.equals(pkt);
-    const actual = verdict === TC_ACT_SHOT ? 'drop' : rewritten ? 'translate' : 'pass';
+    const actual = verdict === TC_ACT_SHOT ? 'drop' : verdict === TC_ACT_REDIRECT && out[23] === 1 ? 'reject' : rewritten ? 'translate' : 'pass';
     assert.equal(actual, expected, `program on ${src}:${sport} -> ${dst}:${dport}: verdict ${verdict}`);
     // The counter the trace names is the one the program counted.
     if (expected !== 'pass') assert.equal(h.counter(counterIndex!) - before, 1n, `${predicted.verdict.counter} after ${src}:${sport} -> ${dst}:${dport}`);

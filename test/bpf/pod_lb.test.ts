@@ -14,6 +14,8 @@ import { ip4ToNumber } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { listConntrack } from '../../src/datapath/tc/conntrack';
 import { counterIndex } from '../../src/datapath/counters';
+import { BpfMap } from '../../src/bpf';
+import { nodeIpMap, syncNodeAddresses } from '../../src/datapath/sockConfig';
 import { TcHarness } from './tc_harness';
 import {
   TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN,
@@ -214,6 +216,22 @@ describe('hairpin: a pod that reaches itself through its Service', () => {
     const sport = out.readUInt16BE(14 + 20);
     assert.ok(sport >= 61000 && sport <= 65535, `SNAT port ${sport} in range`);
     expectPacket(out, bounced(frame({ ...syn, src: VIP, sport, dst: POD, dport: SELF.port, ttl: 63 })), 'hairpin request');
+  });
+});
+
+describe('a pod reaches a NodePort on a node address through the wildcard entry (bpf/lib/nodeport.h)', () => {
+  test('DNAT to the backend; a node address outside sluice_nodeip4 passes', () => {
+    h.upsertFrontend({ address: '0.0.0.0', port: 30080, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 30, backends: [BE2] });
+    const m = BpfMap.fromPinned(path.join(h.pinDir, abi.SLUICE_MAP_NODEIP4));
+    try {
+      syncNodeAddresses(nodeIpMap(m), ['198.18.0.1']);
+      const syn: L4Spec = { proto: 'tcp', src: POD, dst: '198.18.0.1', sport: 40500, dport: 30080, tcpFlags: TCP_SYN };
+      check('ingress', syn, { ...syn, dst: BE2.address, dport: BE2.port });
+      check('ingress', { ...syn, dst: '198.18.0.2', sport: 40501 }, null);
+    } finally {
+      syncNodeAddresses(nodeIpMap(m), []);
+      m.close();
+    }
   });
 });
 

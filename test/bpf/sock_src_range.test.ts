@@ -6,11 +6,15 @@
 // (a socket cannot drop; the same answer as LB_SVC_FLAG_DROP_NO_BACKEND).
 // Source: the socket's bound address; an unbound socket of the host netns is
 // judged by the node's addresses (what kube-proxy sees for it), one of a pod
-// netns is refused (its address is not known at connect()).
+// netns by the pod address the CNI plugin recorded for that netns at ADD
+// (sluice_podaddr; refused when there is none).
 // Real sockets in a throwaway cgroup + netns pair; the "host" namespace is
 // the test's own netns (its cookie is in the config map).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import * as path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { BpfMap } from '../../src/bpf';
 import { Sandbox, labScript } from '../helpers/sandbox';
 import { installSockLb } from '../../src/datapath/sockLb';
 import { openSockLbMaps, readCounter, type SockLbMaps } from '../../src/datapath/maps';
@@ -101,4 +105,51 @@ test('an unbound pod socket (its source is not known at connect()) is refused on
   assert.equal(await connectFrom(podNetns, '-', LB_IP, 53), 'EHOSTUNREACH');
   assert.equal(await connectFrom(podNetns, '-', LB_IP, 55), 'frontend', 'no ranges: not affected');
   assert.equal(counter(abi.LB_CNT_SOCK_SRC_RANGE_UNKNOWN) - unknown, 1n);
+});
+
+// The CNI plugin (socket mode: it attaches nothing) run as a runtime would,
+// from the "host" namespace, for a pod whose network namespace is netns.
+const PLUGIN = path.resolve(__dirname, '../../../build/sluice-cni');
+function cni(command: 'ADD' | 'DEL', netns: string, containerId: string, podIp: string): void {
+  const prevResult = { cniVersion: '1.0.0', interfaces: [{ name: 'eth0', sandbox: `/run/netns/${netns}` }], ips: [{ address: `${podIp}/24`, interface: 0 }, { address: '2001:db8::5/64', interface: 0 }] };
+  const r = spawnSync('nsenter', [`--net=/run/netns/${sb.netns}`, PLUGIN], {
+    input: JSON.stringify({ cniVersion: '1.0.0', name: 'srcrng', type: 'sluice', mode: 'socket', bpffs: sb.bpffs, prevResult }),
+    encoding: 'utf8', timeout: 10000,
+    env: { PATH: process.env.PATH, CNI_COMMAND: command, CNI_CONTAINERID: containerId, CNI_NETNS: `/run/netns/${netns}`, CNI_IFNAME: 'eth0', CNI_PATH: '/nonexistent' },
+  });
+  assert.equal(r.status, 0, `${command}: ${r.stdout}${r.stderr}`);
+}
+
+function podAddrEntries(): number {
+  const m = BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_POD_ADDR));
+  try {
+    return [...m.keys()].length;
+  } finally {
+    m.close();
+  }
+}
+
+test('an unbound pod socket is judged by the pod IP the CNI plugin recorded for its netns (what kube-proxy sees)', async () => {
+  const otherNetns = sb.addNetns('pod2');
+  sb.execInNetns(['ip', 'addr', 'add', '198.18.22.254/24', 'dev', 'lo'], otherNetns);
+  const refused = { outside: counter(abi.LB_CNT_SOCK_SRC_RANGE_DROP), unknown: counter(abi.LB_CNT_SOCK_SRC_RANGE_UNKNOWN) };
+  cni('ADD', podNetns, 'srcrng-in', POD_IN);
+  cni('ADD', otherNetns, 'srcrng-out', POD_OUT);
+  assert.equal(podAddrEntries(), 2);
+  const seen = {
+    podInside: await connectFrom(podNetns, '-', LB_IP, 53),
+    podOutside: await connectFrom(otherNetns, '-', LB_IP, 53),
+    podOutsideBoundInside: await connectFrom(podNetns, POD_OUT, LB_IP, 53),
+  };
+  assert.deepEqual(seen, { podInside: 'frontend', podOutside: 'EHOSTUNREACH', podOutsideBoundInside: 'EHOSTUNREACH' });
+  assert.equal(counter(abi.LB_CNT_SOCK_SRC_RANGE_DROP) - refused.outside, 2n);
+  assert.equal(counter(abi.LB_CNT_SOCK_SRC_RANGE_UNKNOWN) - refused.unknown, 0n);
+  // DEL removes the pod's entry (found by owner): back to "unknown".
+  cni('DEL', podNetns, 'srcrng-in', POD_IN);
+  cni('DEL', podNetns, 'srcrng-in', POD_IN); // idempotent
+  assert.equal(podAddrEntries(), 1);
+  assert.equal(await connectFrom(podNetns, '-', LB_IP, 53), 'EHOSTUNREACH');
+  assert.equal(counter(abi.LB_CNT_SOCK_SRC_RANGE_UNKNOWN) - refused.unknown, 1n);
+  cni('DEL', otherNetns, 'srcrng-out', POD_OUT);
+  assert.equal(podAddrEntries(), 0);
 });

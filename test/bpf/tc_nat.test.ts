@@ -9,10 +9,13 @@ import { ip4ToNumber } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { syncSourceRanges } from '../../src/datapath/tc/sourceRanges';
 import { formatConntrack, listConntrack, purgeBackends } from '../../src/datapath/tc/conntrack';
+import * as path from 'node:path';
+import { BpfMap } from '../../src/bpf';
+import { nodeIpMap, syncNodeAddresses } from '../../src/datapath/sockConfig';
 import { TcHarness } from './tc_harness';
 import {
-  TC_ACT_OK, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_RST, TCP_SYN,
-  checksum, diffHex, frame, icmpError, ipPacket, rewriteQuoted, type L4Spec,
+  TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_RST, TCP_SYN,
+  checksum, diffHex, frame, icmpError, icmpReply, ipPacket, rewriteQuoted, type L4Spec,
 } from './tc_packet';
 
 const CLIENT = '198.18.0.10';
@@ -230,8 +233,8 @@ describe('UDP', () => {
 });
 
 describe('externalTrafficPolicy: Local', () => {
-  test('no local backend: dropped as kube-proxy does, and counted', () => {
-    h.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES, revNatId: 10, backends: [] });
+  test('no local backend (endpoints elsewhere: DROP_NO_BACKEND): dropped as kube-proxy does, and counted', () => {
+    h.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES | abi.LB_SVC_FLAG_DROP_NO_BACKEND, revNatId: 10, backends: [] });
     const before = h.counter(abi.LB_CNT_TC_NO_BACKEND);
     check('ingress', { proto: 'tcp', src: CLIENT, dst: NODE, sport: 40200, dport: NODE_PORT, tcpFlags: TCP_SYN }, null, TC_ACT_SHOT);
     assert.equal(h.counter(abi.LB_CNT_TC_NO_BACKEND) - before, 1n);
@@ -241,6 +244,77 @@ describe('externalTrafficPolicy: Local', () => {
     h.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES, revNatId: 10, backends: [LOCAL_BE] });
     const syn: L4Spec = { proto: 'tcp', src: CLIENT, dst: NODE, sport: 40201, dport: NODE_PORT, tcpFlags: TCP_SYN };
     check('ingress', syn, { ...syn, dst: LOCAL_BE.address, dport: LOCAL_BE.port });
+  });
+});
+
+// kube-proxy (iptables: KUBE-EXTERNAL-SERVICES "has no endpoints" -j REJECT;
+// nftables: the no-endpoint-services verdict map -> reject) answers a
+// NodePort / ExternalIP / LoadBalancer without any endpoint with ICMP port
+// unreachable, TCP included; it drops only when endpoints exist but none may
+// be used from here (LB_SVC_FLAG_DROP_NO_BACKEND, above).
+describe('a north-south frontend without any endpoint is rejected with ICMP port unreachable', () => {
+  for (const [name, address, flags] of [['NodePort', NODE, NODEPORT], ['ExternalIP', EXTERNAL_IP, abi.LB_SVC_FLAG_EXTERNAL_IP], ['Local NodePort, no endpoint at all', NODE, NODEPORT | LOCAL_POLICY]] as const) {
+    for (const proto of ['tcp', 'udp'] as const) {
+      test(`${name} ${proto}: the packet becomes an ICMP error from the frontend, sent back out of the device`, () => {
+        h.upsertFrontend({ address, port: NODE_PORT, proto, flags, revNatId: 13, backends: [] });
+        const before = h.counter(abi.LB_CNT_TC_NO_BACKEND);
+        const input: L4Spec = { proto, src: CLIENT, dst: address, sport: 40210, dport: NODE_PORT, tcpFlags: TCP_SYN, payload: Buffer.from('some payload') };
+        const { verdict, out } = h.run('ingress', frame(input));
+        assert.equal(verdict, TC_ACT_REDIRECT);
+        expectPacket(out, icmpReply(address, CLIENT, 3, 3, Buffer.alloc(4), ipPacket(input)), `${proto} reject`);
+        assert.equal(h.counter(abi.LB_CNT_TC_NO_BACKEND) - before, 1n);
+        assert.equal(listConntrack(h.tc.conntrack).length, 0, 'no conntrack entry');
+      });
+    }
+  }
+
+  test('a packet with IPv4 options is dropped instead (no reply built), still counted', () => {
+    h.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: NODEPORT, revNatId: 13, backends: [] });
+    const input = frame({ proto: 'udp', src: CLIENT, dst: NODE, sport: 40211, dport: NODE_PORT });
+    const withOptions = Buffer.concat([input.subarray(0, 34), Buffer.from([1, 1, 1, 0]), input.subarray(34)]);
+    withOptions.writeUInt8(0x46, 14);
+    withOptions.writeUInt16BE(withOptions.length - 14, 16);
+    withOptions.writeUInt16BE(0, 24);
+    withOptions.writeUInt16BE(checksum(withOptions.subarray(14, 38)), 24);
+    const before = h.counter(abi.LB_CNT_TC_NO_BACKEND);
+    assert.equal(h.run('ingress', withOptions).verdict, TC_ACT_SHOT);
+    assert.equal(h.counter(abi.LB_CNT_TC_NO_BACKEND) - before, 1n);
+  });
+});
+
+// One wildcard entry per NodePort (address 0.0.0.0, bpf/lib/nodeport.h),
+// served on every address of sluice_nodeip4.
+describe('NodePort wildcard frontend', () => {
+  const NODE2 = '198.18.0.2';
+  const withNodeIps = (addresses: string[], fn: () => void) => {
+    const m = BpfMap.fromPinned(path.join(h.pinDir, abi.SLUICE_MAP_NODEIP4));
+    try {
+      syncNodeAddresses(nodeIpMap(m), addresses);
+      fn();
+    } finally {
+      syncNodeAddresses(nodeIpMap(m), []);
+      m.close();
+    }
+  };
+  beforeEach(() => h.upsertFrontend({ address: '0.0.0.0', port: NODE_PORT, proto: 'tcp', flags: NODEPORT, revNatId: 14, backends: [REMOTE_BE] }));
+
+  test('a SYN to any node address is translated; the reply gets that address back; other addresses pass', () => {
+    withNodeIps([NODE, NODE2], () => {
+      for (const [i, address] of [NODE, NODE2].entries()) {
+        const syn: L4Spec = { proto: 'tcp', src: CLIENT, dst: address, sport: 40400 + i, dport: NODE_PORT, tcpFlags: TCP_SYN };
+        const out = h.run('ingress', frame(syn)).out;
+        const sport = out.readUInt16BE(34);
+        expectPacket(out, frame({ ...syn, src: NODE, sport, dst: REMOTE_BE.address, dport: REMOTE_BE.port }), `SYN to ${address}`);
+        const reply: L4Spec = { proto: 'tcp', src: REMOTE_BE.address, dst: NODE, sport: REMOTE_BE.port, dport: sport, tcpFlags: TCP_SYN | TCP_ACK };
+        const back = h.run('ingress', frame(reply)).out;
+        expectPacket(back, frame({ ...reply, src: address, sport: NODE_PORT, dst: CLIENT, dport: 40400 + i }), `reply via ${address}`);
+      }
+      check('ingress', { proto: 'tcp', src: CLIENT, dst: '198.18.0.3', sport: 40410, dport: NODE_PORT, tcpFlags: TCP_SYN }, null);
+    });
+  });
+
+  test('without the address in sluice_nodeip4 the wildcard serves nothing', () => {
+    withNodeIps([NODE2], () => check('ingress', { proto: 'tcp', src: CLIENT, dst: NODE, sport: 40420, dport: NODE_PORT, tcpFlags: TCP_SYN }, null));
   });
 });
 

@@ -169,7 +169,7 @@ async function compareNode(c: Cluster, node: ClusterNode, mode: KubeProxyMode): 
     rows = [];
     for (const path of ['external', 'internal'] as TrafficPath[]) {
       const kp = await kubeProxyBackendSets(node, mode, { ...opts, path });
-      const sl = sluiceBackendSets(view, path);
+      const sl = sluiceBackendSets(view, path, [node.ip]);
       // The internal path differs from the external one only for eTP Local's external frontends.
       const keep = (kind: FrontendKind, fe: string): boolean =>
         path === 'external' || (kind !== 'clusterIP' && localETP.has(owner.get(`${kind} ${fe}`) ?? ''));

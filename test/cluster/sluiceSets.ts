@@ -47,17 +47,22 @@ function backendKey(b: { address: string; port: number }): string {
 }
 
 /** Sluice's frontends as the oracle's BackendSets, for one traffic path (see the mapping above). */
-export function sluiceBackendSets(view: readonly SluiceServiceView[], path: TrafficPath = 'external'): BackendSets {
+export function sluiceBackendSets(view: readonly SluiceServiceView[], path: TrafficPath = 'external', nodeAddresses: readonly string[] = []): BackendSets {
   const sets: BackendSets = { clusterIP: {}, externalIP: {}, loadBalancerIP: {}, nodePort: {} };
   const hasInternalTwin = new Set(view.filter((v) => v.scope === 'internal').map((v) => `${v.address}|${v.port}|${v.protocol}`));
   for (const v of view) {
     const twinned = hasInternalTwin.has(`${v.address}|${v.port}|${v.protocol}`);
     const wanted = path === 'external' ? v.scope === 'external' : v.scope === 'internal' || (v.scope === 'external' && !twinned);
     if (!wanted) continue;
-    const key = frontendKey(v.address, v.port, v.protocol);
+    const kind = kindOfFlags(v.flags);
     const backends = [...new Set(v.backends.map(backendKey))].sort();
+    // IPv4 NodePorts are one wildcard entry (0.0.0.0): it stands for every IPv4 NodePort address of the node, as kube-proxy's rules are read.
+    const wildcard = kind === 'nodePort' && v.address === '0.0.0.0' && nodeAddresses.some((a) => !a.includes(':'));
+    const addresses = wildcard ? nodeAddresses.filter((a) => !a.includes(':')) : [v.address];
     // The REJECT/DROP column (see emptySetMarker): LB_SVC_FLAG_DROP_NO_BACKEND says which.
-    sets[kindOfFlags(v.flags)][key] = backends.length > 0 ? backends : emptySetMarker(v.flags.includes('drop-no-backend') ? 'drop' : 'reject');
+    for (const address of addresses) {
+      sets[kind][frontendKey(address, v.port, v.protocol)] = backends.length > 0 ? backends : emptySetMarker(v.flags.includes('drop-no-backend') ? 'drop' : 'reject');
+    }
   }
   return sets;
 }

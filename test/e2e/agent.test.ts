@@ -204,7 +204,9 @@ test('NodePort, ExternalIP and ClientIP affinity work from the node through the 
   });
   api.store.create('endpointslices', slice('np', 'np-1', BACKENDS.slice(0, 3)));
   const want = BACKENDS.slice(0, 3).map((b) => `${b}:8080`);
-  await waitProgrammed('198.18.0.1:30080/tcp', want); // the Node's InternalIP
+  // One IPv4 NodePort entry at the wildcard address, whatever the node's addresses (bpf/lib/nodeport.h).
+  await waitProgrammed('0.0.0.0:30080/tcp', want);
+  assert.deepEqual(programmed().filter((s) => s.frontend.endsWith(':30080/tcp')).map((s) => s.frontend), ['0.0.0.0:30080/tcp']);
   await waitProgrammed('198.18.0.1:80/tcp', want);
   await waitProgrammed('198.19.100.7:80/tcp', want); // programmed for the TC path
   for (const [address, port] of [['198.18.0.1', 30080], ['198.18.0.1', 80], [svc.spec.clusterIP, 80]] as const) {

@@ -14,6 +14,10 @@ import { startApiServer, type ApiServerHandle } from '../../src/k8s/apiserver';
 import { Sandbox, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
 import { startBackends } from '../helpers/backends';
 import { AgentProcess } from '../helpers/agentProcess';
+import * as abi from '../../src/abi/generated';
+import { BpfMap } from '../../src/bpf';
+import { nodeIpMap } from '../../src/datapath/sockConfig';
+import { numberToIp4 } from '../../src/datapath/addr';
 
 const NODE = 'node-p';
 const NODE_IP = '198.18.0.1';
@@ -63,6 +67,16 @@ async function waitFrontend(what: string, check: (f: Programmed[number] | undefi
     const complaints = agent.lines.filter((l) => l.level >= 40).slice(-5).map((l) => JSON.stringify(l));
     throw new Error(`${err.message}; agent warnings/errors: ${complaints.join(' | ')}`);
   });
+}
+
+/** The addresses NodePorts listen on: sluice_nodeip4 as the agent wrote it. */
+function nodePortAddresses(): string[] {
+  const m = BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_NODEIP4));
+  try {
+    return [...nodeIpMap(m).entries()].map(([a]) => numberToIp4(a));
+  } finally {
+    m.close();
+  }
 }
 
 const backendsOf = (f: Programmed[number] | undefined) => (f?.backends ?? []).map((b) => `${b.address}:${b.port}`).sort().join(',');
@@ -180,8 +194,9 @@ test('NodePorts: on 127.0.0.1 from the node (iptables mode default), and they su
   api.store.create('endpointslices', slice('np-parity', 'np-parity-1', [BACKENDS[0]!]));
   const nodePort = svc.spec.ports[0]!.nodePort!;
   const want = `${BACKENDS[0]}:8080`;
-  await waitFrontend('NodePort on the Node IP', (f) => backendsOf(f) === want, `${NODE_IP}:${nodePort}/tcp`);
-  await waitFrontend('NodePort on 127.0.0.1', (f) => backendsOf(f) === want, `127.0.0.1:${nodePort}/tcp`);
+  // One IPv4 entry at the wildcard address (bpf/lib/nodeport.h); the addresses it listens on are sluice_nodeip4's.
+  await waitFrontend('NodePort wildcard', (f) => backendsOf(f) === want, `0.0.0.0:${nodePort}/tcp`);
+  await waitFor('NodePort addresses: the Node IP and 127.0.0.1', () => nodePortAddresses().includes(NODE_IP) && nodePortAddresses().includes('127.0.0.1'), 15000);
   const results = await connect('127.0.0.1', nodePort, 5);
   assert.ok(results.every((r) => r.backend === want), JSON.stringify(results));
 
@@ -189,11 +204,13 @@ test('NodePorts: on 127.0.0.1 from the node (iptables mode default), and they su
   await agent.waitForLog(/sync done/); // the Node's deletion is synced
   const fullSyncs = agent.lines.filter((l) => l.kind === 'full').length;
   await waitFor('a full sync without the Node', () => agent.lines.filter((l) => l.kind === 'full').length > fullSyncs, 20_000);
-  assert.equal(backendsOf(programmed().find((s) => s.frontend === `${NODE_IP}:${nodePort}/tcp`)), want, 'kept while the Node is away');
+  assert.equal(backendsOf(programmed().find((s) => s.frontend === `0.0.0.0:${nodePort}/tcp`)), want, 'kept while the Node is away');
+  assert.ok(nodePortAddresses().includes(NODE_IP), 'kept while the Node is away');
   api.store.create('nodes', { ...nodeObject(), status: {} });
   const afterReregister = agent.lines.filter((l) => l.kind === 'full').length;
   await waitFor('a full sync with an address-less Node', () => agent.lines.filter((l) => l.kind === 'full').length > afterReregister, 20_000);
-  assert.equal(backendsOf(programmed().find((s) => s.frontend === `${NODE_IP}:${nodePort}/tcp`)), want, 'kept while it re-registers without addresses');
+  assert.equal(backendsOf(programmed().find((s) => s.frontend === `0.0.0.0:${nodePort}/tcp`)), want, 'kept while it re-registers without addresses');
+  assert.ok(nodePortAddresses().includes(NODE_IP), 'kept while it re-registers without addresses');
   api.store.update('nodes', { ...(structuredClone(api.store.get('nodes', NODE)) as object), status: nodeObject().status } as never);
 });
 

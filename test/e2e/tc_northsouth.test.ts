@@ -110,8 +110,10 @@ describe('externalTrafficPolicy: Cluster', () => {
 });
 
 describe('externalTrafficPolicy: Local', () => {
+  // No local backend while POD2 is an endpoint elsewhere: the agent flags the
+  // external scope DROP_NO_BACKEND (kube-proxy drops, does not reject).
   const local = (backends: TcBackend[]) =>
-    frontend({ flags: abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES, backends });
+    frontend({ flags: abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES | (backends.length ? 0 : abi.LB_SVC_FLAG_DROP_NO_BACKEND), backends });
 
   test('the backend sees the client address; without local backends traffic is dropped; health check 200/503', async () => {
     const HC_SCRIPT = `
@@ -154,6 +156,32 @@ describe('externalTrafficPolicy: Local', () => {
   });
 });
 
+// A connected UDP socket sending every 200 ms: prints the first answer, or
+// the error an ICMP port unreachable quoting its datagram raises (ECONNREFUSED).
+const CONNECTED_UDP = `
+  const u = require('dgram').createSocket('udp4'); const [host, port] = process.argv.slice(1);
+  const done = (s) => { process.stdout.write(s); process.exit(0); };
+  u.on('error', (e) => done('error ' + e.code)); u.on('message', (m) => done(String(m)));
+  u.connect(Number(port), host, () => { const tick = () => u.send('hi'); tick(); setInterval(tick, 200); });
+  setTimeout(() => done('timeout'), 2000);`;
+
+// kube-proxy REJECTs (icmp-port-unreachable) a NodePort / ExternalIP whose
+// Service has no endpoints at all: the external client's connect() fails at
+// once instead of timing out.
+describe('a Service without any endpoint: rejected, as kube-proxy does', () => {
+  for (const [name, address, flags] of [['NodePort', ADDR.node1, abi.LB_SVC_FLAG_NODEPORT], ['ExternalIP', '198.18.100.30', abi.LB_SVC_FLAG_EXTERNAL_IP]] as const) {
+    test(`${name}: TCP connect() and connected UDP get ECONNREFUSED from the external namespace`, () => {
+      h.upsertFrontend(frontend({ address, flags, backends: [] }));
+      h.upsertFrontend(frontend({ address, flags, proto: 'udp', backends: [] }));
+      const before = h.counter(abi.LB_CNT_TC_NO_BACKEND);
+      assert.equal(request('cli', 'tcp', address, NODE_PORT), 'error ECONNREFUSED');
+      assert.equal(topo.node('cli', CONNECTED_UDP, [address, String(NODE_PORT)]), 'error ECONNREFUSED');
+      assert.ok(h.counter(abi.LB_CNT_TC_NO_BACKEND) - before >= 2n);
+      assert.equal(listConntrack(h.tc.conntrack).length, 0);
+    });
+  }
+});
+
 describe('loadBalancerSourceRanges', () => {
   test('a client inside the ranges is served; after the ranges change it is dropped', () => {
     const LB_IP = '198.18.100.20';
@@ -186,12 +214,6 @@ describe('ICMP errors for translated flows', () => {
   // A connected UDP socket reports ECONNREFUSED when an ICMP port unreachable
   // quoting its own datagram (client -> frontend) comes back: the error must
   // have been translated on its way.
-  const CONNECTED_UDP = `
-    const u = require('dgram').createSocket('udp4'); const [host, port] = process.argv.slice(1);
-    const done = (s) => { process.stdout.write(s); process.exit(0); };
-    u.on('error', (e) => done('error ' + e.code)); u.on('message', (m) => done(String(m)));
-    u.connect(Number(port), host, () => { const tick = () => u.send('hi'); tick(); setInterval(tick, 200); });
-    setTimeout(() => done('timeout'), 2000);`;
 
   for (const [where, backend] of [['local', { ...POD1, port: 9999 }], ['remote (SNAT)', { ...POD2, port: 9999 }]] as const) {
     test(`port unreachable from a ${where} backend reaches the client as ECONNREFUSED`, () => {

@@ -40,6 +40,16 @@ test('sluice sets: the REJECT/DROP column follows the drop-no-backend flag', () 
   assert.deepEqual(sluiceBackendSets(dropping).clusterIP, { '10.96.0.11:80/tcp': ['<drop>'], '10.96.0.12:80/tcp': ['<reject>'] });
 });
 
+test('sluice sets: the IPv4 NodePort wildcard (0.0.0.0) stands for each of the node\'s NodePort addresses', () => {
+  const wild: SluiceServiceView[] = [
+    { frontend: '0.0.0.0:30080/tcp', address: '0.0.0.0', port: 30080, protocol: 'tcp', scope: 'external', flags: ['NodePort'], backends: [be('198.19.1.2')] },
+  ];
+  assert.deepEqual(sluiceBackendSets(wild, 'external', ['198.18.0.11', '198.18.5.1', 'fd00::11']).nodePort, {
+    '198.18.0.11:30080/tcp': ['198.19.1.2:8080'], '198.18.5.1:30080/tcp': ['198.19.1.2:8080'],
+  });
+  assert.deepEqual(Object.keys(sluiceBackendSets(wild).nodePort), ['0.0.0.0:30080/tcp'], 'no addresses given: the wildcard as is');
+});
+
 test('sluice sets: a frontend without a kind flag is an error that names its flags', () => {
   assert.equal(kindOfFlags(['ExternalIP', 'externalTrafficPolicy=Local']), 'externalIP');
   assert.throws(() => kindOfFlags(['two-scopes']), /flags \[two-scopes\]/);

@@ -22,7 +22,9 @@ const frontends: Frontend[] = [
   { address: '198.18.50.1', port: 443, flags: F.LB_SVC_FLAG_LOADBALANCER | F.LB_SVC_FLAG_SOURCE_RANGE | F.LB_SVC_FLAG_EXT_LOCAL | F.LB_SVC_FLAG_TWO_SCOPES, backends: [1], revNat: 3 },
   { address: '198.18.50.1', port: 443, scope: F.LB_SCOPE_INTERNAL, flags: F.LB_SVC_FLAG_LOADBALANCER | F.LB_SVC_FLAG_SOURCE_RANGE | F.LB_SVC_FLAG_EXT_LOCAL | F.LB_SVC_FLAG_TWO_SCOPES, backends: [1, 2], revNat: 3 },
   // NodePort, externalTrafficPolicy Local, no local backend.
-  { address: '198.18.0.1', port: 30081, flags: F.LB_SVC_FLAG_NODEPORT | F.LB_SVC_FLAG_EXT_LOCAL, backends: [], revNat: 4 },
+  { address: '198.18.0.1', port: 30081, flags: F.LB_SVC_FLAG_NODEPORT | F.LB_SVC_FLAG_EXT_LOCAL | F.LB_SVC_FLAG_DROP_NO_BACKEND, backends: [], revNat: 4 },
+  // NodePort without any endpoint.
+  { address: '198.18.0.1', port: 30082, flags: F.LB_SVC_FLAG_NODEPORT, backends: [], revNat: 7 },
   // NodePort, Cluster policy, with ClientIP affinity.
   { address: '198.18.0.1', port: 30080, flags: F.LB_SVC_FLAG_NODEPORT | F.LB_SVC_FLAG_AFFINITY, backends: [1, 2], revNat: 5, affinity: 60 },
   // A frontend whose second slot is missing (agent mid-update).
@@ -93,6 +95,7 @@ test('verdicts: every path and branch of the programs', () => {
     ['tc: outside source ranges', inp('north_south', '198.18.9.9', '198.18.50.1:443'), {}, /^DROP: source outside loadBalancerSourceRanges$/, 'north_south/source_range_drop/original'],
     ['tc: inside source ranges, local backend, Local policy: no SNAT', inp('north_south', '198.18.200.7', '198.18.50.1:443'), {}, /^TRANSLATE: to one of 1 backends \(random\)$/, 'north_south/new_flow/original'],
     ['tc: Local policy without local backends', inp('north_south', '198.18.9.9', '198.18.0.1:30081'), {}, /^DROP: no local backends: dropped$/, 'north_south/no_backend/original'],
+    ['tc: no endpoint at all is rejected', inp('north_south', '198.18.9.9', '198.18.0.1:30082'), {}, /^REJECT: no backends: ICMP port unreachable sent back to the client$/, 'north_south/no_backend/original'],
     ['tc: Cluster policy needs SNAT, none configured', inp('north_south', '198.18.9.9', '198.18.0.1:30080'), {}, /every backend\(s\) need SNAT and no SNAT address is configured: dropped/],
     ['tc: Cluster policy SNATs', inp('north_south', '198.18.9.9', '198.18.0.1:30080'), { snat: '198.18.0.1' }, /source SNATed to 198\.18\.0\.1$/],
     ['tc: known flow', inp('north_south', '198.18.9.9:40000', '198.18.0.1:30080'), { ct: [[origKey, ctEntry({})]] }, /^TRANSLATE: known flow \(established\) to backend 198\.18\.1\.1:8080$/],
