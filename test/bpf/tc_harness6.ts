@@ -4,6 +4,7 @@
 import * as abi from '../../src/abi/generated';
 import { ip6ToBytes } from '../../src/datapath/addr';
 import { TypedMap, u32Codec, u8Codec } from '../../src/datapath/typedMap';
+import { writeTcConfig6 } from '../../src/datapath/tc/config';
 import type { TcFrontend, TcHarness } from './tc_harness';
 
 export class Tc6Maps {
@@ -11,8 +12,10 @@ export class Tc6Maps {
   readonly backends: TypedMap<number, abi.Lb6Backend>;
   readonly revNat: TypedMap<number, abi.Lb6ReverseNat>;
   readonly sourceRanges: TypedMap<abi.Lb6SrcRangeKey, number>;
-  readonly conntrack: TypedMap<abi.Lb6CtKey, abi.Lb6CtEntry>;
-  readonly config: TypedMap<number, abi.Lb6TcConfig>;
+  // Absent in an object older than the IPv6 TC path (the fail-first runs
+  // load one: IPv6 frontends are then in the maps but never translated).
+  private readonly ct?: TypedMap<abi.Lb6CtKey, abi.Lb6CtEntry>;
+  readonly config?: TypedMap<number, abi.Lb6TcConfig>;
 
   constructor(readonly h: TcHarness) {
     const m = (name: string) => h.obj.map(name);
@@ -20,15 +23,27 @@ export class Tc6Maps {
     this.backends = new TypedMap(m(abi.SLUICE_MAP_BACKENDS6), u32Codec, abi.lb6_backendCodec);
     this.revNat = new TypedMap(m(abi.SLUICE_MAP_REVNAT6), u32Codec, abi.lb6_reverse_natCodec);
     this.sourceRanges = new TypedMap(m(abi.SLUICE_MAP_SRCRANGE6), abi.lb6_src_range_keyCodec, u8Codec);
-    this.conntrack = new TypedMap(m(abi.SLUICE_MAP_CT6), abi.lb6_ct_keyCodec, abi.lb6_ct_entryCodec);
-    this.config = new TypedMap(m(abi.SLUICE_MAP_TC_CONFIG6), u32Codec, abi.lb6_tc_configCodec);
+    const has = (name: string) => { try { m(name); return true; } catch { return false; } };
+    if (has(abi.SLUICE_MAP_CT6)) this.ct = new TypedMap(m(abi.SLUICE_MAP_CT6), abi.lb6_ct_keyCodec, abi.lb6_ct_entryCodec);
+    if (has(abi.SLUICE_MAP_TC_CONFIG6)) this.config = new TypedMap(m(abi.SLUICE_MAP_TC_CONFIG6), u32Codec, abi.lb6_tc_configCodec);
+  }
+
+  /** sluice_ct6 (an error when the object has no IPv6 TC path). */
+  get conntrack(): TypedMap<abi.Lb6CtKey, abi.Lb6CtEntry> {
+    if (!this.ct) throw new Error(`${abi.SLUICE_MAP_CT6}: not in this object (older than the IPv6 TC path)`);
+    return this.ct;
+  }
+
+  /** The node's IPv6 SNAT address (sluice_tc_cfg6), when the object has it. */
+  setSnat(address?: string): void {
+    if (this.config) writeTcConfig6(this.config, address);
   }
 
   reset(): void {
-    for (const m of [this.services, this.backends, this.revNat, this.sourceRanges, this.conntrack] as Array<TypedMap<unknown, unknown>>) {
-      for (const [k] of [...m.entries()]) m.delete(k);
+    for (const m of [this.services, this.backends, this.revNat, this.sourceRanges, this.ct] as Array<TypedMap<unknown, unknown> | undefined>) {
+      for (const [k] of [...m?.entries() ?? []]) m!.delete(k);
     }
-    this.config.set(0, { snat_address: Buffer.alloc(16) });
+    this.setSnat(undefined);
   }
 
   upsertFrontend(f: TcFrontend, scope = abi.LB_SCOPE_EXTERNAL): void {

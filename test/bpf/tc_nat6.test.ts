@@ -8,7 +8,7 @@ import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as abi from '../../src/abi/generated';
 import { bytesToIp6 } from '../../src/datapath/addr';
-import { writeTcConfig, writeTcConfig6 } from '../../src/datapath/tc/config';
+import { writeTcConfig } from '../../src/datapath/tc/config';
 import { TcHarness } from './tc_harness';
 import { Tc6Maps } from './tc_harness6';
 import { TC_ACT_OK, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN, diffHex } from './tc_packet';
@@ -38,7 +38,7 @@ beforeEach(() => {
   h.reset();
   v6.reset();
   writeTcConfig(h.tc.config, { snatAddress: '198.18.0.1' });
-  writeTcConfig6(v6.config, NODE);
+  v6.setSnat(NODE);
 });
 
 function expectPacket(actual: Buffer, expected: Buffer, what: string): void {
@@ -123,7 +123,7 @@ describe('IPv6 NodePort to a remote backend: DNAT + SNAT to the node\'s IPv6 add
   });
 
   test('without an IPv6 SNAT address the flow is dropped and counted', () => {
-    writeTcConfig6(v6.config, undefined);
+    v6.setSnat(undefined);
     const before = h.counter(abi.LB_CNT_TC_SNAT_FAILED);
     check('ingress', { proto: 'tcp', src: CLIENT, dst: NODE, sport: 62001, dport: NODE_PORT }, null, TC_ACT_SHOT);
     assert.equal(h.counter(abi.LB_CNT_TC_SNAT_FAILED) - before, 1n);
