@@ -9,6 +9,8 @@ import assert from 'node:assert/strict';
 import * as abi from '../../src/abi/generated';
 import { bytesToIp6 } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
+import { openSockLbMaps } from '../../src/datapath/maps';
+import { LbProgrammer } from '../../src/datapath/programmer';
 import { TcHarness } from './tc_harness';
 import { Tc6Maps } from './tc_harness6';
 import { TC_ACT_OK, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN, diffHex } from './tc_packet';
@@ -139,6 +141,33 @@ describe('IPv6 loadBalancerSourceRanges', () => {
     const before = h.counter(abi.LB_CNT_TC_SRC_RANGE_DROP);
     check('ingress', { ...ok, src: '2001:db8:1::10' }, null, TC_ACT_SHOT);
     assert.equal(h.counter(abi.LB_CNT_TC_SRC_RANGE_DROP) - before, 1n);
+  });
+});
+
+describe('IPv6 loadBalancerSourceRanges written by the programmer (agent path)', () => {
+  test('an IPv6 frontend\'s CIDRs go to sluice_srcrng6; changing them changes who is served', () => {
+    const maps = openSockLbMaps(h.pinDir);
+    try {
+      const p = LbProgrammer.adopt(maps);
+      const spec = (ranges: string[]) => ({
+        address: EXTERNAL_IP, port: 443, proto: 'tcp' as const, scope: 'external' as const,
+        flags: abi.LB_SVC_FLAG_LOADBALANCER | abi.LB_SVC_FLAG_SOURCE_RANGE, affinityTimeout: 0,
+        backends: [{ address: REMOTE_BE.address, port: 8080, proto: 'tcp' as const }], sourceRanges: ranges,
+      });
+      assert.equal(p.apply([spec(['2001:db8::/64', '2001:db8:5::1/48'])], { prune: true }).failures.length, 0);
+      const keys = [...v6.sourceRanges.entries()].map(([k]) => `${bytesToIp6(k.address)}/${k.prefixlen - 32}`).sort();
+      assert.deepEqual(keys, ['2001:db8:5::/48', '2001:db8::/64'], 'host bits cleared, one entry per CIDR');
+      const syn: L4Spec6 = { proto: 'tcp', src: CLIENT, dst: EXTERNAL_IP, sport: 62100, dport: 443 };
+      const { out } = h.run('ingress', frame6(syn));
+      assert.equal(bytesToIp6(out.subarray(14 + 24, 14 + 40)), REMOTE_BE.address, 'served');
+      assert.equal(p.apply([spec(['2001:db8:9::/64'])], { prune: true }).failures.length, 0);
+      check('ingress', { ...syn, sport: 62101 }, null, TC_ACT_SHOT);
+      assert.equal(LbProgrammer.adopt(maps).programmedFrontends()[0]?.sourceRanges.join(), '2001:db8:9::/64', 'adopted back from the map');
+      p.apply([], { prune: true });
+      assert.equal([...v6.sourceRanges.entries()].length, 0, 'removed with the frontend');
+    } finally {
+      maps.close();
+    }
   });
 });
 
