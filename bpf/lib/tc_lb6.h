@@ -277,9 +277,11 @@ lb6_ct_create_flow(struct __sk_buff *skb, const struct lb6_tuple *t, struct lb6_
 		lb_count(LB_CNT_TC_SNAT_FAILED);
 		return -1;
 	}
+	/* Zero: the caller then translates this packet as a known flow, and
+	 * that touch counts it. */
 	e->dir = LB_CT_DIR_ORIGINAL;
-	e->packets = 1;
-	e->bytes = skb->len;
+	e->packets = 0;
+	e->bytes = 0;
 	lb6_ct_key_of(&key, t, LB_CT_DIR_ORIGINAL);
 	if (lb6_ct_claim_insert(&key, e) < 0) {
 		struct lb6_ct_key reply;

@@ -81,6 +81,8 @@ describe('IPv6 NodePort, externalTrafficPolicy Local, local backend: DNAT only, 
     const rows = ctRows();
     assert.equal(rows.length, 2, JSON.stringify(rows));
     assert.ok(rows.every((r) => r.client === `[${CLIENT}]:40000` && r.backend === `[${LOCAL_BE.address}]:8080` && !(r.flags & abi.LB_CT_FLAG_SNAT)));
+    const original = [...v6.conntrack.entries()].find(([k]) => k.dir === abi.LB_CT_DIR_ORIGINAL)![1];
+    assert.equal(original.packets, 2n, 'SYN and data, each counted once');
   });
 
   test('UDP: DNAT and reverse NAT keep the UDP checksum right', () => {
