@@ -3,10 +3,9 @@
 // IPv6 pseudo-header (RFC 8200 section 8.1). The data path updates checksums
 // incrementally; the fixtures compare its output with these byte by byte.
 import { ip6ToBytes } from '../../src/datapath/addr';
-import { checksum, onesSum, TCP_SYN } from './tc_packet';
+import { checksum, ethernet, onesSum, TCP_SYN } from './tc_packet';
 
-const MAC_A = Buffer.from('02000000000a', 'hex');
-const MAC_B = Buffer.from('02000000000b', 'hex');
+const MAC_A = Buffer.from('02000000000a', 'hex'); // the sender's, as in tc_packet.ts
 
 export interface L4Spec6 {
   proto: 'tcp' | 'udp';
@@ -84,12 +83,11 @@ export function ip6Packet(s: L4Spec6): Buffer {
   return Buffer.concat([ip6Header(s.src, s.dst, ext[0]?.type ?? l4, body.length, s.hopLimit), body]);
 }
 
+/** tc_packet.ts's frame, with the IPv6 EtherType. */
 export function ethernet6(ipPkt: Buffer): Buffer {
-  const eth = Buffer.alloc(14);
-  MAC_B.copy(eth, 0);
-  MAC_A.copy(eth, 6);
-  eth.writeUInt16BE(0x86dd, 12);
-  return Buffer.concat([eth, ipPkt]);
+  const out = ethernet(ipPkt);
+  out.writeUInt16BE(0x86dd, 12);
+  return out;
 }
 
 export function frame6(s: L4Spec6): Buffer {

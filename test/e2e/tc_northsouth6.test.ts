@@ -10,7 +10,7 @@ import { writeTcConfig } from '../../src/datapath/tc/config';
 import { TcHarness, attachInNetns, type TcBackend, type TcFrontend } from '../bpf/tc_harness';
 import { Tc6Maps } from '../bpf/tc_harness6';
 import { BULK_TCP_CLIENT } from './multihome_topology';
-import { SERVER6, Topology6, UDP_CLIENT6, V6 } from './tc_topology6';
+import { SERVER6, Topology6, UDP_CLIENT6, V6, type V6Role } from './tc_topology6';
 
 const NODE_PORT = 30080;
 const POD1: TcBackend = { id: 1, address: V6.pod1, port: 8080, local: true };
@@ -26,9 +26,9 @@ function frontend(f: Partial<TcFrontend> & Pick<TcFrontend, 'backends'>): TcFron
 }
 
 /** TCP: "<pod> <peer>" after a small exchange; UDP: "<pod> <peer>". */
-function request(proto: 'tcp' | 'udp', host: string, port: number): string {
-  if (proto === 'udp') return topo.node('cli', UDP_CLIENT6, [host, String(port)]).replace(/:\d+$/, '');
-  const out = topo.node('cli', BULK_TCP_CLIENT, [host, String(port), '1000', '2000']);
+function request(proto: 'tcp' | 'udp', host: string, port: number, from: V6Role = 'cli'): string {
+  if (proto === 'udp') return topo.node(from, UDP_CLIENT6, [host, String(port)]).replace(/:\d+$/, '');
+  const out = topo.node(from, BULK_TCP_CLIENT, [host, String(port), '1000', '2000']);
   const m = /^ok (\w+) (\S+) 1000$/.exec(out);
   return m ? `${m[1]} ${m[2]}` : out;
 }
@@ -97,6 +97,18 @@ describe('IPv6 loadBalancerSourceRanges', () => {
     assert.match(request('tcp', LB_IP, 443), /^timeout/);
     assert.ok(h.counter(abi.LB_CNT_TC_SRC_RANGE_DROP) > before);
   });
+});
+
+describe('IPv6 hairpin: a pod reaches its own node\'s NodePort', () => {
+  for (const proto of ['tcp', 'udp'] as const) {
+    test(`${proto}: to a remote pod, and to itself (SNAT to node1 so the reply comes back through it)`, () => {
+      v6.upsertFrontend(frontend({ proto, backends: [POD2] }));
+      assert.equal(request(proto, V6.node1Public, NODE_PORT, 'p1'), `pod2 ${V6.node1Public}`);
+      v6.upsertFrontend(frontend({ proto, backends: [{ ...POD1, id: 5 }] }));
+      v6.backends.delete(POD2.id);
+      assert.equal(request(proto, V6.node1Public, NODE_PORT, 'p1'), `pod1 ${V6.node1Public}`);
+    });
+  }
 });
 
 describe('IPv6 PMTU through a smaller-MTU hop (node1-node2 at 1 280, client link 1 500)', () => {
