@@ -5,6 +5,7 @@
 // report the peer address they see.
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import * as abi from '../../src/abi/generated';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { TcHarness, attachInNetns, type TcBackend, type TcFrontend } from '../bpf/tc_harness';
@@ -109,6 +110,32 @@ describe('IPv6 hairpin: a pod reaches its own node\'s NodePort', () => {
       assert.equal(request(proto, V6.node1Public, NODE_PORT, 'p1'), `pod1 ${V6.node1Public}`);
     });
   }
+});
+
+/** The client's route to an address, with the path MTU it learnt ("... mtu 1280 ..."). */
+const clientRoute = (address: string) => execFileSync('ip', ['-n', topo.ns.cli, '-6', 'route', 'get', address], { encoding: 'utf8' });
+
+describe('IPv6 PMTU, externalTrafficPolicy Local: the node\'s own Packet Too Big', () => {
+  test('quoting client -> pod, it is fixed on egress to quote client -> frontend; the client learns the MTU and the transfer completes', () => {
+    // A 1 280 hop to the local pod that the pod does not advertise (advmss
+    // 1440): the client's 1 500-byte segments, DNATed, are too big for vp1,
+    // and node1's stack answers with Packet Too Big about client -> pod.
+    topo.in('n1', 'link', 'set', 'vp1', 'mtu', '1280');
+    topo.in('p1', '-6', 'route', 'replace', '2001:db8::/32', 'via', 'fe80::1', 'dev', 'eth0', 'mtu', '1280', 'advmss', '1440');
+    topo.in('cli', 'link', 'set', 'dev', 'eth0', 'gso_max_segs', '1');
+    topo.in('cli', '-6', 'route', 'flush', 'cache');
+    try {
+      assert.doesNotMatch(clientRoute(V6.node1Public), /mtu 1280/, 'no path MTU learnt yet');
+      v6.upsertFrontend(frontend({ flags: LOCAL_POLICY, backends: [POD1] }));
+      const answer = topo.node('cli', BULK_TCP_CLIENT, [V6.node1Public, String(NODE_PORT), String(300 * 1024), '8000'], 12000);
+      assert.equal(answer, `ok pod1 ${V6.client} ${300 * 1024}`);
+      assert.match(clientRoute(V6.node1Public), /mtu 1280/, 'the client took the Packet Too Big for the frontend');
+    } finally {
+      topo.in('n1', 'link', 'set', 'vp1', 'mtu', '1500');
+      topo.in('p1', '-6', 'route', 'replace', '2001:db8::/32', 'via', 'fe80::1', 'dev', 'eth0');
+      topo.in('cli', '-6', 'route', 'flush', 'cache');
+    }
+  });
 });
 
 describe('IPv6 PMTU through a smaller-MTU hop (node1-node2 at 1 280, client link 1 500)', () => {
