@@ -3,7 +3,7 @@
 // IPv6 pseudo-header (RFC 8200 section 8.1). The data path updates checksums
 // incrementally; the fixtures compare its output with these byte by byte.
 import { ip6ToBytes } from '../../src/datapath/addr';
-import { checksum, ethernet, onesSum, TCP_SYN } from './tc_packet';
+import { checksum, ethernet, l4Segment, onesSum } from './tc_packet';
 
 const MAC_A = Buffer.from('02000000000a', 'hex'); // the sender's, as in tc_packet.ts
 
@@ -35,27 +35,8 @@ export function exthdr(type: number, body: Buffer): { type: number; body: Buffer
   return { type, body: Buffer.concat([body, Buffer.alloc(len - 2 - body.length)]) };
 }
 
-export function l4Segment6(s: L4Spec6): Buffer {
-  const payload = s.payload ?? Buffer.alloc(0);
-  if (s.proto === 'udp') {
-    const seg = Buffer.concat([Buffer.alloc(8), payload]);
-    seg.writeUInt16BE(s.sport, 0);
-    seg.writeUInt16BE(s.dport, 2);
-    seg.writeUInt16BE(seg.length, 4);
-    const c = checksum(seg, pseudoSum6(s.src, s.dst, 17, seg.length));
-    seg.writeUInt16BE(c === 0 ? 0xffff : c, 6);
-    return seg;
-  }
-  const seg = Buffer.concat([Buffer.alloc(20), payload]);
-  seg.writeUInt16BE(s.sport, 0);
-  seg.writeUInt16BE(s.dport, 2);
-  seg.writeUInt32BE(1000, 4);
-  seg.writeUInt8(5 << 4, 12);
-  seg.writeUInt8(s.tcpFlags ?? TCP_SYN, 13);
-  seg.writeUInt16BE(64240, 14);
-  seg.writeUInt16BE(checksum(seg, pseudoSum6(s.src, s.dst, 6, seg.length)), 16);
-  return seg;
-}
+/** tc_packet.ts's segment with the checksum over the IPv6 pseudo-header. */
+export const l4Segment6 = (s: L4Spec6): Buffer => l4Segment(s, pseudoSum6);
 
 function ip6Header(src: string, dst: string, next: number, payloadLength: number, hopLimit = 64): Buffer {
   const ip = Buffer.alloc(40);
