@@ -164,7 +164,7 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
       nodeDevices.sync(addresses);
     },
     backendsDeleted(ids) {
-      const purged = purgeBackends(maps.conntrack, ids);
+      const purged = purgeBackends(maps.conntrack, ids) + (maps.conntrack6 ? purgeBackends(maps.conntrack6, ids) : 0);
       if (purged > 0) log.debug({ backends: ids.length, flows: purged }, 'forgot the flows of deleted backends');
     },
     healthChecks(checks) {

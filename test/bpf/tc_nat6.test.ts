@@ -10,6 +10,7 @@ import * as abi from '../../src/abi/generated';
 import { bytesToIp6 } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { openSockLbMaps } from '../../src/datapath/maps';
+import { purgeBackends } from '../../src/datapath/tc/conntrack';
 import { LbProgrammer } from '../../src/datapath/programmer';
 import { TcHarness } from './tc_harness';
 import { Tc6Maps } from './tc_harness6';
@@ -272,6 +273,18 @@ describe('non-Service ICMPv6 and extension headers', () => {
     const done: L4Spec6 = { ...base, sport: 40302, ext: [exthdr(43, Buffer.from([4, 0, 0, 0, 0, 0, ...Buffer.alloc(16)]))] };
     check('ingress', done, { ...done, dst: LOCAL_BE.address, dport: LOCAL_BE.port });
     assert.equal(ctRows().length, 2, 'only the last SYN opened a flow');
+  });
+});
+
+describe('the agent forgets the IPv6 flows of deleted backends', () => {
+  test('purgeBackends on sluice_ct6 deletes both entries of the backend\'s flows only', () => {
+    v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: NODEPORT, revNatId: 8, backends: [REMOTE_BE] });
+    v6.upsertFrontend({ address: EXTERNAL_IP, port: 53, proto: 'udp', flags: abi.LB_SVC_FLAG_EXTERNAL_IP | LOCAL_POLICY, revNatId: 9, backends: [LOCAL_BE] });
+    h.run('ingress', frame6({ proto: 'udp', src: CLIENT, dst: NODE, sport: 5001, dport: NODE_PORT }));
+    h.run('ingress', frame6({ proto: 'udp', src: CLIENT, dst: EXTERNAL_IP, sport: 5002, dport: 53 }));
+    assert.equal(ctRows().length, 4);
+    assert.equal(purgeBackends(v6.conntrack, [REMOTE_BE.id]), 2);
+    assert.deepEqual(ctRows().map((r) => r.backend), [`[${LOCAL_BE.address}]:8080`, `[${LOCAL_BE.address}]:8080`]);
   });
 });
 
