@@ -5,17 +5,37 @@
  * egress (tcx links). Entry points only; the logic is in lib/tc_lb.h.
  */
 #include "lib/tc_lb.h"
+#include "lib/tc_lb6.h" /* issue 14: IPv6 frontends */
+
+/*
+ * Each family's path is a subprogram with its own stack frame: the verifier
+ * adds up the frames along a call chain (at most 512 bytes), and the IPv4
+ * and IPv6 paths are never on one chain.
+ */
+static __noinline int tc_ingress4(struct __sk_buff *skb)
+{
+	return lb4_tc_ingress(skb);
+}
+
+static __noinline int tc_egress4(struct __sk_buff *skb)
+{
+	return lb4_tc_egress(skb);
+}
 
 SEC("tc")
 int sluice_tc_ingress(struct __sk_buff *skb)
 {
-	return lb4_tc_ingress(skb);
+	if (skb->protocol == bpf_htons(LB_ETH_P_IPV6))
+		return lb6_tc_ingress(skb);
+	return tc_ingress4(skb);
 }
 
 SEC("tc")
 int sluice_tc_egress(struct __sk_buff *skb)
 {
-	return lb4_tc_egress(skb);
+	if (skb->protocol == bpf_htons(LB_ETH_P_IPV6))
+		return lb6_tc_egress(skb);
+	return tc_egress4(skb);
 }
 
 /*
@@ -27,7 +47,7 @@ int sluice_tc_egress(struct __sk_buff *skb)
 SEC("tc")
 int SLUICE_PROG_CT_GC(struct __sk_buff *skb)
 {
-	int deleted = lb4_ct_gc();
+	int deleted = lb4_ct_gc() + lb6_ct_gc();
 
 	lc4_gc(); /* least-connection: counts of flows that are gone */
 	return deleted;

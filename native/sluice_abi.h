@@ -778,7 +778,7 @@ _Static_assert(sizeof(struct lb_lc_flow) == 8, "lb_lc_flow layout");
 #define SLUICE_MAP_BACKENDS6 sluice_be6      /* __u32 backend id -> lb6_backend */
 #define SLUICE_MAP_REVNAT6   sluice_revnat6  /* __u32 rev-NAT id -> lb6_reverse_nat */
 #define SLUICE_MAP_AFFINITY6 sluice_affin6   /* lb6_affinity_key -> lb_affinity (LRU) */
-#define SLUICE_MAP_SRCRANGE6 sluice_srcrng6  /* lb6_src_range_key -> __u8 (LPM trie; read by the TC path, later) */
+#define SLUICE_MAP_SRCRANGE6 sluice_srcrng6  /* lb6_src_range_key -> __u8 (LPM trie; read by the TC path) */
 #define SLUICE_MAP_SOCK6     sluice_sock6    /* socket -> lb6_sock_state (socket-local storage) */
 #define SLUICE_MAP_NODEIP6   sluice_nodeip6  /* lb6_node_ip -> __u8 1 (hash) */
 
@@ -899,5 +899,62 @@ struct lb_xdp_fib_scratch {
 
 _Static_assert(sizeof(struct lb_xdp_stats) == 48, "lb_xdp_stats layout");
 /* ==== end of XDP ================================================================= */
+/* ==== IPv6, TC north-south (issue 14 item 3; bpf/lib/nat6.h, conntrack6.h, tc_lb6.h) ==== */
+/*
+ * The IPv6 twin of the TC section: the same two conntrack entries per flow
+ * (LB_CT_DIR_*, LB_CT_FLAG_*, timeouts and SNAT port range of lb4_tc_config),
+ * with 16-byte addresses. The node's IPv6 SNAT address is its own one-entry
+ * array (lb4_tc_config keeps its layout). Counters: the same LB_CNT_TC_* rows
+ * as IPv4 (and 51/52 for Packet Too Big sent / too big dropped); rows 125-126
+ * for what only IPv6 has.
+ */
+#define SLUICE_MAP_CT6        sluice_ct6     /* lb6_ct_key -> lb6_ct_entry (LRU) */
+#define SLUICE_MAP_TC_CONFIG6 sluice_tc_cfg6 /* __u32 0 -> lb6_tc_config (array of one) */
+#define SLUICE_MAP_CT6_TMP    sluice_ct6_tmp /* __u32 0 -> lb6_ct_entry (per-CPU array of one): a new or restored entry being built (keeps 112 bytes off the 512-byte stack) */
+
+#define SLUICE_MAX_CT6 65536 /* 32768 IPv6 flows; preallocated LRU (about 12 MiB) */
+
+#define LB_CNT_TC6_FRAG_PASSED   125 /* IPv6 fragment (any, on the TC paths): passed untouched, not translated */
+#define LB_CNT_TC6_EXTHDR_PASSED 126 /* IPv6 packet passed untouched: routing header with segments left, or more extension headers than the walk reads */
+
+struct lb6_ct_key {
+	__u8   saddr[16]; /* source address as the packet carries it */
+	__u8   daddr[16]; /* destination address */
+	__be16 sport;     /* source port */
+	__be16 dport;     /* destination port */
+	__u8   proto;     /* LB_PROTO_* */
+	__u8   dir;       /* LB_CT_DIR_* */
+	__u8   pad[2];
+};
+
+struct lb6_ct_entry {
+	__u64  expires_ns;           /* bpf_ktime_get_ns() deadline; later packets push it out */
+	__u64  packets;              /* packets seen through this entry */
+	__u64  bytes;                /* bytes seen through this entry */
+	__u8   client_address[16];   /* the external client */
+	__u8   frontend_address[16]; /* NodePort node address, ExternalIP or LB IP */
+	__u8   backend_address[16];  /* the chosen backend */
+	__u8   nat_address[16];      /* SNAT source address (zero: no SNAT) */
+	__be16 client_port;
+	__be16 frontend_port;
+	__be16 backend_port;
+	__be16 nat_port;             /* SNAT source port (0: no SNAT) */
+	__u32  backend_id;           /* SLUICE_MAP_BACKENDS6 key; checked on every original-direction packet */
+	__u32  rev_nat_id;           /* the frontend's rev-NAT id */
+	__u16  flags;                /* LB_CT_FLAG_* */
+	__u8   proto;                /* LB_PROTO_* */
+	__u8   dir;                  /* LB_CT_DIR_* of the key this value is stored under */
+	__u32  ifindex;              /* device the flow arrived on */
+};
+
+/* Written by the agent at index 0 of SLUICE_MAP_TC_CONFIG6. */
+struct lb6_tc_config {
+	__u8 snat_address[16]; /* node IPv6 address remote-backend flows are SNATed to (zero: drop them) */
+} __attribute__((aligned(4)));
+
+_Static_assert(sizeof(struct lb6_ct_key) == 40, "lb6_ct_key layout");
+_Static_assert(sizeof(struct lb6_ct_entry) == 112, "lb6_ct_entry layout");
+_Static_assert(sizeof(struct lb6_tc_config) == 16, "lb6_tc_config layout");
+/* ==== end of IPv6, TC north-south ================================================= */
 
 #endif /* SLUICE_ABI_H */

@@ -276,4 +276,32 @@ struct {
 
 /* ==== end of IPv6, socket path ==================================================== */
 
+/* ==== IPv6, TC north-south (issue 14 item 3) ======================================= */
+/* The twins of sluice_ct4 and sluice_tc_cfg (see sluice_abi.h): a smaller
+ * preallocated LRU, only in the objects with conntrack. */
+#ifndef SLUICE_NO_CONNTRACK
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lb6_ct_key);
+	__type(value, struct lb6_ct_entry);
+	__uint(max_entries, SLUICE_MAX_CT6);
+} SLUICE_MAP_CT6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lb6_ct_entry);
+	__uint(max_entries, 1);
+} SLUICE_MAP_CT6_TMP SEC(".maps");
+#endif
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lb6_tc_config);
+	__uint(max_entries, 1);
+} SLUICE_MAP_TC_CONFIG6 SEC(".maps");
+
+/* ==== end of IPv6, TC north-south ================================================== */
+
 #endif /* SLUICE_BPF_MAPS_H */

@@ -36,6 +36,8 @@ export const LB_CNT_SOCK_SRC_RANGE_UNKNOWN = 113;
 export const LB_CNT_SOCK_STATE_FAILED = 32;
 export const LB_CNT_SOCK_STICKY = 34;
 export const LB_CNT_SOCK_TRANSLATED = 0;
+export const LB_CNT_TC6_EXTHDR_PASSED = 126;
+export const LB_CNT_TC6_FRAG_PASSED = 125;
 export const LB_CNT_TC_BACKEND_GONE = 21;
 export const LB_CNT_TC_CT_FAILED = 22;
 export const LB_CNT_TC_CT_PEER_LOST = 26;
@@ -111,6 +113,8 @@ export const SLUICE_MAP_BACKENDS4 = "sluice_be4";
 export const SLUICE_MAP_BACKENDS6 = "sluice_be6";
 export const SLUICE_MAP_COUNTERS = "sluice_cnt_v2";
 export const SLUICE_MAP_CT4 = "sluice_ct4";
+export const SLUICE_MAP_CT6 = "sluice_ct6";
+export const SLUICE_MAP_CT6_TMP = "sluice_ct6_tmp";
 export const SLUICE_MAP_EVENTS = "sluice_events";
 export const SLUICE_MAP_EVENTS_ON = "sluice_ev_on";
 export const SLUICE_MAP_FRAG4 = "sluice_frag4";
@@ -136,6 +140,7 @@ export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
 export const SLUICE_MAP_SRCRANGE6 = "sluice_srcrng6";
 export const SLUICE_MAP_SVC_NAMES = "sluice_svcname";
 export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
+export const SLUICE_MAP_TC_CONFIG6 = "sluice_tc_cfg6";
 export const SLUICE_MAP_XDP_FE4 = "sluice_xdp_fe4";
 export const SLUICE_MAP_XDP_FIB = "sluice_xdp_fib";
 export const SLUICE_MAP_XDP_STATS = "sluice_xdp_st";
@@ -143,6 +148,7 @@ export const SLUICE_MAP_XDP_TX = "sluice_xdp_tx";
 export const SLUICE_MAX_AFFINITY = 131072;
 export const SLUICE_MAX_BACKENDS = 262144;
 export const SLUICE_MAX_CT4 = 262144;
+export const SLUICE_MAX_CT6 = 65536;
 export const SLUICE_MAX_FRAG4 = 8192;
 export const SLUICE_MAX_LC_COUNT4 = 262145;
 export const SLUICE_MAX_LC_FLOW4 = 131072;
@@ -894,6 +900,129 @@ export function decodeLb6BindProbe(buf: Buffer, off = 0): Lb6BindProbe {
 }
 export const lb6_bind_probeCodec: Codec<Lb6BindProbe> = { size: 4, encode: encodeLb6BindProbe, decode: decodeLb6BindProbe };
 
+/** struct lb6_ct_entry (112 bytes) */
+export interface Lb6CtEntry {
+  expires_ns: bigint;
+  packets: bigint;
+  bytes: bigint;
+  client_address: Buffer;
+  frontend_address: Buffer;
+  backend_address: Buffer;
+  nat_address: Buffer;
+  client_port: number; // network byte order in the map
+  frontend_port: number; // network byte order in the map
+  backend_port: number; // network byte order in the map
+  nat_port: number; // network byte order in the map
+  backend_id: number;
+  rev_nat_id: number;
+  flags: number;
+  proto: number;
+  dir: number;
+  ifindex: number;
+}
+export const LB6_CT_ENTRY_SIZE = 112;
+export const lb6_ct_entryLayout: StructLayout = {"name":"lb6_ct_entry","size":112,"fields":[{"name":"expires_ns","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"packets","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"bytes","kind":"int","offset":16,"size":8,"bigEndian":false},{"name":"client_address","kind":"bytes","offset":24,"size":16},{"name":"frontend_address","kind":"bytes","offset":40,"size":16},{"name":"backend_address","kind":"bytes","offset":56,"size":16},{"name":"nat_address","kind":"bytes","offset":72,"size":16},{"name":"client_port","kind":"int","offset":88,"size":2,"bigEndian":true},{"name":"frontend_port","kind":"int","offset":90,"size":2,"bigEndian":true},{"name":"backend_port","kind":"int","offset":92,"size":2,"bigEndian":true},{"name":"nat_port","kind":"int","offset":94,"size":2,"bigEndian":true},{"name":"backend_id","kind":"int","offset":96,"size":4,"bigEndian":false},{"name":"rev_nat_id","kind":"int","offset":100,"size":4,"bigEndian":false},{"name":"flags","kind":"int","offset":104,"size":2,"bigEndian":false},{"name":"proto","kind":"int","offset":106,"size":1,"bigEndian":false},{"name":"dir","kind":"int","offset":107,"size":1,"bigEndian":false},{"name":"ifindex","kind":"int","offset":108,"size":4,"bigEndian":false}]};
+export function encodeLb6CtEntry(v: Lb6CtEntry, buf: Buffer = Buffer.alloc(112), off = 0): Buffer {
+  buf.fill(0, off, off + 112);
+  buf.writeBigUInt64LE(v.expires_ns, off + 0);
+  buf.writeBigUInt64LE(v.packets, off + 8);
+  buf.writeBigUInt64LE(v.bytes, off + 16);
+  v.client_address.copy(buf, off + 24, 0, 16);
+  v.frontend_address.copy(buf, off + 40, 0, 16);
+  v.backend_address.copy(buf, off + 56, 0, 16);
+  v.nat_address.copy(buf, off + 72, 0, 16);
+  buf.writeUInt16BE(v.client_port & 0xffff, off + 88);
+  buf.writeUInt16BE(v.frontend_port & 0xffff, off + 90);
+  buf.writeUInt16BE(v.backend_port & 0xffff, off + 92);
+  buf.writeUInt16BE(v.nat_port & 0xffff, off + 94);
+  buf.writeUInt32LE(v.backend_id >>> 0, off + 96);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 100);
+  buf.writeUInt16LE(v.flags & 0xffff, off + 104);
+  buf.writeUInt8(v.proto & 0xff, off + 106);
+  buf.writeUInt8(v.dir & 0xff, off + 107);
+  buf.writeUInt32LE(v.ifindex >>> 0, off + 108);
+  return buf;
+}
+export function decodeLb6CtEntry(buf: Buffer, off = 0): Lb6CtEntry {
+  return {
+    expires_ns: buf.readBigUInt64LE(off + 0),
+    packets: buf.readBigUInt64LE(off + 8),
+    bytes: buf.readBigUInt64LE(off + 16),
+    client_address: Buffer.from(buf.subarray(off + 24, off + 24 + 16)),
+    frontend_address: Buffer.from(buf.subarray(off + 40, off + 40 + 16)),
+    backend_address: Buffer.from(buf.subarray(off + 56, off + 56 + 16)),
+    nat_address: Buffer.from(buf.subarray(off + 72, off + 72 + 16)),
+    client_port: buf.readUInt16BE(off + 88),
+    frontend_port: buf.readUInt16BE(off + 90),
+    backend_port: buf.readUInt16BE(off + 92),
+    nat_port: buf.readUInt16BE(off + 94),
+    backend_id: buf.readUInt32LE(off + 96),
+    rev_nat_id: buf.readUInt32LE(off + 100),
+    flags: buf.readUInt16LE(off + 104),
+    proto: buf.readUInt8(off + 106),
+    dir: buf.readUInt8(off + 107),
+    ifindex: buf.readUInt32LE(off + 108),
+  };
+}
+export const lb6_ct_entryCodec: Codec<Lb6CtEntry> = { size: 112, encode: encodeLb6CtEntry, decode: decodeLb6CtEntry };
+
+/** struct lb6_ct_key (40 bytes) */
+export interface Lb6CtKey {
+  saddr: Buffer;
+  daddr: Buffer;
+  sport: number; // network byte order in the map
+  dport: number; // network byte order in the map
+  proto: number;
+  dir: number;
+}
+export const LB6_CT_KEY_SIZE = 40;
+export const lb6_ct_keyLayout: StructLayout = {"name":"lb6_ct_key","size":40,"fields":[{"name":"saddr","kind":"bytes","offset":0,"size":16},{"name":"daddr","kind":"bytes","offset":16,"size":16},{"name":"sport","kind":"int","offset":32,"size":2,"bigEndian":true},{"name":"dport","kind":"int","offset":34,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":36,"size":1,"bigEndian":false},{"name":"dir","kind":"int","offset":37,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":38,"size":2}]};
+export function encodeLb6CtKey(v: Lb6CtKey, buf: Buffer = Buffer.alloc(40), off = 0): Buffer {
+  buf.fill(0, off, off + 40);
+  v.saddr.copy(buf, off + 0, 0, 16);
+  v.daddr.copy(buf, off + 16, 0, 16);
+  buf.writeUInt16BE(v.sport & 0xffff, off + 32);
+  buf.writeUInt16BE(v.dport & 0xffff, off + 34);
+  buf.writeUInt8(v.proto & 0xff, off + 36);
+  buf.writeUInt8(v.dir & 0xff, off + 37);
+  return buf;
+}
+export function decodeLb6CtKey(buf: Buffer, off = 0): Lb6CtKey {
+  return {
+    saddr: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+    daddr: Buffer.from(buf.subarray(off + 16, off + 16 + 16)),
+    sport: buf.readUInt16BE(off + 32),
+    dport: buf.readUInt16BE(off + 34),
+    proto: buf.readUInt8(off + 36),
+    dir: buf.readUInt8(off + 37),
+  };
+}
+export const lb6_ct_keyCodec: Codec<Lb6CtKey> = { size: 40, encode: encodeLb6CtKey, decode: decodeLb6CtKey };
+
+/** struct lb6_icmp_quote (48 bytes) */
+export interface Lb6IcmpQuote {
+  tuple: Lb6Tuple;
+  ip_off: number;
+  l4_off: number;
+}
+export const LB6_ICMP_QUOTE_SIZE = 48;
+export const lb6_icmp_quoteLayout: StructLayout = {"name":"lb6_icmp_quote","size":48,"fields":[{"name":"tuple","kind":"struct","offset":0,"size":40,"struct":"lb6_tuple"},{"name":"ip_off","kind":"int","offset":40,"size":4,"bigEndian":false},{"name":"l4_off","kind":"int","offset":44,"size":4,"bigEndian":false}]};
+export function encodeLb6IcmpQuote(v: Lb6IcmpQuote, buf: Buffer = Buffer.alloc(48), off = 0): Buffer {
+  buf.fill(0, off, off + 48);
+  encodeLb6Tuple(v.tuple, buf, off + 0);
+  buf.writeUInt32LE(v.ip_off >>> 0, off + 40);
+  buf.writeUInt32LE(v.l4_off >>> 0, off + 44);
+  return buf;
+}
+export function decodeLb6IcmpQuote(buf: Buffer, off = 0): Lb6IcmpQuote {
+  return {
+    tuple: decodeLb6Tuple(buf, off + 0),
+    ip_off: buf.readUInt32LE(off + 40),
+    l4_off: buf.readUInt32LE(off + 44),
+  };
+}
+export const lb6_icmp_quoteCodec: Codec<Lb6IcmpQuote> = { size: 48, encode: encodeLb6IcmpQuote, decode: decodeLb6IcmpQuote };
+
 /** struct lb6_node_ip (16 bytes) */
 export interface Lb6NodeIp {
   address: Buffer;
@@ -911,6 +1040,30 @@ export function decodeLb6NodeIp(buf: Buffer, off = 0): Lb6NodeIp {
   };
 }
 export const lb6_node_ipCodec: Codec<Lb6NodeIp> = { size: 16, encode: encodeLb6NodeIp, decode: decodeLb6NodeIp };
+
+/** struct lb6_packet (48 bytes) */
+export interface Lb6Packet {
+  tuple: Lb6Tuple;
+  l4_off: number;
+  icmp_type: number;
+}
+export const LB6_PACKET_SIZE = 48;
+export const lb6_packetLayout: StructLayout = {"name":"lb6_packet","size":48,"fields":[{"name":"tuple","kind":"struct","offset":0,"size":40,"struct":"lb6_tuple"},{"name":"l4_off","kind":"int","offset":40,"size":4,"bigEndian":false},{"name":"icmp_type","kind":"int","offset":44,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":45,"size":3}]};
+export function encodeLb6Packet(v: Lb6Packet, buf: Buffer = Buffer.alloc(48), off = 0): Buffer {
+  buf.fill(0, off, off + 48);
+  encodeLb6Tuple(v.tuple, buf, off + 0);
+  buf.writeUInt32LE(v.l4_off >>> 0, off + 40);
+  buf.writeUInt8(v.icmp_type & 0xff, off + 44);
+  return buf;
+}
+export function decodeLb6Packet(buf: Buffer, off = 0): Lb6Packet {
+  return {
+    tuple: decodeLb6Tuple(buf, off + 0),
+    l4_off: buf.readUInt32LE(off + 40),
+    icmp_type: buf.readUInt8(off + 44),
+  };
+}
+export const lb6_packetCodec: Codec<Lb6Packet> = { size: 48, encode: encodeLb6Packet, decode: decodeLb6Packet };
 
 /** struct lb6_reverse_nat (20 bytes) */
 export interface Lb6ReverseNat {
@@ -1055,6 +1208,57 @@ export function decodeLb6SrcRangeKey(buf: Buffer, off = 0): Lb6SrcRangeKey {
   };
 }
 export const lb6_src_range_keyCodec: Codec<Lb6SrcRangeKey> = { size: 24, encode: encodeLb6SrcRangeKey, decode: decodeLb6SrcRangeKey };
+
+/** struct lb6_tc_config (16 bytes) */
+export interface Lb6TcConfig {
+  snat_address: Buffer;
+}
+export const LB6_TC_CONFIG_SIZE = 16;
+export const lb6_tc_configLayout: StructLayout = {"name":"lb6_tc_config","size":16,"fields":[{"name":"snat_address","kind":"bytes","offset":0,"size":16}]};
+export function encodeLb6TcConfig(v: Lb6TcConfig, buf: Buffer = Buffer.alloc(16), off = 0): Buffer {
+  buf.fill(0, off, off + 16);
+  v.snat_address.copy(buf, off + 0, 0, 16);
+  return buf;
+}
+export function decodeLb6TcConfig(buf: Buffer, off = 0): Lb6TcConfig {
+  return {
+    snat_address: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+  };
+}
+export const lb6_tc_configCodec: Codec<Lb6TcConfig> = { size: 16, encode: encodeLb6TcConfig, decode: decodeLb6TcConfig };
+
+/** struct lb6_tuple (40 bytes) */
+export interface Lb6Tuple {
+  saddr: Buffer;
+  daddr: Buffer;
+  sport: number; // network byte order in the map
+  dport: number; // network byte order in the map
+  proto: number;
+  tcp_flags: number;
+}
+export const LB6_TUPLE_SIZE = 40;
+export const lb6_tupleLayout: StructLayout = {"name":"lb6_tuple","size":40,"fields":[{"name":"saddr","kind":"bytes","offset":0,"size":16},{"name":"daddr","kind":"bytes","offset":16,"size":16},{"name":"sport","kind":"int","offset":32,"size":2,"bigEndian":true},{"name":"dport","kind":"int","offset":34,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":36,"size":1,"bigEndian":false},{"name":"tcp_flags","kind":"int","offset":37,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":38,"size":2}]};
+export function encodeLb6Tuple(v: Lb6Tuple, buf: Buffer = Buffer.alloc(40), off = 0): Buffer {
+  buf.fill(0, off, off + 40);
+  v.saddr.copy(buf, off + 0, 0, 16);
+  v.daddr.copy(buf, off + 16, 0, 16);
+  buf.writeUInt16BE(v.sport & 0xffff, off + 32);
+  buf.writeUInt16BE(v.dport & 0xffff, off + 34);
+  buf.writeUInt8(v.proto & 0xff, off + 36);
+  buf.writeUInt8(v.tcp_flags & 0xff, off + 37);
+  return buf;
+}
+export function decodeLb6Tuple(buf: Buffer, off = 0): Lb6Tuple {
+  return {
+    saddr: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+    daddr: Buffer.from(buf.subarray(off + 16, off + 16 + 16)),
+    sport: buf.readUInt16BE(off + 32),
+    dport: buf.readUInt16BE(off + 34),
+    proto: buf.readUInt8(off + 36),
+    tcp_flags: buf.readUInt8(off + 37),
+  };
+}
+export const lb6_tupleCodec: Codec<Lb6Tuple> = { size: 40, encode: encodeLb6Tuple, decode: decodeLb6Tuple };
 
 /** struct lb_affinity (16 bytes) */
 export interface LbAffinity {
@@ -1416,6 +1620,8 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_be6: {"name":"sluice_be6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_backend","valueSize":24,"maxEntries":262144,"flags":1},
   sluice_cnt_v2: {"name":"sluice_cnt_v2","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":128},
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
+  sluice_ct6: {"name":"sluice_ct6","type":9,"keyType":"lb6_ct_key","keySize":40,"valueType":"lb6_ct_entry","valueSize":112,"maxEntries":65536},
+  sluice_ct6_tmp: {"name":"sluice_ct6_tmp","type":6,"keyType":"u32","keySize":4,"valueType":"lb6_ct_entry","valueSize":112,"maxEntries":1},
   sluice_ev_on: {"name":"sluice_ev_on","type":2,"keyType":"u32","keySize":4,"valueType":"lb_events_ctl","valueSize":4,"maxEntries":1},
   sluice_events: {"name":"sluice_events","type":27,"maxEntries":262144},
   sluice_frag4: {"name":"sluice_frag4","type":9,"keyType":"lb4_frag_key","keySize":12,"valueType":"lb4_frag_ports","valueSize":4,"maxEntries":8192},
@@ -1441,6 +1647,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_svc6: {"name":"sluice_svc6","type":1,"keyType":"lb6_service_key","keySize":24,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
   sluice_svcname: {"name":"sluice_svcname","type":1,"keyType":"lb_svc_name_key","keySize":8,"valueType":"lb_svc_name","valueSize":144,"maxEntries":131072,"flags":1},
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},
+  sluice_tc_cfg6: {"name":"sluice_tc_cfg6","type":2,"keyType":"u32","keySize":4,"valueType":"lb6_tc_config","valueSize":16,"maxEntries":1},
   sluice_xdp_fe4: {"name":"sluice_xdp_fe4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":65536,"flags":1},
   sluice_xdp_fib: {"name":"sluice_xdp_fib","type":6,"keyType":"u32","keySize":4,"valueType":"lb_xdp_fib_scratch","valueSize":64,"maxEntries":1},
   sluice_xdp_st: {"name":"sluice_xdp_st","type":5,"keyType":"u32","keySize":4,"valueType":"lb_xdp_stats","valueSize":48,"maxEntries":256},

@@ -14,7 +14,7 @@ import { detachTc, deviceIndex, UnsupportedDeviceError } from '../datapath/tc/at
 import { ip4ToNumber } from '../datapath/addr';
 import { readRoutes, routeFor, type Route } from '../datapath/tc/routes';
 import { openTcMaps, type TcMaps } from '../datapath/tc/maps';
-import { TC_DEFAULTS, writeTcConfig } from '../datapath/tc/config';
+import { TC_DEFAULTS, writeTcConfig, writeTcConfig6 } from '../datapath/tc/config';
 import { reserveSnatPorts } from '../datapath/tc/reservedPorts';
 import { purgeBackends, startConntrackGc } from '../datapath/tc/conntrack';
 import { HealthCheckServer } from '../datapath/tc/healthcheck';
@@ -83,6 +83,12 @@ export function firstIPv4(device: string): string | undefined {
   return info[0]?.addr_info?.find((a) => a.scope === 'global')?.local;
 }
 
+/** The device's first global IPv6 address (the IPv6 SNAT address of the TC path). */
+export function firstIPv6(device: string): string | undefined {
+  const info = JSON.parse(execFileSync('ip', ['-j', '-6', 'addr', 'show', 'dev', device], { encoding: 'utf8' }) || '[]') as Array<{ addr_info?: Array<{ local?: string; scope?: string }> }>;
+  return info[0]?.addr_info?.find((a) => a.scope === 'global')?.local;
+}
+
 export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => boolean, metrics: AgentMetrics, log: Logger): Promise<NorthSouth | undefined> {
   const devices = resolveDevices(config.devices);
   if (devices.length === 0) {
@@ -105,6 +111,9 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
     tcpClosingTimeout: config.conntrackTcpCloseWaitSeconds,
     udpTimeout: config.conntrackUdpSeconds,
   });
+  // IPv6 flows SNAT to the first device's global IPv6 address (issue 14).
+  const snatAddress6 = served[0] ? firstIPv6(served[0]) : undefined;
+  if (maps.config6) writeTcConfig6(maps.config6, snatAddress6);
   try {
     const reserved = reserveSnatPorts(TC_DEFAULTS.snatPortMin, TC_DEFAULTS.snatPortMax);
     log.info({ reserved }, `SNAT ports ${TC_DEFAULTS.snatPortMin}-${TC_DEFAULTS.snatPortMax} reserved from the node's own connections (net.ipv4.ip_local_reserved_ports)`);
@@ -113,7 +122,6 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
     log.error({ error: (err as Error).message }, `${(err as Error).message}: the node's own connections may pick a SNAT port`);
   }
   if (!snatAddress) log.warn({ devices }, 'no IPv4 address on the first device: flows to backends on other nodes will be dropped; set --snat-address');
-  log.info({ attachments, snatAddress }, 'TC attached to the external devices');
   // After TC (its maps are the ones XDP shares), on the devices TC serves.
   // XDP only accelerates: if it cannot load at all, TC serves alone.
   let xdp: ReturnType<typeof startXdp>;
@@ -123,6 +131,7 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
     metrics.errors.inc({ reason: 'xdp_attach_failed' });
     log.error({ mode: config.xdpMode, error: (err as Error).message }, `XDP not started (${(err as Error).message}): TC serves the devices alone`);
   }
+  log.info({ attachments, snatAddress, snatAddress6 }, 'TC attached to the external devices');
   const stopGc = startConntrackGc(tcObject.program(abi.SLUICE_PROG_CT_GC), CONNTRACK_GC_INTERVAL_MS);
   const stopSnatLog = startSnatExhaustionLog(tcObject.map(abi.SLUICE_MAP_COUNTERS), `${TC_DEFAULTS.snatPortMin}-${TC_DEFAULTS.snatPortMax}`, log);
   const health = new HealthCheckServer({
@@ -167,7 +176,7 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
       nodeDevices.sync(addresses);
     },
     backendsDeleted(ids) {
-      const purged = purgeBackends(maps.conntrack, ids);
+      const purged = purgeBackends(maps.conntrack, ids) + (maps.conntrack6 ? purgeBackends(maps.conntrack6, ids) : 0);
       if (purged > 0) log.debug({ backends: ids.length, flows: purged }, 'forgot the flows of deleted backends');
     },
     frontends(list) {

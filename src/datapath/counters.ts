@@ -61,6 +61,10 @@ const NORTH_SOUTH: Row[] = [
   [abi.LB_CNT_LC_GC_RELEASED, 'lc_count_gc_released', 'none'],
   // issue 13 item 5: also counted as snat_failed; this row says the range was full.
   [abi.LB_CNT_TC_SNAT_EXHAUSTED, 'snat_ports_exhausted', 'original'],
+  // issue 14: IPv6 packets the TC path passes untouched rather than parse past
+  // what it reads (other IPv6 events count at their IPv4 twins' rows).
+  [abi.LB_CNT_TC6_FRAG_PASSED, 'ipv6_fragment_passed', 'none'],
+  [abi.LB_CNT_TC6_EXTHDR_PASSED, 'ipv6_exthdr_passed', 'none'],
 ];
 
 /** Per-packet flow reasons: counted at these indices on the north-south path, LB_CNT_POD_OFFSET above on pod veths. */

@@ -43,6 +43,8 @@ export interface SockLbMaps6 {
   affinity: TypedMap<abi.Lb6AffinityKey, abi.LbAffinity>;
   /** This node's IPv6 addresses (ExternalIP rule, bind rule). */
   nodeIps: TypedMap<abi.Lb6NodeIp, number>;
+  /** loadBalancerSourceRanges of IPv6 frontends (the IPv6 TC path reads them). */
+  sourceRanges?: TypedMap<abi.Lb6SrcRangeKey, number>;
 }
 
 export function mapPinPath(bpffs: string, name: string): string {
@@ -86,6 +88,9 @@ export function openSockLbMaps(bpffs: string): SockLbMaps {
           revNat: new TypedMap(open(abi.SLUICE_MAP_REVNAT6), u32Codec, abi.lb6_reverse_natCodec),
           affinity: new TypedMap(open(abi.SLUICE_MAP_AFFINITY6), abi.lb6_affinity_keyCodec, abi.lb_affinityCodec),
           nodeIps: new TypedMap(open(abi.SLUICE_MAP_NODEIP6), abi.lb6_node_ipCodec, u8Codec),
+          sourceRanges: fs.existsSync(mapPinPath(bpffs, abi.SLUICE_MAP_SRCRANGE6))
+            ? new TypedMap(open(abi.SLUICE_MAP_SRCRANGE6), abi.lb6_src_range_keyCodec, u8Codec)
+            : undefined,
         }
         : undefined,
       close: () => opened.forEach((m) => m.close()),

@@ -97,6 +97,11 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_AFFINITY6]: { kind: 'carry' },
   [abi.SLUICE_MAP_NODEIP6]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_SRCRANGE6]: { kind: 'rebuild' },
+  // IPv6 north-south (issue 14 item 3): flows carried like sluice_ct4; the
+  // scratch entry holds nothing between packets.
+  [abi.SLUICE_MAP_CT6]: { kind: 'carry' },
+  [abi.SLUICE_MAP_TC_CONFIG6]: { kind: 'carry' },
+  [abi.SLUICE_MAP_CT6_TMP]: { kind: 'drop', reason: 'per-CPU scratch of the IPv6 TC path: empty between packets' },
   [abi.SLUICE_MAP_SOCK6]: { kind: 'drop', reason: 'per-socket state cannot be copied from user space: existing IPv6 sockets lose their reverse translation (keep lb6_sock_state compatible instead)' },
   // XDP (issue 17): the frontend-address set and the redirect targets are the
   // agent's (rewritten at its start); the counters are kept; the FIB scratch is per packet.

@@ -10,7 +10,7 @@ import type { SockLbMaps, SockLbMaps6 } from './maps';
 import { bytesToIp6, ip4ToNumber, ip6ToBytes, isIp6, numberToIp4, protoName, protoNumber, type ProtoName } from './addr';
 import { IdAllocator } from './ids';
 import { ServiceEntryBatch } from './serviceBatch';
-import { readSourceRanges, syncSourceRanges } from './tc/sourceRanges';
+import { readSourceRanges, readSourceRanges6, syncSourceRanges, syncSourceRanges6, syncSourceRangesOf } from './tc/sourceRanges';
 import { ServiceNameWriter, type ServiceName } from './serviceNames';
 import { MaglevTables } from './maglev';
 
@@ -35,7 +35,7 @@ export interface FrontendSpec {
   /** LB_ALG_* for the master entry; absent = LB_ALG_RANDOM. */
   algorithm?: number;
   backends: BackendSpec[];
-  /** loadBalancerSourceRanges (IPv4 CIDRs) enforced by the TC path; needs LB_SVC_FLAG_SOURCE_RANGE. */
+  /** loadBalancerSourceRanges (CIDRs of the frontend's family) enforced by the TC path; needs LB_SVC_FLAG_SOURCE_RANGE. */
   sourceRanges?: string[];
   /** Who asked for it ("Service default/web port http"), for errors. */
   owner?: string;
@@ -223,7 +223,10 @@ export class LbProgrammer {
       const s = slots.get(id) ?? new Map<number, number>();
       const backendIds: number[] = [];
       for (let slot = 1; slot <= v.count; slot++) backendIds.push(s.get(slot) ?? 0);
-      const sourceRanges = v.flags & abi.LB_SVC_FLAG_SOURCE_RANGE && maps.sourceRanges ? readSourceRanges(maps.sourceRanges, v.rev_nat_id) : [];
+      const rangeMap6 = maps.v6?.sourceRanges;
+      const sourceRanges = !(v.flags & abi.LB_SVC_FLAG_SOURCE_RANGE) ? []
+        : isIp6(f.address) ? (rangeMap6 ? readSourceRanges6(rangeMap6, v.rev_nat_id) : [])
+          : maps.sourceRanges ? readSourceRanges(maps.sourceRanges, v.rev_nat_id) : [];
       const fe: ProgrammedFrontend = { ...f, id, flags: v.flags, affinityTimeout: v.affinity_timeout, algorithm: v.algorithm, revNatId: v.rev_nat_id, backendIds, sourceRanges };
       p.frontends.set(id, fe);
       p.revNats.set(revNatKeyOf(f), v.rev_nat_id);
@@ -258,6 +261,7 @@ export class LbProgrammer {
     maps.v6?.services.deleteMany(slots6);
     for (const id of revNatIds) {
       if (maps.sourceRanges) syncSourceRanges(maps.sourceRanges, id, []);
+      if (maps.v6?.sourceRanges) syncSourceRanges6(maps.v6.sourceRanges, id, []);
       maps.revNat.delete(id);
       maps.v6?.revNat.delete(id);
       p.revNatIds.release(id);
@@ -530,12 +534,9 @@ export class LbProgrammer {
     }
     // Source ranges are written before the master that turns them on, and
     // ranges no longer wanted are removed only after it (make-before-break).
-    const rangeMap = this.maps.sourceRanges;
+    const rangeMaps = { v4: this.maps.sourceRanges, v6: this.maps.v6?.sourceRanges };
     for (const u of updates) {
-      if (u.sourceRanges.length > 0) {
-        if (!rangeMap) throw new Error(`${u.id}: loadBalancerSourceRanges need the source-range map`);
-        syncSourceRanges(rangeMap, u.revNatId, u.sourceRanges);
-      }
+      if (u.sourceRanges.length > 0) syncSourceRangesOf(rangeMaps, u.address, u.revNatId, u.sourceRanges);
     }
     try {
       slotWrites.writeTo(this.maps.services);
@@ -569,7 +570,7 @@ export class LbProgrammer {
     this.maglev?.flushRemovals();
     for (const u of updates) {
       const before = this.frontends.get(u.id)?.sourceRanges ?? [];
-      if (rangeMap && u.sourceRanges.length === 0 && before.length > 0) syncSourceRanges(rangeMap, u.revNatId, []);
+      if (u.sourceRanges.length === 0 && before.length > 0) syncSourceRangesOf(rangeMaps, u.address, u.revNatId, []);
     }
 
     for (const u of updates) {
@@ -608,7 +609,7 @@ export class LbProgrammer {
     this.revNatUsers.set(rnKey, users);
     if (users <= 0) {
       // Ranges are keyed by rev-NAT id, shared by both scopes: cleared with it.
-      if (cur.sourceRanges.length > 0 && this.maps.sourceRanges) syncSourceRanges(this.maps.sourceRanges, cur.revNatId, []);
+      if (cur.sourceRanges.length > 0) syncSourceRangesOf({ v4: this.maps.sourceRanges, v6: this.maps.v6?.sourceRanges }, cur.address, cur.revNatId, []);
       this.revNatUsers.delete(rnKey);
       if (isIp6(cur.address)) this.v6().revNat.delete(cur.revNatId);
       else this.maps.revNat.delete(cur.revNatId);

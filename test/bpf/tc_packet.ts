@@ -70,8 +70,8 @@ function pseudoSum(src: string, dst: string, protocol: number, length: number): 
   return onesSum(p);
 }
 
-/** The L4 segment (TCP or UDP header + payload) with its checksum. */
-export function l4Segment(s: L4Spec): Buffer {
+/** The L4 segment (TCP or UDP header + payload) with its checksum (`pseudo`: the pseudo-header's sum; IPv6: tc_packet6.ts). */
+export function l4Segment(s: L4Spec, pseudo: (src: string, dst: string, protocol: number, length: number) => number = pseudoSum): Buffer {
   const payload = s.payload ?? Buffer.alloc(0);
   if (s.proto === 'udp') {
     const seg = Buffer.concat([Buffer.alloc(8), payload]);
@@ -79,7 +79,7 @@ export function l4Segment(s: L4Spec): Buffer {
     seg.writeUInt16BE(s.dport, 2);
     seg.writeUInt16BE(seg.length, 4);
     if (!s.udpNoChecksum) {
-      const c = checksum(seg, pseudoSum(s.src, s.dst, 17, seg.length));
+      const c = checksum(seg, pseudo(s.src, s.dst, 17, seg.length));
       seg.writeUInt16BE(c === 0 ? 0xffff : c, 6); // RFC 768: a computed 0 is sent as all ones
     }
     return seg;
@@ -92,7 +92,7 @@ export function l4Segment(s: L4Spec): Buffer {
   seg.writeUInt8(5 << 4, 12);
   seg.writeUInt8(s.tcpFlags ?? TCP_SYN, 13);
   seg.writeUInt16BE(64240, 14);
-  seg.writeUInt16BE(checksum(seg, pseudoSum(s.src, s.dst, 6, seg.length)), 16);
+  seg.writeUInt16BE(checksum(seg, pseudo(s.src, s.dst, 6, seg.length)), 16);
   return seg;
 }
 

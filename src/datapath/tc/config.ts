@@ -2,7 +2,7 @@
 // node address remote-backend flows are SNATed to, the SNAT port range and the
 // conntrack timeouts. Zero fields mean "the data path's default".
 import * as abi from '../../abi/generated';
-import { ip4ToNumber } from '../addr';
+import { ip4ToNumber, ip6ToBytes } from '../addr';
 import type { TypedMap } from '../typedMap';
 
 export interface TcConfig {
@@ -52,4 +52,13 @@ export function encodeTcConfig(cfg: TcConfig): abi.Lb4TcConfig {
 
 export function writeTcConfig(map: TypedMap<number, abi.Lb4TcConfig>, cfg: TcConfig): void {
   map.set(0, encodeTcConfig(cfg));
+}
+
+/**
+ * The node's IPv6 SNAT address (sluice_tc_cfg6; issue 14): IPv6 flows to
+ * backends on other nodes take it as source. Undefined: such flows are
+ * dropped (counted as snat_failed). Ports and timeouts come from sluice_tc_cfg.
+ */
+export function writeTcConfig6(map: TypedMap<number, abi.Lb6TcConfig>, snatAddress?: string): void {
+  map.set(0, { snat_address: snatAddress ? ip6ToBytes(snatAddress) : Buffer.alloc(16) });
 }

@@ -146,7 +146,7 @@ const GC_DUMMY_PACKET = Buffer.alloc(64);
  * change immediate and frees the entries. kube-proxy's stale-UDP-conntrack
  * bug is exactly the absence of this step.
  */
-export function purgeBackends(map: ConntrackMap, backendIds: Iterable<number>): number {
+export function purgeBackends<K>(map: TypedMap<K, { backend_id: number }>, backendIds: Iterable<number>): number {
   const ids = new Set(backendIds);
   if (ids.size === 0) return 0;
   let deleted = 0;

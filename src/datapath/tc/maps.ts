@@ -15,6 +15,9 @@ export interface TcMaps {
   config: TypedMap<number, abi.Lb4TcConfig>;
   /** ifindex -> SNAT address of flows leaving by that device (multi-homed nodes). */
   snatDevices: TypedMap<number, abi.Lb4SnatDevice>;
+  /** IPv6 (issue 14): conntrack and the node's IPv6 SNAT address; absent in pins older than them. */
+  conntrack6?: TypedMap<abi.Lb6CtKey, abi.Lb6CtEntry>;
+  config6?: TypedMap<number, abi.Lb6TcConfig>;
   close(): void;
 }
 
@@ -36,6 +39,10 @@ export function openTcMaps(bpffs: string): TcMaps {
       sourceRanges: new TypedMap(open(abi.SLUICE_MAP_SRCRANGE4), abi.lb4_src_range_keyCodec, u8Codec),
       config: new TypedMap(open(abi.SLUICE_MAP_TC_CONFIG), u32Codec, abi.lb4_tc_configCodec),
       snatDevices: new TypedMap(open(abi.SLUICE_MAP_SNAT_DEV4), u32Codec, abi.lb4_snat_deviceCodec),
+      ...(fs.existsSync(path.join(bpffs, abi.SLUICE_MAP_CT6)) ? {
+        conntrack6: new TypedMap(open(abi.SLUICE_MAP_CT6), abi.lb6_ct_keyCodec, abi.lb6_ct_entryCodec),
+        config6: new TypedMap(open(abi.SLUICE_MAP_TC_CONFIG6), u32Codec, abi.lb6_tc_configCodec),
+      } : {}),
       close: () => opened.forEach((m) => m.close()),
     };
   } catch (err) {

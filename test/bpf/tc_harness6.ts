@@ -1,0 +1,68 @@
+// IPv6 additions to TcHarness (issue 14): the IPv6 service, backend,
+// rev-NAT, source-range and conntrack maps of the loaded tc_lb object, and a
+// writer for one IPv6 frontend (same order as TcHarness.upsertFrontend).
+import * as abi from '../../src/abi/generated';
+import { ip6ToBytes } from '../../src/datapath/addr';
+import { TypedMap, u32Codec, u8Codec } from '../../src/datapath/typedMap';
+import { writeTcConfig6 } from '../../src/datapath/tc/config';
+import type { TcFrontend, TcHarness } from './tc_harness';
+
+export class Tc6Maps {
+  readonly services: TypedMap<abi.Lb6ServiceKey, abi.Lb4Service>;
+  readonly backends: TypedMap<number, abi.Lb6Backend>;
+  readonly revNat: TypedMap<number, abi.Lb6ReverseNat>;
+  readonly sourceRanges: TypedMap<abi.Lb6SrcRangeKey, number>;
+  // Absent in an object older than the IPv6 TC path (the fail-first runs
+  // load one: IPv6 frontends are then in the maps but never translated).
+  private readonly ct?: TypedMap<abi.Lb6CtKey, abi.Lb6CtEntry>;
+  readonly config?: TypedMap<number, abi.Lb6TcConfig>;
+
+  constructor(readonly h: TcHarness) {
+    const m = (name: string) => h.obj.map(name);
+    this.services = new TypedMap(m(abi.SLUICE_MAP_SERVICES6), abi.lb6_service_keyCodec, abi.lb4_serviceCodec);
+    this.backends = new TypedMap(m(abi.SLUICE_MAP_BACKENDS6), u32Codec, abi.lb6_backendCodec);
+    this.revNat = new TypedMap(m(abi.SLUICE_MAP_REVNAT6), u32Codec, abi.lb6_reverse_natCodec);
+    this.sourceRanges = new TypedMap(m(abi.SLUICE_MAP_SRCRANGE6), abi.lb6_src_range_keyCodec, u8Codec);
+    const has = (name: string) => { try { m(name); return true; } catch { return false; } };
+    if (has(abi.SLUICE_MAP_CT6)) this.ct = new TypedMap(m(abi.SLUICE_MAP_CT6), abi.lb6_ct_keyCodec, abi.lb6_ct_entryCodec);
+    if (has(abi.SLUICE_MAP_TC_CONFIG6)) this.config = new TypedMap(m(abi.SLUICE_MAP_TC_CONFIG6), u32Codec, abi.lb6_tc_configCodec);
+  }
+
+  /** sluice_ct6 (an error when the object has no IPv6 TC path). */
+  get conntrack(): TypedMap<abi.Lb6CtKey, abi.Lb6CtEntry> {
+    if (!this.ct) throw new Error(`${abi.SLUICE_MAP_CT6}: not in this object (older than the IPv6 TC path)`);
+    return this.ct;
+  }
+
+  /** The node's IPv6 SNAT address (sluice_tc_cfg6), when the object has it. */
+  setSnat(address?: string): void {
+    if (this.config) writeTcConfig6(this.config, address);
+  }
+
+  reset(): void {
+    for (const m of [this.services, this.backends, this.revNat, this.sourceRanges, this.ct] as Array<TypedMap<unknown, unknown> | undefined>) {
+      for (const [k] of [...m?.entries() ?? []]) m!.delete(k);
+    }
+    this.setSnat(undefined);
+  }
+
+  upsertFrontend(f: TcFrontend, scope = abi.LB_SCOPE_EXTERNAL): void {
+    const proto = f.proto === 'tcp' ? abi.LB_PROTO_TCP : abi.LB_PROTO_UDP;
+    const key = (slot: number): abi.Lb6ServiceKey => ({ address: ip6ToBytes(f.address), port: f.port, proto, scope, backend_slot: slot });
+    for (const b of f.backends) {
+      this.backends.set(b.id, { address: ip6ToBytes(b.address), port: b.port, proto, flags: b.local ? abi.LB_BACKEND_FLAG_LOCAL : 0, zone: 0 });
+    }
+    this.revNat.set(f.revNatId, { address: ip6ToBytes(f.address), port: f.port });
+    f.backends.forEach((b, i) => this.services.set(key(i + 1), { backend_id: b.id, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 }));
+    this.services.set(key(0), {
+      backend_id: 0, count: f.backends.length, flags: f.flags, rev_nat_id: f.revNatId,
+      affinity_timeout: f.affinityTimeout ?? 0, algorithm: f.algorithm ?? abi.LB_ALG_RANDOM,
+    });
+  }
+
+  /** loadBalancerSourceRanges of a frontend: "2001:db8:1::/48". */
+  addSourceRange(revNatId: number, cidr: string): void {
+    const [address, len] = cidr.split('/');
+    this.sourceRanges.set({ prefixlen: 32 + Number(len), rev_nat_id: revNatId, address: ip6ToBytes(address!) }, 1);
+  }
+}
