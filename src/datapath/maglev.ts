@@ -110,6 +110,7 @@ export function hash64(x: bigint): bigint {
 /** A big-endian port as the data path loads it (__be16 into a little-endian register). */
 const be16 = (port: number) => BigInt(((port & 0xff) << 8) | (port >> 8));
 /** An IPv4 address as the data path loads it (__be32, little-endian host). */
+export const loadedBe32 = (address: string): bigint => be32(address);
 const be32 = (address: string) => {
   const n = ip4ToNumber(address) >>> 0; // the address as a number, most significant byte first
   return BigInt((((n & 0xff) << 24) | ((n & 0xff00) << 8) | ((n >>> 8) & 0xff00) | (n >>> 24)) >>> 0);
