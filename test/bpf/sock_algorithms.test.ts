@@ -4,6 +4,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
+import { netnsCookieOf } from '../../src/datapath/netnsCookie';
+import type { TraceResult } from '../../src/cli/trace';
 
 const VIP = '10.96.0.20';
 const BACKENDS = ['198.18.20.2', '198.18.20.3', '198.18.20.4', '198.18.20.5'];
@@ -79,6 +81,11 @@ test('source-hash: one client namespace always reaches the same backend; namespa
   // Nine netns cookies over four backends: all on one backend has
   // probability 4 * 4^-9 (about 1.5e-5) for a uniform hash.
   assert.ok(new Set([...perClient, ...own.keys()]).size >= 2, `clients spread: ${perClient.join(' ')}`);
+  // `sluice trace --netns-cookie` names, for each client, the backend its connections reached.
+  [sb.netns, ...clients].forEach((ns, i) => {
+    const r = JSON.parse(sluice(['trace', '198.18.20.1', `${VIP}:81/tcp`, '--netns-cookie', String(netnsCookieOf(`/run/netns/${ns}`)), '-o', 'json'])) as TraceResult;
+    assert.equal(r.pick?.backend, i === 0 ? [...own.keys()][0] : perClient[i - 1], `${ns}: ${JSON.stringify(r.pick)}`);
+  });
 });
 
 test('sessionAffinity ClientIP wins over round-robin', async () => {
