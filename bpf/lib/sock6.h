@@ -221,6 +221,9 @@ static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const _
 			cookie[0] = (__u32)client_id;
 			cookie[1] = (__u32)(client_id >> 32);
 			akey.netns_cookie = 1;
+		} else if (svc.algorithm == LB_ALG_MAGLEV) {
+			/* As connect4: no 5-tuple yet at connect; the socket is the flow. */
+			client_id = lb_hash64(bpf_get_socket_cookie(ctx));
 		}
 		key.backend_slot = 0;
 		backend = lb6_pick_backend_copy(&key, &svc, &akey, client_id, &backend_id);
