@@ -114,6 +114,49 @@ lb6_maglev_select(const struct lb6_service_key *key, const struct lb4_service *s
 	return backend;
 }
 
+/*
+ * least-connection for an IPv6 frontend: lc4_select's scan (bpf/lib/lc.h)
+ * over the IPv6 slots. Counts are per backend id in SLUICE_MAP_LC_COUNT4
+ * (backend ids come from one pool for both families), and a socket's count
+ * is held and given back by the family-blind lc4_sock_hold and sock_release.
+ */
+static __always_inline struct lb6_backend *
+lc6_select(struct lb6_service_key *key, const struct lb4_service *svc, __u32 *backend_id)
+{
+	__u32 count = svc->count, start, best_load = 0xffffffff, best_id = 0;
+	struct lb6_backend *best;
+	__u16 best_slot = 0;
+	int i;
+
+	if (count == 0)
+		return NULL;
+	start = bpf_get_prandom_u32() % count;
+	for (i = 0; i < LB_LC_SCAN; i++) {
+		struct lb4_service *slot;
+		__u32 id, load;
+
+		if (i >= count)
+			break;
+		key->backend_slot = (__u16)((start + i) % count + 1);
+		slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES6, key);
+		if (!slot)
+			continue;
+		id = slot->backend_id;
+		load = lc_count_of(id);
+		if (load < best_load) {
+			best_load = load;
+			best_id = id;
+			best_slot = key->backend_slot;
+		}
+	}
+	best = best_id ? lb6_lookup_backend(best_id) : NULL;
+	if (!best)
+		return NULL; /* a shrink in progress: the caller's retrying choice */
+	key->backend_slot = best_slot;
+	*backend_id = best_id;
+	return best;
+}
+
 /* lb4_select_backend over the IPv6 table: same retry rule (re-read the master
  * after a missing slot, then slots below it, then slot 1). */
 static __always_inline struct lb6_backend *
@@ -123,6 +166,12 @@ lb6_select_backend(struct lb6_service_key *key, struct lb4_service *svc, __u64 c
 	__u16 limit = svc->count;
 	int attempt;
 
+	if (svc->algorithm == LB_ALG_LEAST_CONN) {
+		struct lb6_backend *least = lc6_select(key, svc, backend_id);
+
+		if (least)
+			return least;
+	}
 	/* Maglev: the table names the backend; without one, a random slot. */
 	if (svc->algorithm == LB_ALG_MAGLEV) {
 		struct lb6_backend *picked = lb6_maglev_select(key, svc, client_id, backend_id);

@@ -234,6 +234,8 @@ static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const _
 		if (st)
 			lb6_sock_remember(st, &key, &svc, backend, backend_id);
 	}
+	if (svc.algorithm == LB_ALG_LEAST_CONN)
+		lc4_sock_hold(ctx->sk, backend_id);
 	sock6_set_dst(ctx, backend->address, backend->port);
 	lb_count(LB_CNT_SOCK_TRANSLATED);
 	return 1;
