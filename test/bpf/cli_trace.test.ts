@@ -103,6 +103,13 @@ test('source-hash and maglev: the trace names the backend the program then picks
       }
     }
     assert.ok(seen.maglev.size >= 3 && seen.sh.size >= 3, `flows spread: ${[...seen.maglev]} / ${[...seen.sh]}`);
+    // The text form names the pick and, for maglev, each backend's table share.
+    const text = spawnSync(bin, ['trace', '198.18.7.200:43000', '198.18.0.1:30090/tcp', '--path', 'north-south', '--bpffs', h.pinDir], { encoding: 'utf8' });
+    assert.match(text.stdout, /^pick: +maglev by 5-tuple: backend #1\d 198\.18\.3\.\d:8080 \(entry \d+\); table shares #1\d \d+\.\d%/m, text.stdout + text.stderr);
+    // Without the client port the 5-tuple is unknown: no backend named, the reason says why.
+    const noPort = sluiceTrace('198.18.7.200', '198.18.0.1:30090/tcp');
+    assert.equal(noPort.pick?.backend, undefined);
+    assert.match(noPort.pick?.note ?? '', /client port/);
   } finally {
     tables.close();
   }
