@@ -8,7 +8,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import * as abi from '../../src/abi/generated';
-import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
+import { Sandbox, sh, sluiceBin } from '../helpers/sandbox';
+import { addClientNetns, connectFrom, histogram } from '../helpers/algorithms';
 import { openSockLbMaps, readCounter } from '../../src/datapath/maps';
 import { LbProgrammer } from '../../src/datapath/programmer';
 import { readMaglevTable } from '../../src/datapath/maglev';
@@ -28,18 +29,7 @@ function upsert(port: number, extra: string[], backends: readonly string[] = BAC
 }
 
 /** `count` TCP connections from `netns`, each a new AF_INET6 socket: the backend each reached. */
-async function connect(port: number, count: number, netns = sb.netns): Promise<string[]> {
-  const out = await sb.runInCgroup(['node', labScript('lbClient'), 'tcp', VIP6, String(port), String(count)], 30000, netns);
-  const { results } = JSON.parse(out) as { results: Array<{ backend?: string; error?: string }> };
-  assert.deepEqual(results.filter((r) => r.error), [], `connections from ${netns}`);
-  return results.map((r) => r.backend ?? 'none');
-}
-
-function histogram(picks: string[]): Map<string, number> {
-  const h = new Map<string, number>();
-  for (const p of picks) h.set(p, (h.get(p) ?? 0) + 1);
-  return h;
-}
+const connect = (port: number, count: number, netns = sb.netns) => connectFrom(sb, VIP6, port, count, netns);
 
 function counters(): { picked: bigint; fallback: bigint } {
   const maps = openSockLbMaps(sb.bpffs);
@@ -53,12 +43,7 @@ function counters(): { picked: bigint; fallback: bigint } {
 before(async () => {
   sb = Sandbox.create('sluice-sockalg6');
   await sb.startBackends(BACKENDS6, [8080]);
-  for (let i = 0; i < CLIENT_NETNS; i++) {
-    const ns = sb.addNetns(`c${i}`);
-    for (const b of BACKENDS6) sb.execInNetns(['ip', '-6', 'addr', 'add', `${b}/128`, 'dev', 'lo', 'nodad'], ns);
-    sb.spawnInNetns(['node', labScript('backendServer'), ...BACKENDS6.map((b) => `${b}:8080`)], ns);
-    clients.push(ns);
-  }
+  clients.push(...addClientNetns(sb, CLIENT_NETNS, BACKENDS6, 8080));
   sluice(['attach', '--cgroup', sb.cgroup]);
 });
 

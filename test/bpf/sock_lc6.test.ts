@@ -7,6 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Sandbox, sh, sluiceBin } from '../helpers/sandbox';
 import { Holder } from '../helpers/holdClient';
+import { backendsListed, spread } from '../helpers/algorithms';
 import { readLcCounts } from '../../src/datapath/lcCounts';
 
 const VIP6 = 'fd00:96::30';
@@ -22,16 +23,9 @@ function upsert(port: number, algorithm: string, backends = BACKENDS6): void {
   sluice(['service', 'upsert', '--frontend', `[${VIP6}]:${port}/tcp`, '--backends', backends.map((b) => `[${b}]:8080`).join(','), '--algorithm', algorithm]);
 }
 
-function spread(h: Map<string, number>): number {
-  const v = [...h.values()];
-  return Math.max(...v) - Math.min(...v);
-}
 
 /** `sluice backends -o json`: backend address:port -> {id, active}. */
-function listed(): Map<string, { id: number; active?: number }> {
-  const rows = JSON.parse(sluice(['backends', '-o', 'json'])) as Array<{ id: number; address: string; port: number; active?: number }>;
-  return new Map(rows.map((r) => [`${r.address}:${r.port}`, { id: r.id, active: r.active }]));
-}
+const listed = () => backendsListed(sluice(['backends', '-o', 'json']));
 
 before(async () => {
   sb = Sandbox.create('sluice-lc6-sock');
