@@ -252,6 +252,10 @@ test('drift repair covers the Maglev tables: an outer entry deleted with bpftool
   await waitFor('the outer entry is back (--drift-repair-period 5)', hasEntry, 15000);
   const metrics = await (await fetch(`http://${addresses(agent.find(/serving \/healthz/)!).metrics}/metrics`)).text();
   assert.match(metrics, /sluice_errors_total\{reason="maglev_drift"\} [1-9]/);
+  // Gone again, with its table (later tests count the tables).
+  api.store.delete('services', 'mgdrift', 'default');
+  await waitProgrammed(frontend, undefined);
+  await waitFor('the table is gone', () => !hasEntry());
 });
 
 test('a dropped watch resumes from its resourceVersion: the agent does not list again, and misses nothing', async () => {
