@@ -7,7 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Sandbox, sh, sluiceBin } from '../helpers/sandbox';
 import { Holder } from '../helpers/holdClient';
-import { backendsListed, spread } from '../helpers/algorithms';
+import { backendsListed, lcSurvivesReinstall, spread } from '../helpers/algorithms';
 import { readLcCounts } from '../../src/datapath/lcCounts';
 
 const VIP6 = 'fd00:96::30';
@@ -65,24 +65,8 @@ test('IPv6 least-connection keeps active counts within ±1 under skewed closes; 
 });
 
 test('IPv6: counts survive a re-install (agent restart) and a backend removed while it held connections goes back to 0', async () => {
-  upsert(LC_PORT, 'lc');
-  const holder = new Holder(sb, VIP6, BACKENDS6);
-  try {
-    await holder.open(LC_PORT, 8);
-    const before = listed();
-    const removed = `${BACKENDS6[3]}:8080`;
-    const removedId = before.get(removed)!.id;
-    assert.equal(before.get(removed)!.active, 2, 'two of eight on each of four');
-    sluice(['attach', '--cgroup', sb.cgroup]);
-    upsert(LC_PORT, 'lc', BACKENDS6.slice(0, 3));
-    assert.equal(readLcCounts(sb.bpffs, [removedId])!.get(removedId), 2, 'a removed backend keeps the count of the connections it still has');
-    await holder.open(LC_PORT, 3);
-    const after = listed();
-    for (const b of BACKENDS6.slice(0, 3)) assert.equal(after.get(`${b}:8080`)?.active, 3, `${b} after 3 more`);
-    await holder.closeAll();
-    const ids = [...after.values()].map((b) => b.id).concat(removedId);
-    assert.deepEqual([...readLcCounts(sb.bpffs, ids)!.entries()].filter(([, n]) => n !== 0), [], 'all 0, the removed backend too');
-  } finally {
-    holder.kill();
-  }
+  await lcSurvivesReinstall({
+    sb, vip: VIP6, backends: BACKENDS6, port: LC_PORT, listed,
+    upsert: (backends) => upsert(LC_PORT, 'lc', [...backends]), reinstall: () => sluice(['attach', '--cgroup', sb.cgroup]),
+  });
 });

@@ -4,6 +4,8 @@
 import assert from 'node:assert/strict';
 import { isIPv6 } from 'node:net';
 import { labScript, type Sandbox } from './sandbox';
+import { Holder } from './holdClient';
+import { readLcCounts } from '../../src/datapath/lcCounts';
 
 /** `count` TCP connections from `netns`, each a new socket: the backend each reached. */
 export async function connectFrom(sb: Sandbox, vip: string, port: number, count: number, netns = sb.netns): Promise<string[]> {
@@ -44,4 +46,38 @@ export function addClientNetns(sb: Sandbox, n: number, backends: readonly string
 export function backendsListed(json: string): Map<string, { id: number; active?: number }> {
   const rows = JSON.parse(json) as Array<{ id: number; address: string; port: number; active?: number }>;
   return new Map(rows.map((r) => [`${r.address}:${r.port}`, { id: r.id, active: r.active }]));
+}
+
+/**
+ * least-connection across a re-install (agent restart) and a backend removal
+ * (sock_lc*.test.ts, both families): 8 held connections over 4 backends,
+ * re-install, remove the 4th backend (it keeps its 2 counts), 3 more
+ * connections (3 each on the rest), then every count, the removed one's
+ * too, back to 0 after the sockets close.
+ */
+export async function lcSurvivesReinstall(t: {
+  sb: Sandbox; vip: string; backends: readonly string[]; port: number;
+  upsert(backends: readonly string[]): void; reinstall(): void; listed(): Map<string, { id: number; active?: number }>;
+}): Promise<void> {
+  t.upsert(t.backends);
+  const holder = new Holder(t.sb, t.vip, [...t.backends]);
+  try {
+    await holder.open(t.port, 8);
+    const before = t.listed();
+    const removed = `${t.backends[3]}:8080`;
+    const removedId = before.get(removed)!.id;
+    assert.equal(before.get(removed)!.active, 2, 'two of eight on each of four');
+    // Re-install: maps adopted from their pins, links swapped in place.
+    t.reinstall();
+    t.upsert(t.backends.slice(0, 3));
+    assert.equal(readLcCounts(t.sb.bpffs, [removedId])!.get(removedId), 2, 'a removed backend keeps the count of the connections it still has');
+    await holder.open(t.port, 3);
+    const after = t.listed();
+    for (const b of t.backends.slice(0, 3)) assert.equal(after.get(`${b}:8080`)?.active, 3, `${b} after 3 more`);
+    await holder.closeAll();
+    const ids = [...after.values()].map((b) => b.id).concat(removedId);
+    assert.deepEqual([...readLcCounts(t.sb.bpffs, ids)!.entries()].filter(([, n]) => n !== 0), [], 'all 0, the removed backend too');
+  } finally {
+    holder.kill();
+  }
 }
