@@ -73,6 +73,90 @@ static __always_inline struct lb6_backend *lb6_lookup_backend(__u32 backend_id)
 	return bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS6, &backend_id);
 }
 
+/*
+ * Maglev for an IPv6 frontend (issue 15): lb4_maglev_select's walk of the
+ * frontend's table, with the backend in the IPv6 backends map. The table is
+ * in the same outer map as IPv4's (SLUICE_MAP_MAGLEV4, keyed by rev-NAT id,
+ * protocol and scope): rev-NAT ids come from one pool for both families, so
+ * a key names one frontend of either. NULL (counted) when the table or its
+ * backend is missing: the caller falls back to a random slot.
+ */
+static __always_inline struct lb6_backend *
+lb6_maglev_select(const struct lb6_service_key *key, const struct lb4_service *svc, __u64 hash, __u32 *backend_id)
+{
+	struct lb4_maglev_key mkey = {
+		.rev_nat_id = svc->rev_nat_id,
+		.proto = key->proto,
+		.scope = key->scope,
+	};
+	struct lb_maglev_row *row;
+	struct lb6_backend *backend = NULL;
+	__u32 index = 0, m, entry, id = 0;
+	void *table;
+
+	table = bpf_map_lookup_elem(&SLUICE_MAP_MAGLEV4, &mkey);
+	row = table ? bpf_map_lookup_elem(table, &index) : NULL;
+	m = row ? row->backend_id[0] : 0;
+	if (m) {
+		entry = (__u32)hash % m;
+		index = 1 + entry / LB_MAGLEV_ROW;
+		row = bpf_map_lookup_elem(table, &index);
+		id = row ? row->backend_id[entry & (LB_MAGLEV_ROW - 1)] : 0;
+	}
+	if (id)
+		backend = lb6_lookup_backend(id);
+	if (!backend) {
+		lb_count(LB_CNT_MAGLEV_FALLBACK);
+		return NULL;
+	}
+	*backend_id = id;
+	lb_count(LB_CNT_MAGLEV_PICKED);
+	return backend;
+}
+
+/*
+ * least-connection for an IPv6 frontend: lc4_select's scan (bpf/lib/lc.h)
+ * over the IPv6 slots. Counts are per backend id in SLUICE_MAP_LC_COUNT4
+ * (backend ids come from one pool for both families), and a socket's count
+ * is held and given back by the family-blind lc4_sock_hold and sock_release.
+ */
+static __always_inline struct lb6_backend *
+lc6_select(struct lb6_service_key *key, const struct lb4_service *svc, __u32 *backend_id)
+{
+	__u32 count = svc->count, start, best_load = 0xffffffff, best_id = 0;
+	struct lb6_backend *best;
+	__u16 best_slot = 0;
+	int i;
+
+	if (count == 0)
+		return NULL;
+	start = bpf_get_prandom_u32() % count;
+	for (i = 0; i < LB_LC_SCAN; i++) {
+		struct lb4_service *slot;
+		__u32 id, load;
+
+		if (i >= count)
+			break;
+		key->backend_slot = (__u16)((start + i) % count + 1);
+		slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES6, key);
+		if (!slot)
+			continue;
+		id = slot->backend_id;
+		load = lc_count_of(id);
+		if (load < best_load) {
+			best_load = load;
+			best_id = id;
+			best_slot = key->backend_slot;
+		}
+	}
+	best = best_id ? lb6_lookup_backend(best_id) : NULL;
+	if (!best)
+		return NULL; /* a shrink in progress: the caller's retrying choice */
+	key->backend_slot = best_slot;
+	*backend_id = best_id;
+	return best;
+}
+
 /* lb4_select_backend over the IPv6 table: same retry rule (re-read the master
  * after a missing slot, then slots below it, then slot 1). */
 static __always_inline struct lb6_backend *
@@ -81,6 +165,20 @@ lb6_select_backend(struct lb6_service_key *key, struct lb4_service *svc, __u64 c
 	__u32 choice = lb4_slot_choice(svc, client_id);
 	__u16 limit = svc->count;
 	int attempt;
+
+	if (svc->algorithm == LB_ALG_LEAST_CONN) {
+		struct lb6_backend *least = lc6_select(key, svc, backend_id);
+
+		if (least)
+			return least;
+	}
+	/* Maglev: the table names the backend; without one, a random slot. */
+	if (svc->algorithm == LB_ALG_MAGLEV) {
+		struct lb6_backend *picked = lb6_maglev_select(key, svc, client_id, backend_id);
+
+		if (picked)
+			return picked;
+	}
 
 	for (attempt = 0; attempt < LB_SELECT_ATTEMPTS; attempt++) {
 		struct lb6_backend *backend = NULL;

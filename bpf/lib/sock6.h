@@ -221,6 +221,9 @@ static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const _
 			cookie[0] = (__u32)client_id;
 			cookie[1] = (__u32)(client_id >> 32);
 			akey.netns_cookie = 1;
+		} else if (svc.algorithm == LB_ALG_MAGLEV) {
+			/* As connect4: no 5-tuple yet at connect; the socket is the flow. */
+			client_id = lb_hash64(bpf_get_socket_cookie(ctx));
 		}
 		key.backend_slot = 0;
 		backend = lb6_pick_backend_copy(&key, &svc, &akey, client_id, &backend_id);
@@ -231,6 +234,8 @@ static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const _
 		if (st)
 			lb6_sock_remember(st, &key, &svc, backend, backend_id);
 	}
+	if (svc.algorithm == LB_ALG_LEAST_CONN)
+		lc4_sock_hold(ctx->sk, backend_id);
 	sock6_set_dst(ctx, backend->address, backend->port);
 	lb_count(LB_CNT_SOCK_TRANSLATED);
 	return 1;

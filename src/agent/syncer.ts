@@ -195,9 +195,10 @@ export class Syncer {
     this.driftRunning = true;
     try {
       const r = await repairDrift(this.maps, () => this.programmer);
-      const repaired = r.frontends + r.backends + r.revNats + r.extra;
+      const repaired = r.frontends + r.backends + r.revNats + r.extra + r.maglev;
       if (repaired > 0) {
-        this.metrics.errors.inc({ reason: 'map_drift' }, repaired);
+        if (repaired > r.maglev) this.metrics.errors.inc({ reason: 'map_drift' }, repaired - r.maglev);
+        if (r.maglev > 0) this.metrics.errors.inc({ reason: 'maglev_drift' }, r.maglev); // issue 15: Maglev tables and outer entries
         this.log.warn({ ...r }, 'drift repair: map entries changed behind the agent were rewritten');
       } else {
         this.log.debug({ ...r }, 'drift repair: maps match');

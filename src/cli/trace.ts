@@ -12,6 +12,7 @@ import { ip4ToNumber, numberToIp4, protoNumber, type ProtoName } from '../datapa
 import { formatServiceName, type ServiceName } from '../datapath/serviceNames';
 import { counterName, COUNTERS } from '../datapath/counters';
 import { flagNames, backendFlagNames, ALGORITHMS } from './inspect';
+import { hash64, loadedBe32, maglevEntry, maglevFlowHash } from '../datapath/maglev';
 
 export type TracePath = 'socket' | 'north_south' | 'pod';
 
@@ -32,6 +33,8 @@ export interface TraceMaps {
   /** NodePorts listen on this address (sluice_nodeip4): its NodePorts are the wildcard frontend (bpf/lib/nodeport.h). */
   isNodePortAddress?(address: number): boolean;
   serviceName(revNatId: number, proto: ProtoName): ServiceName | undefined;
+  /** A frontend's Maglev table (sluice_maglev4), undefined when it has none. */
+  maglevTable?(f: { revNatId: number; proto: ProtoName; scope: 'external' | 'internal' }): { m: number; ids: Uint32Array } | undefined;
   /** bpf_ktime_get_ns() now (CLOCK_MONOTONIC). */
   nowNs(): bigint;
 }
@@ -92,6 +95,13 @@ export interface TraceResult {
   sourceRange?: { applies: boolean; allowed: boolean; enforced: boolean };
   affinity?: { key: string; backendId?: number; backend?: string; lastUsedSecondsAgo?: number; valid: boolean; note?: string };
   conntrack?: TraceFlow[];
+  /**
+   * The backend a new connection/flow would get, where the algorithm decides
+   * it from what is known here (source-hash; maglev on the TC paths, or with
+   * affinity): computed with the data path's hashes. `backendId` is absent
+   * when it cannot be known in advance (note says why).
+   */
+  pick?: { algorithm: string; hashedBy: string; backendId?: number; backend?: string; slot?: number; entry?: number; note?: string; shares?: Record<string, number> };
   verdict: { action: Action; reason: string; counter?: string };
 }
 
@@ -270,9 +280,13 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
   const usable = backends.filter((b) => !b.missing);
   const chosen = result.affinity?.valid ? usable.find((b) => b.id === result.affinity!.backendId) : undefined;
   const missing = backends.length - usable.length;
+  if (!chosen) result.pick = predictPick(input, svc, scope, backends, m, daddr);
+  const picked = result.pick?.backend;
   let reason = chosen
     ? `affinity: to backend #${chosen.id} ${chosen.address}:${chosen.port}`
-    : `to one of ${backends.length} backends (${result.frontend.algorithm})${missing ? `; ${missing} slot(s) missing, a pick of one fails (agent mid-update)` : ''}`;
+    : picked
+      ? `to backend #${result.pick!.backendId} ${picked} (${result.frontend.algorithm}, ${result.pick!.slot !== undefined ? `slot ${result.pick!.slot}` : `table entry ${result.pick!.entry}`} by ${result.pick!.hashedBy})`
+      : `to one of ${backends.length} backends (${result.frontend.algorithm})${missing ? `; ${missing} slot(s) missing, a pick of one fails (agent mid-update)` : ''}`;
   if (input.path === 'north_south') {
     const snat = (chosen ? [chosen] : usable).filter((b) => b.snat);
     if (snat.length && !cfg?.snat_address) {
@@ -313,4 +327,74 @@ function affinityOf(input: TraceInput, svc: abi.Lb4Service, m: TraceMaps, client
     valid: valid && !!b,
     note: !valid ? 'expired: a new pick replaces it' : !b ? 'its backend is gone: a new pick replaces it' : undefined,
   };
+}
+
+/**
+ * The first pick of source-hash and maglev, as lb4_slot_choice and
+ * lb4_maglev_select (bpf/lib/lb.h, maglev.h) make it: the same client id
+ * (socket path: the netns cookie, or the socket cookie for maglev; TC paths:
+ * the client address, or the 5-tuple for maglev without affinity), the same
+ * hashes (src/datapath/maglev.ts mirrors them). Random, round-robin and
+ * least-connection depend on state a trace does not own; undefined for them.
+ */
+function predictPick(input: TraceInput, svc: abi.Lb4Service, scope: number, backends: TraceBackend[], m: TraceMaps, daddr: number): TraceResult['pick'] {
+  const algorithm = ALGORITHMS[svc.algorithm] ?? `algorithm ${svc.algorithm}`;
+  if (svc.algorithm !== abi.LB_ALG_SOURCE_HASH && svc.algorithm !== abi.LB_ALG_MAGLEV) return undefined;
+  const affinity = (svc.flags & abi.LB_SVC_FLAG_AFFINITY) !== 0;
+  let clientId: bigint | undefined;
+  let hashedBy: string;
+  if (input.path === 'socket') {
+    if (svc.algorithm === abi.LB_ALG_MAGLEV && !affinity) {
+      hashedBy = 'socket cookie';
+    } else {
+      hashedBy = 'netns cookie';
+      clientId = input.netnsCookie;
+    }
+  } else if (svc.algorithm === abi.LB_ALG_MAGLEV && !affinity) {
+    hashedBy = '5-tuple';
+    if (input.clientPort !== undefined) {
+      clientId = maglevFlowHash({ saddr: input.client, daddr: numberToIp4(daddr), sport: input.clientPort, dport: input.port, proto: input.proto });
+    }
+  } else {
+    hashedBy = 'client address';
+    clientId = loadedBe32(input.client);
+  }
+  const byId = (id: number) => backends.find((b) => b.id === id && !b.missing);
+  const pick: NonNullable<TraceResult['pick']> = { algorithm, hashedBy };
+  if (svc.algorithm === abi.LB_ALG_MAGLEV) {
+    const table = m.maglevTable?.({ revNatId: svc.rev_nat_id, proto: input.proto, scope: scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' });
+    if (!table || table.m === 0) {
+      pick.note = `no Maglev table for this frontend: a random slot (${counter(abi.LB_CNT_MAGLEV_FALLBACK)})`;
+      return pick;
+    }
+    const shares: Record<string, number> = {};
+    for (const id of table.ids) shares[`#${id}`] = (shares[`#${id}`] ?? 0) + 1;
+    for (const k of Object.keys(shares)) shares[k] = Math.round((shares[k]! / table.m) * 10000) / 10000;
+    pick.shares = shares;
+    if (clientId === undefined) {
+      pick.note = hashedBy === 'socket cookie'
+        ? 'each socket is hashed by its cookie, unknown before the socket exists: a new socket lands on a backend with its table share'
+        : hashedBy === '5-tuple' ? 'give the client port (SRC:PORT) to hash the 5-tuple' : 'pass --netns-cookie to hash the client';
+      return pick;
+    }
+    pick.entry = maglevEntry(clientId, table.m);
+    const id = table.ids[pick.entry]!;
+    const b = byId(id);
+    pick.backendId = id;
+    if (b) pick.backend = `${b.address}:${b.port}`;
+    else pick.note = `entry ${pick.entry} names backend #${id}, not in the backends map: a random slot (${counter(abi.LB_CNT_MAGLEV_FALLBACK)})`;
+    return pick;
+  }
+  if (clientId === undefined) {
+    pick.note = 'pass --netns-cookie to hash the client';
+    return pick;
+  }
+  // lb4_slot_choice: (u32)lb_hash64(client ^ (rev-NAT id << 32)); slot = choice % count + 1.
+  const choice = Number(hash64(clientId ^ (BigInt(svc.rev_nat_id) << 32n)) & 0xffffffffn);
+  pick.slot = (choice % svc.count) + 1;
+  const row = backends[pick.slot - 1];
+  pick.backendId = row?.id;
+  if (row && !row.missing) pick.backend = `${row.address}:${row.port}`;
+  else pick.note = `slot ${pick.slot} is missing (agent mid-update): the program retries below it`;
+  return pick;
 }

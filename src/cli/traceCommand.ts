@@ -11,6 +11,7 @@ import { mapPinPath, type SockLbMaps } from '../datapath/maps';
 import { BpfMap } from '../bpf/map';
 import { TypedMap, u32Codec } from '../datapath/typedMap';
 import { readServiceNames, serviceNameOf } from '../datapath/serviceNames';
+import { readMaglevTable } from '../datapath/maglev';
 
 const PATHS: Record<string, TracePath> = { socket: 'socket', 'north-south': 'north_south', north_south: 'north_south', pod: 'pod' };
 
@@ -48,6 +49,7 @@ function pinnedTraceMaps(bpffs: string, maps: SockLbMaps, opened: BpfMap[]): Tra
     tcConfig: () => cfg?.get(0),
     isNodePortAddress: (address) => maps.nodeIps.get(address) !== undefined,
     serviceName: (revNatId, proto) => serviceNameOf(names, revNatId, proto),
+    maglevTable: (f) => (maps.maglev ? readMaglevTable(maps.maglev, f) : undefined),
     nowNs: () => process.hrtime.bigint(), // CLOCK_MONOTONIC, as bpf_ktime_get_ns()
   };
 }
@@ -63,6 +65,11 @@ export function renderTrace(r: TraceResult): string {
   if (r.affinity) {
     const a = r.affinity;
     lines.push(`affinity:  ${a.key}: ${a.backendId !== undefined ? `backend #${a.backendId} ${a.backend ?? '?'}, used ${a.lastUsedSecondsAgo}s ago` : ''}${a.note ? `${a.backendId !== undefined ? '; ' : ''}${a.note}` : ''}`);
+  }
+  if (r.pick) {
+    const p = r.pick;
+    const shares = p.shares ? `; table shares ${Object.entries(p.shares).map(([id, x]) => `${id} ${(x * 100).toFixed(1)}%`).join(', ')}` : '';
+    lines.push(`pick:      ${p.algorithm} by ${p.hashedBy}: ${p.backend ? `backend #${p.backendId} ${p.backend}${p.slot !== undefined ? ` (slot ${p.slot})` : ` (entry ${p.entry})`}` : p.note ?? '-'}${shares}`);
   }
   for (const c of r.conntrack ?? []) {
     lines.push(`conntrack: ${c.direction} ${c.client} -> ${c.frontend} => ${c.backend} (#${c.backendId}${c.backendAlive ? '' : ', gone'})${c.nat ? ` via ${c.nat}` : ''}; ${c.state}; ${c.flags.join(',') || '-'}; expires in ${c.expiresInSeconds}s; ${c.packets} packets`);

@@ -12,6 +12,7 @@ import type { SockLbMaps } from './maps';
 import { ip4ToNumber, isIp6, protoNumber } from './addr';
 import { masterEntry, serviceKeyOf, type LbProgrammer, type ProgrammedFrontend, type ProgrammedBackend } from './programmer';
 import { repairDrift6 } from './drift6';
+import type { MaglevDrift } from './maglev';
 
 export interface DriftReport {
   /** Frontends with a missing or different master or slot entry. */
@@ -21,6 +22,9 @@ export interface DriftReport {
   revNats: number;
   /** Entries in the maps nobody asked for, deleted. */
   extra: number;
+  /** Maglev repairs (issue 15): the sum of maglevDetail. */
+  maglev: number;
+  maglevDetail: MaglevDrift;
   /** Entries compared. */
   checked: number;
   durationMs: number;
@@ -112,7 +116,7 @@ export async function repairDrift(maps: SockLbMaps, programmer: () => LbProgramm
   }
   // Repair, in one synchronous step against the state as it is now.
   const p = programmer();
-  const report: DriftReport = { frontends: 0, backends: 0, revNats: 0, extra: 0, checked: cmp.checked, durationMs: 0 };
+  const report: DriftReport = { frontends: 0, backends: 0, revNats: 0, extra: 0, maglev: 0, maglevDetail: { tables: 0, outer: 0, extra: 0, adopted: 0 }, checked: cmp.checked, durationMs: 0 };
   const backendWrites: Array<[number, abi.Lb4Backend]> = [];
   for (const id of suspectBackends) {
     const b = p.backendById(id);
@@ -147,8 +151,44 @@ export async function repairDrift(maps: SockLbMaps, programmer: () => LbProgramm
   report.frontends = frontends.length;
   report.extra = deleteExtras(maps, p);
   repairDrift6(maps, p, report);
+  await repairMaglev(programmer, Math.max(1, Math.floor(chunk / 8)), report);
+  const md = report.maglevDetail;
+  report.maglev = md.tables + md.outer + md.extra + md.adopted;
   report.durationMs = performance.now() - start;
   return report;
+}
+
+/**
+ * The Maglev tables (issue 15): each frontend's outer entry must name the
+ * table the agent built for it, and each table hold the rows it was built
+ * with (compared by digest, `chunk` frontends per turn). Tables adopted from
+ * the pins (the agent restarted; their content is unknown to it and it holds
+ * no fd to compare or share them) are rebuilt from the programmer's backends
+ * and swapped in whole, once; from then on they are checked like the others.
+ */
+async function repairMaglev(programmer: () => LbProgrammer, chunk: number, report: DriftReport): Promise<void> {
+  const list = programmer().maglevTables()?.frontendList() ?? [];
+  const seen = new Set<string>();
+  for (let i = 0; i < list.length; i += chunk) {
+    const p = programmer();
+    const tables = p.maglevTables();
+    if (!tables) return;
+    const { checked, adopted } = tables.repairChunk(list.slice(i, i + chunk), seen, report.maglevDetail);
+    report.checked += checked;
+    if (adopted.length) {
+      const byKey = new Map<string, ProgrammedFrontend>();
+      for (const f of p.programmedFrontends()) if (f.algorithm === abi.LB_ALG_MAGLEV) byKey.set(`${f.revNatId}/${f.proto}/${f.scope}`, f);
+      for (const mf of adopted) {
+        const f = byKey.get(`${mf.revNatId}/${mf.proto}/${mf.scope}`);
+        const backends = f?.backendIds.map((id) => p.backendById(id)).filter((b) => b !== undefined) ?? [];
+        if (!f || backends.length !== f.backendIds.length) continue;
+        if (tables.queue(mf, backends.map((b) => ({ id: b.id, address: b.address, port: b.port })))) report.maglevDetail.adopted++;
+      }
+      tables.flush();
+    }
+    await nextTurn();
+  }
+  programmer().maglevTables()?.deleteForeign(report.maglevDetail);
 }
 
 /**

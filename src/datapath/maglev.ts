@@ -15,6 +15,7 @@
 // and M (a Service's ClusterIP, NodePorts and both scopes) share one inner
 // array. Nothing is rebuilt when a frontend's backends did not change.
 import * as fs from 'node:fs';
+import { createHash } from 'node:crypto';
 import * as abi from '../abi/generated';
 import { BpfMap } from '../bpf/map';
 import { MapType } from '../bpf/constants';
@@ -50,6 +51,18 @@ export interface MaglevStats {
   builds: number;
 }
 
+/** What a drift repair (drift.ts) found and set right in the Maglev tables. */
+export interface MaglevDrift {
+  /** Inner tables whose rows differed from what the agent built: rewritten in place. */
+  tables: number;
+  /** Outer entries missing or naming another inner array: written again. */
+  outer: number;
+  /** Outer entries no maglev frontend owns: deleted. */
+  extra: number;
+  /** Tables adopted from the pins (content unknown, no fd): rebuilt and swapped in. */
+  adopted: number;
+}
+
 interface Table {
   /** Open while the table lives: frontends that get the same backends later share it by this fd
    * (bpf_map_get_fd_by_id would need CAP_SYS_ADMIN, which the agent does not have). Absent for
@@ -58,6 +71,9 @@ interface Table {
   mapId: number;
   refs: number;
   bytes: number;
+  /** The backends it was built from (name-sorted) and a digest of its rows: drift repair compares and rebuilds with them. */
+  backends?: readonly MaglevBackend[];
+  digest?: string;
 }
 
 /** The outer map's key for a frontend. */
@@ -66,6 +82,18 @@ export function maglevKeyOf(f: MaglevFrontend): abi.Lb4MaglevKey {
 }
 
 const keyText = (f: MaglevFrontend) => `${f.revNatId}/${f.proto}/${f.scope}`;
+
+function frontendOfKeyText(k: string): MaglevFrontend {
+  const [revNatId, proto, scope] = k.split('/');
+  return { revNatId: Number(revNatId), proto: proto!, scope: scope === 'internal' ? 'internal' : 'external' };
+}
+
+function frontendOfKey(k: abi.Lb4MaglevKey): MaglevFrontend {
+  return { revNatId: k.rev_nat_id, proto: protoName(k.proto), scope: k.scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' };
+}
+
+/** Digest of a table's encoded rows (drift repair compares tables by it; kept instead of the rows). */
+const digestOf = (rows: Buffer) => createHash('sha1').update(rows).digest('base64');
 
 /** MurmurHash3's 64-bit finaliser, as lb_hash64 in bpf/lib/lb.h. */
 export function hash64(x: bigint): bigint {
@@ -82,6 +110,7 @@ export function hash64(x: bigint): bigint {
 /** A big-endian port as the data path loads it (__be16 into a little-endian register). */
 const be16 = (port: number) => BigInt(((port & 0xff) << 8) | (port >> 8));
 /** An IPv4 address as the data path loads it (__be32, little-endian host). */
+export const loadedBe32 = (address: string): bigint => be32(address);
 const be32 = (address: string) => {
   const n = ip4ToNumber(address) >>> 0; // the address as a number, most significant byte first
   return BigInt((((n & 0xff) << 24) | ((n & 0xff00) << 8) | ((n >>> 8) & 0xff00) | (n >>> 24)) >>> 0);
@@ -214,8 +243,8 @@ export class MaglevTables {
       return true;
     }
     if (!this.tables.has(sig)) {
-      const map = this.build(sorted);
-      this.tables.set(sig, { map, mapId: map.id, refs: 0, bytes: memlockOf(map.fd) });
+      const { map, digest } = this.build(sorted);
+      this.tables.set(sig, { map, mapId: map.id, refs: 0, bytes: memlockOf(map.fd), backends: sorted, digest });
     }
     this.pending.set(k, { f, sig });
     if (pending) this.dropUnused(pending.sig);
@@ -284,8 +313,7 @@ export class MaglevTables {
     const want = new Set(owned.map(keyText));
     const stale: Buffer[] = [];
     for (const [raw, value] of this.outer.entries()) {
-      const k = abi.lb4_maglev_keyCodec.decode(raw);
-      const f: MaglevFrontend = { revNatId: k.rev_nat_id, proto: protoName(k.proto), scope: k.scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' };
+      const f = frontendOfKey(abi.lb4_maglev_keyCodec.decode(raw));
       const kt = keyText(f);
       if (!want.has(kt)) {
         stale.push(Buffer.from(raw));
@@ -303,6 +331,81 @@ export class MaglevTables {
     }
     if (stale.length) this.outer.deleteBatch(Buffer.concat(stale), stale.length);
     return stale.length;
+  }
+
+  // ---- drift repair (drift.ts) --------------------------------------------
+
+  /** The frontends with a table, for drift repair to walk in chunks. */
+  frontendList(): MaglevFrontend[] {
+    return [...this.frontends.keys()].map(frontendOfKeyText);
+  }
+
+  /**
+   * Drift repair of these frontends, synchronous (so no sync interleaves):
+   * an outer entry that is missing or names another inner array is written
+   * again (one batch); a table whose rows differ from what was built (compared
+   * by digest, one batch read per table, each table once per pass: `seen`)
+   * is rewritten in place (its entries were wrong already; every value
+   * written is a live backend). Frontends gone since the list was taken are
+   * skipped. Tables adopted from the pins are returned: the caller rebuilds
+   * them from the programmer's backends (their content is unknown here).
+   */
+  repairChunk(frontends: readonly MaglevFrontend[], seen: Set<string>, drift: MaglevDrift): { checked: number; adopted: MaglevFrontend[] } {
+    const keySize = abi.lb4_maglev_keyCodec.size;
+    const key = Buffer.alloc(keySize);
+    const value = Buffer.alloc(4);
+    const outerKeys: Buffer[] = [];
+    const outerFds: number[] = [];
+    const adopted: MaglevFrontend[] = [];
+    let checked = 0;
+    for (const f of frontends) {
+      const sig = this.frontends.get(keyText(f));
+      const t = sig === undefined ? undefined : this.tables.get(sig);
+      if (!t || this.pending.has(keyText(f))) continue;
+      if (!t.map || !t.backends || !t.digest) {
+        adopted.push(f);
+        continue;
+      }
+      abi.lb4_maglev_keyCodec.encode(maglevKeyOf(f), key, 0);
+      checked++;
+      if (!this.outer.lookupInto(key, value) || value.readUInt32LE(0) !== t.mapId) {
+        outerKeys.push(Buffer.from(key));
+        outerFds.push(t.map.fd);
+      }
+      if (seen.has(sig!)) continue;
+      seen.add(sig!);
+      checked++;
+      const have = t.map.lookupBatch();
+      if (digestOf(have.values.subarray(0, have.count * ROW_BYTES)) === t.digest) continue;
+      const m = Number(sig!.slice(0, sig!.indexOf('|')));
+      const rows = this.rowsOf(t.backends, m);
+      const count = rows.length / ROW_BYTES;
+      const keys = Buffer.alloc(count * 4);
+      for (let i = 0; i < count; i++) keys.writeUInt32LE(i, i * 4);
+      t.map.updateBatch(keys, rows, count);
+      drift.tables++;
+    }
+    if (outerKeys.length) {
+      const fds = Buffer.alloc(outerFds.length * 4);
+      outerFds.forEach((fd, i) => fds.writeUInt32LE(fd, i * 4));
+      this.outer.updateBatch(Buffer.concat(outerKeys), fds, outerKeys.length);
+      drift.outer += outerKeys.length;
+    }
+    return { checked, adopted };
+  }
+
+  /** Drift repair: delete outer entries no frontend with a table owns (bpftool, a crashed agent). */
+  deleteForeign(drift: MaglevDrift): void {
+    const keySize = abi.lb4_maglev_keyCodec.size;
+    const all = this.outer.lookupBatch();
+    if (all.count === this.frontends.size) return;
+    const stale: Buffer[] = [];
+    for (let i = 0; i < all.count; i++) {
+      const raw = all.keys.subarray(i * keySize, (i + 1) * keySize);
+      const kt = keyText(frontendOfKey(abi.lb4_maglev_keyCodec.decode(raw)));
+      if (!this.frontends.has(kt) && !this.pending.has(kt)) stale.push(Buffer.from(raw));
+    }
+    if (stale.length) drift.extra += this.outer.deleteBatch(Buffer.concat(stale), stale.length);
   }
 
   /** Close the fds this object holds (the tables live on in the outer map's entries). */
@@ -340,14 +443,18 @@ export class MaglevTables {
     this.tables.delete(sig);
   }
 
-  /** A new inner array holding the table of these (name-sorted) backends. */
-  private build(sorted: readonly MaglevBackend[]): BpfMap {
-    const start = process.hrtime.bigint();
-    const m = this.tableSize;
+  /** The encoded rows of the table of these (name-sorted) backends at size m. */
+  private rowsOf(sorted: readonly MaglevBackend[], m: number): Buffer {
     const order = buildMaglevTable(sorted.map(maglevBackendName), m);
     const ids = new Uint32Array(m);
     for (let e = 0; e < m; e++) ids[e] = sorted[order[e]!]!.id;
-    const rows = encodeMaglevRows(ids, sorted.length);
+    return encodeMaglevRows(ids, sorted.length);
+  }
+
+  /** A new inner array holding the table of these (name-sorted) backends. */
+  private build(sorted: readonly MaglevBackend[]): { map: BpfMap; digest: string } {
+    const start = process.hrtime.bigint();
+    const rows = this.rowsOf(sorted, this.tableSize);
     const count = rows.length / ROW_BYTES;
     const map = BpfMap.create({ type: MapType.ARRAY, name: 'sluice_maglev', keySize: 4, valueSize: ROW_BYTES, maxEntries: count, flags: BPF_F_INNER_MAP, btf: this.btfTypes() ?? undefined });
     try {
@@ -360,7 +467,7 @@ export class MaglevTables {
     }
     this.builds++;
     this.buildSeconds.push(Number(process.hrtime.bigint() - start) / 1e9);
-    return map;
+    return { map, digest: digestOf(rows) };
   }
 
   /** BTF for the inner arrays (__u32 -> struct lb_maglev_row), so bpftool prints named rows; null when it cannot be loaded. */

@@ -14,6 +14,7 @@ import { TcHarness } from './tc_harness';
 import { frame, TCP_SYN, TC_ACT_REDIRECT, TC_ACT_SHOT } from './tc_packet';
 import type { TraceResult } from '../../src/cli/trace';
 import { COUNTERS, counterName } from '../../src/datapath/counters';
+import { MaglevTables } from '../../src/datapath/maglev';
 
 const bin = path.resolve(__dirname, '..', '..', '..', 'bin', 'sluice');
 let h: TcHarness;
@@ -91,4 +92,38 @@ test('a flow the program created: the trace shows its backend, state and SNAT po
   const reply = sluiceTrace(`${chosen}:8080`, `${nat}/tcp`);
   assert.equal(reply.verdict.action, 'reply');
   assert.match(reply.verdict.reason, /restored to 198\.18\.0\.1:30080 -> 198\.18\.9\.9:41000/);
+});
+
+test('source-hash and maglev: the trace names the backend the program then picks, flow by flow', () => {
+  const tables = new MaglevTables(h.obj.map(abi.SLUICE_MAP_MAGLEV4), 251);
+  try {
+    const backends = [1, 2, 3, 4, 5].map((i) => ({ id: 10 + i, address: `198.18.3.${i}`, port: 8080, local: false }));
+    tables.sync({ revNatId: 5, proto: 'tcp', scope: 'external' }, backends);
+    h.upsertFrontend({ address: '198.18.0.1', port: 30090, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 5, backends, algorithm: abi.LB_ALG_MAGLEV });
+    h.upsertFrontend({ address: '198.18.0.1', port: 30091, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 6, backends, algorithm: abi.LB_ALG_SOURCE_HASH });
+    const seen = { maglev: new Set<string>(), sh: new Set<string>() };
+    for (let i = 0; i < 12; i++) {
+      for (const [dport, kind] of [[30090, 'maglev'], [30091, 'sh']] as const) {
+        const src = `198.18.7.${i * 7}`;
+        const sport = 42000 + i;
+        const r = sluiceTrace(`${src}:${sport}`, `198.18.0.1:${dport}/tcp`);
+        assert.ok(r.pick?.backend, `${kind}: a prediction for ${src}:${sport} (${JSON.stringify(r.pick)})`);
+        assert.equal(r.pick.hashedBy, kind === 'maglev' ? '5-tuple' : 'client address');
+        const { out } = h.run('ingress', frame({ proto: 'tcp', src, dst: '198.18.0.1', sport, dport, tcpFlags: TCP_SYN }));
+        const actual = `${numberToIp4(out.readUInt32BE(14 + 16))}:${out.readUInt16BE(14 + 20 + 2)}`;
+        assert.equal(actual, r.pick.backend, `${kind} ${src}:${sport}: trace said ${r.pick.backend}, the program picked ${actual}`);
+        seen[kind].add(actual);
+      }
+    }
+    assert.ok(seen.maglev.size >= 3 && seen.sh.size >= 3, `flows spread: ${[...seen.maglev]} / ${[...seen.sh]}`);
+    // The text form names the pick and, for maglev, each backend's table share.
+    const text = spawnSync(bin, ['trace', '198.18.7.200:43000', '198.18.0.1:30090/tcp', '--path', 'north-south', '--bpffs', h.pinDir], { encoding: 'utf8' });
+    assert.match(text.stdout, /^pick: +maglev by 5-tuple: backend #1\d 198\.18\.3\.\d:8080 \(entry \d+\); table shares #1\d \d+\.\d%/m, text.stdout + text.stderr);
+    // Without the client port the 5-tuple is unknown: no backend named, the reason says why.
+    const noPort = sluiceTrace('198.18.7.200', '198.18.0.1:30090/tcp');
+    assert.equal(noPort.pick?.backend, undefined);
+    assert.match(noPort.pick?.note ?? '', /client port/);
+  } finally {
+    tables.close();
+  }
 });

@@ -8,11 +8,15 @@ import type { SockLbMaps } from '../../src/datapath/maps';
 import { LbProgrammer, serviceKeyOf, service6KeyOf, type FrontendSpec } from '../../src/datapath/programmer';
 import { repairDrift } from '../../src/datapath/drift';
 import { ip4ToNumber, ip6ToBytes } from '../../src/datapath/addr';
-import { LB_SVC_FLAG_CLUSTER_IP, LB_PROTO_TCP, LB_SCOPE_EXTERNAL } from '../../src/abi/generated';
+import { LB_SVC_FLAG_CLUSTER_IP, LB_PROTO_TCP, LB_SCOPE_EXTERNAL, LB_ALG_MAGLEV, SLUICE_MAP_MAGLEV4, lb4_maglev_keyCodec } from '../../src/abi/generated';
+import { execFileSync } from 'node:child_process';
+import { maglevKeyOf, readMaglevTable, type MaglevFrontend } from '../../src/datapath/maglev';
 import { sockLbEachTest } from '../helpers/sockLbEachTest';
 
 let maps: SockLbMaps;
-sockLbEachTest('sluice-drift', (_bpffs, m) => {
+let bpffs = '';
+sockLbEachTest('sluice-drift', (dir, m) => {
+  bpffs = dir;
   maps = m;
 });
 
@@ -101,4 +105,61 @@ test('IPv6 maps: changed, deleted and foreign entries are set right; IPv4 ones b
   assert.deepEqual({ frontends: r.frontends, backends: r.backends, revNats: r.revNats, extra: r.extra }, { frontends: 2, backends: 1, revNats: 1, extra: 2 });
   assert.deepEqual(dump6(), want6);
   assert.deepEqual(dump(), want4);
+});
+
+// Issue 15: the per-frontend Maglev tables (inner arrays of sluice_maglev4)
+// changed behind the agent with bpftool are found and set right.
+test('Maglev: a table rewritten, an outer entry deleted or re-pointed, and a foreign outer entry, all by bpftool, are set right', async () => {
+  const bpftool = (...args: string[]) => execFileSync('bpftool', args, { encoding: 'utf8' });
+  const hex = (b: Buffer) => ['hex', ...[...b].map((x) => x.toString(16).padStart(2, '0'))];
+  const p = LbProgrammer.adopt(maps);
+  const mg = (address: string, hosts: number[], port = 80): FrontendSpec => ({ ...fe(address, hosts), port, algorithm: LB_ALG_MAGLEV });
+  p.apply([mg('10.96.0.1', [1, 2, 3]), mg('10.96.0.2', [4, 5]), mg('10.96.0.3', [6, 7])], { prune: true });
+  const key = (addr: string): MaglevFrontend => ({ revNatId: p.frontend(`${addr}:80/tcp`)!.revNatId, proto: 'tcp', scope: 'external' });
+  const outerPin = `${bpffs}/${SLUICE_MAP_MAGLEV4}`;
+  const table = (addr: string) => readMaglevTable(maps.maglev!, key(addr));
+  const want = ['10.96.0.1', '10.96.0.2', '10.96.0.3'].map((a) => ({ ...table(a)!, mapId: 0 }));
+  const clean = await repairDrift(maps, () => p, 1);
+  assert.equal(clean.maglev, 0, 'nothing to repair');
+
+  // 1. Entries 8..15 of 10.96.0.1's table point at backend id 999 (row 2), row 0 says M = 7.
+  const t1 = table('10.96.0.1')!;
+  bpftool('map', 'update', 'id', String(t1.mapId), 'key', '2', '0', '0', '0', 'value', ...hex(Buffer.alloc(32, 0xe7)));
+  bpftool('map', 'update', 'id', String(t1.mapId), 'key', '0', '0', '0', '0', 'value', ...hex(Buffer.from([7, 0, 0, 0, 3, 0, 0, 0, ...new Array(24).fill(0)])));
+  // 2. 10.96.0.2's outer entry is deleted: its picks would fall back to random.
+  bpftool('map', 'delete', 'pinned', outerPin, 'key', ...hex(lb4_maglev_keyCodec.encode(maglevKeyOf(key('10.96.0.2')))));
+  // 3. 10.96.0.3's outer entry names 10.96.0.1's table.
+  bpftool('map', 'update', 'pinned', outerPin, 'key', ...hex(lb4_maglev_keyCodec.encode(maglevKeyOf(key('10.96.0.3')))), 'value', 'id', String(t1.mapId));
+  // 4. An outer entry no frontend owns.
+  bpftool('map', 'update', 'pinned', outerPin, 'key', ...hex(lb4_maglev_keyCodec.encode({ rev_nat_id: 60000, proto: LB_PROTO_TCP, scope: LB_SCOPE_EXTERNAL })), 'value', 'id', String(t1.mapId));
+  assert.notDeepEqual(table('10.96.0.1')!.ids, want[0]!.ids);
+  assert.equal(table('10.96.0.2'), undefined);
+
+  const r = await repairDrift(maps, () => p, 1);
+  assert.deepEqual(r.maglevDetail, { tables: 1, outer: 2, extra: 1, adopted: 0 });
+  assert.equal(r.maglev, 4);
+  ['10.96.0.1', '10.96.0.2', '10.96.0.3'].forEach((a, i) => {
+    const t = table(a)!;
+    assert.deepEqual({ m: t.m, backends: t.backends, ids: [...t.ids] }, { m: want[i]!.m, backends: want[i]!.backends, ids: [...want[i]!.ids] }, a);
+  });
+  assert.equal(readMaglevTable(maps.maglev!, { revNatId: 60000, proto: 'tcp', scope: 'external' }), undefined);
+  assert.equal((await repairDrift(maps, () => p, 1)).maglev, 0, 'a second pass finds nothing');
+});
+
+test('Maglev: tables adopted from the pins (content unknown to a new agent) are rebuilt once, then checked like the others', async () => {
+  const p0 = LbProgrammer.adopt(maps);
+  p0.apply([{ ...fe('10.96.0.1', [1, 2, 3]), algorithm: LB_ALG_MAGLEV }], { prune: true });
+  const f = p0.frontend('10.96.0.1:80/tcp')!;
+  const mk: MaglevFrontend = { revNatId: f.revNatId, proto: 'tcp', scope: 'external' };
+  const want = [...readMaglevTable(maps.maglev!, mk)!.ids];
+  p0.maglevTables()!.close();
+  const { programmer: p } = LbProgrammer.adoptAndRepair(maps);
+  const adopted = readMaglevTable(maps.maglev!, mk)!;
+  execFileSync('bpftool', ['map', 'update', 'id', String(adopted.mapId), 'key', '1', '0', '0', '0', 'value', ...new Array(32).fill('0')]);
+  const r = await repairDrift(maps, () => p, 1);
+  assert.equal(r.maglevDetail.adopted, 1);
+  const t = readMaglevTable(maps.maglev!, mk)!;
+  assert.notEqual(t.mapId, adopted.mapId, 'a new table, swapped in whole');
+  assert.deepEqual([...t.ids], want);
+  assert.equal((await repairDrift(maps, () => p, 1)).maglev, 0);
 });

@@ -3,7 +3,10 @@
 // its network namespace: one pod, one backend), affinity first.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
+import { Sandbox, sh, sluiceBin } from '../helpers/sandbox';
+import { addClientNetns, connectFrom, histogram } from '../helpers/algorithms';
+import { netnsCookieOf } from '../../src/datapath/netnsCookie';
+import type { TraceResult } from '../../src/cli/trace';
 
 const VIP = '10.96.0.20';
 const BACKENDS = ['198.18.20.2', '198.18.20.3', '198.18.20.4', '198.18.20.5'];
@@ -20,31 +23,14 @@ function upsert(port: number, extra: string[]): void {
   sluice(['service', 'upsert', '--frontend', `${VIP}:${port}/tcp`, '--backends', BACKENDS.map((b) => `${b}:8080`).join(','), ...extra]);
 }
 
-/** `count` TCP connections from `netns`, each a new socket: the backend each reached. */
-async function connect(port: number, count: number, netns = sb.netns): Promise<string[]> {
-  const out = await sb.runInCgroup(['node', labScript('lbClient'), 'tcp', VIP, String(port), String(count)], 30000, netns);
-  const { results } = JSON.parse(out) as { results: Array<{ backend?: string; error?: string }> };
-  assert.deepEqual(results.filter((r) => r.error), [], `connections from ${netns}`);
-  return results.map((r) => r.backend ?? 'none');
-}
-
-function histogram(picks: string[]): Map<string, number> {
-  const h = new Map<string, number>();
-  for (const p of picks) h.set(p, (h.get(p) ?? 0) + 1);
-  return h;
-}
+const connect = (port: number, count: number, netns = sb.netns) => connectFrom(sb, VIP, port, count, netns);
 
 before(async () => {
   sb = Sandbox.create('sluice-sockalg');
   await sb.startBackends(BACKENDS, [8080]);
   // More clients: namespaces of their own (other netns cookies), each with the
   // same backend addresses on its loopback and a server behind them.
-  for (let i = 0; i < CLIENT_NETNS; i++) {
-    const ns = sb.addNetns(`c${i}`);
-    for (const b of BACKENDS) sb.execInNetns(['ip', 'addr', 'add', `${b}/32`, 'dev', 'lo'], ns);
-    sb.spawnInNetns(['node', labScript('backendServer'), ...BACKENDS.map((b) => `${b}:8080`)], ns);
-    clients.push(ns);
-  }
+  clients.push(...addClientNetns(sb, CLIENT_NETNS, BACKENDS, 8080));
   sluice(['attach', '--cgroup', sb.cgroup]);
 });
 
@@ -79,6 +65,11 @@ test('source-hash: one client namespace always reaches the same backend; namespa
   // Nine netns cookies over four backends: all on one backend has
   // probability 4 * 4^-9 (about 1.5e-5) for a uniform hash.
   assert.ok(new Set([...perClient, ...own.keys()]).size >= 2, `clients spread: ${perClient.join(' ')}`);
+  // `sluice trace --netns-cookie` names, for each client, the backend its connections reached.
+  [sb.netns, ...clients].forEach((ns, i) => {
+    const r = JSON.parse(sluice(['trace', '198.18.20.1', `${VIP}:81/tcp`, '--netns-cookie', String(netnsCookieOf(`/run/netns/${ns}`)), '-o', 'json'])) as TraceResult;
+    assert.equal(r.pick?.backend, i === 0 ? [...own.keys()][0] : perClient[i - 1], `${ns}: ${JSON.stringify(r.pick)}`);
+  });
 });
 
 test('sessionAffinity ClientIP wins over round-robin', async () => {

@@ -9,6 +9,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Sandbox, sh, sluiceBin } from '../helpers/sandbox';
 import { Holder } from '../helpers/holdClient';
+import { backendsListed, lcSurvivesReinstall, spread } from '../helpers/algorithms';
 import { readLcCounts } from '../../src/datapath/lcCounts';
 
 const VIP = '10.96.0.30';
@@ -27,10 +28,6 @@ function upsert(port: number, algorithm: string, backends = BACKENDS): void {
   sluice(['service', 'upsert', '--frontend', `${VIP}:${port}/tcp`, '--backends', backends.map((b) => `${b}:8080`).join(','), '--algorithm', algorithm]);
 }
 
-function spread(h: Map<string, number>): number {
-  const v = [...h.values()];
-  return Math.max(...v) - Math.min(...v);
-}
 
 /** Skewed close: every connection on the first backend, every other one on the second. */
 function skewedVictims(holder: Holder, round: number): number[] {
@@ -46,10 +43,7 @@ function skewedVictims(holder: Holder, round: number): number[] {
 }
 
 /** `sluice backends -o json`: backend address:port -> {id, active}. */
-function listed(): Map<string, { id: number; active?: number }> {
-  const rows = JSON.parse(sluice(['backends', '-o', 'json'])) as Array<{ id: number; address: string; port: number; active?: number }>;
-  return new Map(rows.map((r) => [`${r.address}:${r.port}`, { id: r.id, active: r.active }]));
-}
+const listed = () => backendsListed(sluice(['backends', '-o', 'json']));
 
 before(async () => {
   sb = Sandbox.create('sluice-lc-sock');
@@ -113,27 +107,9 @@ async function rndDone(): Promise<void> {
 }
 
 test('counts survive a re-install (agent restart) and a backend removed while it held connections goes back to 0', async () => {
-  upsert(LC_PORT, 'lc');
-  const holder = new Holder(sb, VIP, BACKENDS);
-  try {
-    await holder.open(LC_PORT, 8);
-    const before = listed();
-    const removed = `${BACKENDS[3]}:8080`;
-    const removedId = before.get(removed)!.id;
-    assert.equal(before.get(removed)!.active, 2, 'two of eight on each of four');
-    // Re-install: maps adopted from their pins, links swapped in place.
-    sluice(['attach', '--cgroup', sb.cgroup]);
-    upsert(LC_PORT, 'lc', BACKENDS.slice(0, 3));
-    assert.equal(readLcCounts(sb.bpffs, [removedId])!.get(removedId), 2, 'a removed backend keeps the count of the connections it still has');
-    await holder.open(LC_PORT, 3);
-    const after = listed();
-    for (const b of BACKENDS.slice(0, 3)) assert.equal(after.get(`${b}:8080`)?.active, 3, `${b} after 3 more`);
-    await holder.closeAll();
-    const ids = [...after.values()].map((b) => b.id).concat(removedId);
-    const counts = readLcCounts(sb.bpffs, ids)!;
-    assert.deepEqual([...counts.entries()].filter(([, n]) => n !== 0), [], 'all 0, the removed backend too');
-    assert.match(sluice(['backends']), /ID\s+BACKEND\s+FLAGS\s+ACTIVE/);
-  } finally {
-    holder.kill();
-  }
+  await lcSurvivesReinstall({
+    sb, vip: VIP, backends: BACKENDS, port: LC_PORT, listed,
+    upsert: (backends) => upsert(LC_PORT, 'lc', [...backends]), reinstall: () => sluice(['attach', '--cgroup', sb.cgroup]),
+  });
+  assert.match(sluice(['backends']), /ID\s+BACKEND\s+FLAGS\s+ACTIVE/);
 });

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { startApiServer, type ApiServerHandle } from '../../src/k8s/apiserver';
 import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
 import { startBackends } from '../helpers/backends';
@@ -229,6 +230,34 @@ test('a full resync repairs drift: an entry deleted behind the agent comes back'
   // would race with the 5 s resync, which may already have repaired it).
   assert.match(sh(sluiceBin, ['service', 'delete', '--frontend', frontend, '--bpffs', sb.bpffs, '--force']), new RegExp(`^deleted ${frontend}`));
   await waitProgrammed(frontend, [`${BACKENDS[1]}:8080`], 15000); // --drift-repair-period 5
+});
+
+test('drift repair covers the Maglev tables: an outer entry deleted with bpftool comes back, counted as maglev_drift', async () => {
+  const svc = createService('mgdrift', { ports: [{ name: 'http', port: 80, protocol: 'TCP' }] });
+  const s = api.store.get('services', 'mgdrift', 'default') as { metadata: { annotations?: Record<string, string> } };
+  s.metadata.annotations = { 'sluice.io/lb-algorithm': 'maglev' };
+  api.store.update('services', s);
+  api.store.create('endpointslices', slice('mgdrift', 'mgdrift-1', BACKENDS));
+  const frontend = `${svc.spec.clusterIP}:80/tcp`;
+  await waitFor('maglev programmed', () => (programmed().find((x) => x.frontend === frontend) as { algorithm?: string } | undefined)?.algorithm === 'maglev');
+  const revNatId = (programmed().find((x) => x.frontend === frontend) as unknown as { revNatId: number }).revNatId;
+  const key = Buffer.alloc(8);
+  key.writeUInt32LE(revNatId, 0);
+  key[4] = 6; // TCP, external scope
+  const outerPin = path.join(sb.bpffs, 'sluice_maglev4');
+  const hasEntry = () => {
+    const r = spawnSync('bpftool', ['map', 'lookup', 'pinned', outerPin, 'key', 'hex', ...[...key].map((b) => b.toString(16).padStart(2, '0'))], { encoding: 'utf8' });
+    return r.status === 0;
+  };
+  assert.ok(hasEntry(), 'the frontend has a table');
+  execFileSync('bpftool', ['map', 'delete', 'pinned', outerPin, 'key', 'hex', ...[...key].map((b) => b.toString(16).padStart(2, '0'))]);
+  await waitFor('the outer entry is back (--drift-repair-period 5)', hasEntry, 15000);
+  const metrics = await (await fetch(`http://${addresses(agent.find(/serving \/healthz/)!).metrics}/metrics`)).text();
+  assert.match(metrics, /sluice_errors_total\{reason="maglev_drift"\} [1-9]/);
+  // Gone again, with its table (later tests count the tables).
+  api.store.delete('services', 'mgdrift', 'default');
+  await waitProgrammed(frontend, undefined);
+  await waitFor('the table is gone', () => !hasEntry());
 });
 
 test('a dropped watch resumes from its resourceVersion: the agent does not list again, and misses nothing', async () => {
