@@ -66,12 +66,23 @@ awk -v n="$SERVICES" 'BEGIN { for (i = 0; i < n; i++) { h = i % 65536; p = 80 + 
   printf "198.19.%d.%d %d tcp\n198.19.%d.%d %d udp\n", int(h / 256), h % 256, p, int(h / 256), h % 256, p } }' > "$TMP/services"
 awk '{ print $1, $2 }' "$TMP/services" | sort -u > "$TMP/targets"
 
-ENTRIES=$(( SERVICES * 2 * 11 + 1024 ))
+# Capacities as the bench sizes them: the slot layout needs a master and ten
+# slots per frontend in the hash; the range layout (an object with
+# sluice_rng4) a master per frontend and ten range entries.
+if grep -q sluice_rng4 "$BUILD/sock_lb.bpf.o"; then
+  ENTRIES=$(( SERVICES * 2 + 1024 ))
+  RANGES=$(( SERVICES * 2 * 10 + 1024 ))
+  [ $RANGES -lt 1048576 ] && RANGES=1048576
+  RANGES_ARG="--ranges $RANGES"
+else
+  ENTRIES=$(( SERVICES * 2 * 11 + 1024 ))
+  RANGES_ARG=
+fi
 [ $ENTRIES -lt 262144 ] && ENTRIES=262144
 REVNAT=$(( SERVICES + 1024 ))
 [ $REVNAT -lt 65536 ] && REVNAT=65536
 "$BUILD/sluiceload" attach --obj "$BUILD/sock_lb.bpf.o" --bpffs "$FS" --cgroup "$CG" \
-  --service-entries "$ENTRIES" --backends 131072 --revnat "$REVNAT" > /dev/null
+  --service-entries "$ENTRIES" --backends 131072 --revnat "$REVNAT" $RANGES_ARG > /dev/null
 FILL=$("$BUILD/sluiceload" fill --bpffs "$FS" --services "$TMP/services" --backends "$BACKENDS" --algorithm "$ALG")
 
 prog_ids() { bpftool -j cgroup show "$CG" | python3 -c 'import json,sys; [print(p["id"], p["name"]) for p in json.load(sys.stdin)]'; }
