@@ -250,7 +250,7 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       const bpffs = o.makeBpffs('np');
       // A NodePort Service has ClusterIP and NodePort frontends: 4 per Service
       // here, one master each, and x 10 backend ids in the range array =
-      // 400 000 at 10 000 Services (the default holds 1 048 576).
+      // 400 000 at 10 000 Services (the default holds 524 288).
       const config = path.join(tmp, 'agent.yaml');
       // NodePorts on the node address the clients use only: by default the
       // agent serves them on every local address (kube-proxy's iptables

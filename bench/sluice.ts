@@ -6,7 +6,7 @@
 // that the client process joins; the maps are filled with batch updates in the
 // agent's make-before-break order. Loading through our own small loader (and
 // not the `sluice attach` CLI) is what lets 100 000 Services fit: the default
-// range array in sluice_abi.h holds 1 048 576 backend ids.
+// range array in sluice_abi.h holds 524 288 backend ids.
 //
 // Extension points: when the agent's programmatic API should program the
 // maps instead (to time programming, issue item 4), replace SluiceSockMode.fill;
@@ -21,7 +21,7 @@ import { backends, ServicePort } from './services';
 
 /** sluiceload's default service entries (masters); SLUICE_MAX_RANGE4 in native/sluice_abi.h. */
 const DEFAULT_SERVICE_ENTRIES = 262144;
-const DEFAULT_RANGE_ENTRIES = 1048576;
+const DEFAULT_RANGE_ENTRIES = 524288;
 
 /**
  * The one setup path of both Sluice modes: sock_lb's maps attached by

@@ -9,7 +9,7 @@
  *
  * attach: opens the object with libbpf, sizes the services/ranges/backends/
  * rev-NAT maps for the scale being measured (the default range array in
- * sluice_abi.h holds 1 048 576 backend ids, fewer than 100 000 Services x 2
+ * sluice_abi.h holds 524 288 backend ids, fewer than 100 000 Services x 2
  * protocols x 10 backends need; --ranges defaults to 10 per service entry), pins every map under DIR by name (the layout the agent and
  * `sluice` CLI read), and attaches each program to CG with BPF_PROG_ATTACH
  * (no link: the attachment outlives this process and goes away with the

@@ -72,7 +72,7 @@ awk '{ print $1, $2 }' "$TMP/services" | sort -u > "$TMP/targets"
 if grep -q sluice_rng4 "$BUILD/sock_lb.bpf.o"; then
   ENTRIES=$(( SERVICES * 2 + 1024 ))
   RANGES=$(( SERVICES * 2 * 10 + 1024 ))
-  [ $RANGES -lt 1048576 ] && RANGES=1048576
+  [ $RANGES -lt 524288 ] && RANGES=524288
   RANGES_ARG="--ranges $RANGES"
 else
   ENTRIES=$(( SERVICES * 2 * 11 + 1024 ))

@@ -42,7 +42,7 @@
 /* ---- Default capacities (the agent may raise them before load) -------------- */
 
 #define SLUICE_MAX_SERVICE_ENTRIES  524288 /* IPv4: frontends (masters); IPv6: masters + backend slots (no prealloc) */
-#define SLUICE_MAX_RANGE4           1048576 /* backend ids in all IPv4 frontends' ranges (ARRAY: 4 MiB), old ranges until their grace period ends included */
+#define SLUICE_MAX_RANGE4           524288 /* backend ids in all IPv4 frontends' ranges, old ones in their grace period included (ARRAY: 4 MiB, elements padded to 8 B) */
 #define SLUICE_MAX_BACKENDS         262144
 #define SLUICE_MAX_REVNAT           65536
 #define SLUICE_MAX_AFFINITY         131072

@@ -143,7 +143,7 @@ export const SLUICE_MAX_LC_FLOW4 = 131072;
 export const SLUICE_MAX_MAGLEV4 = 131072;
 export const SLUICE_MAX_NODEIP4 = 256;
 export const SLUICE_MAX_NODEIP6 = 256;
-export const SLUICE_MAX_RANGE4 = 1048576;
+export const SLUICE_MAX_RANGE4 = 524288;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
@@ -1336,7 +1336,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_nodeip6: {"name":"sluice_nodeip6","type":1,"keyType":"lb6_node_ip","keySize":16,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_revnat4: {"name":"sluice_revnat4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536},
   sluice_revnat6: {"name":"sluice_revnat6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_reverse_nat","valueSize":20,"maxEntries":65536,"flags":1},
-  sluice_rng4: {"name":"sluice_rng4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":1048576},
+  sluice_rng4: {"name":"sluice_rng4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":524288},
   sluice_rr4: {"name":"sluice_rr4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":65536},
   sluice_sk_tcp4: {"name":"sluice_sk_tcp4","type":9,"keyType":"lb4_sock_tcp_key","keySize":16,"valueType":"lb4_sock_tcp","valueSize":12,"maxEntries":131072},
   sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
