@@ -126,21 +126,14 @@ export function measureMaglevBuild(services: number, log: (m: string) => void): 
 export function markAlgorithm(bpffs: string, code: number): void {
   const maps = openSockLbMaps(bpffs);
   try {
-    const all = maps.services.readAll();
-    const slots = new Map<string, number[]>();
-    const fkey = (k: abi.Lb4ServiceKey) => `${k.address}:${k.port}:${k.proto}:${k.scope}`;
-    for (const [k, v] of all) {
-      if (k.backend_slot === 0) continue;
-      let s = slots.get(fkey(k));
-      if (!s) slots.set(fkey(k), (s = []));
-      s[k.backend_slot - 1] = v.backend_id;
-    }
-    const masters = all.filter(([k]) => k.backend_slot === 0);
+    const masters = maps.services.readAll();
+    // Each master names its backend ids' range (backend_id: first index).
+    const idsOf = (v: abi.Lb4Service) => Array.from({ length: v.count }, (_, i) => maps.ranges.get(v.backend_id + i) ?? 0);
     if (code === abi.LB_ALG_MAGLEV) {
       if (!maps.maglev) throw new Error(`${bpffs}: no ${abi.SLUICE_MAP_MAGLEV4} pinned`);
       const tables = new MaglevTables(maps.maglev);
       for (const [k, v] of masters) {
-        const backends = (slots.get(fkey(k)) ?? []).map((id) => {
+        const backends = idsOf(v).map((id) => {
           const b = maps.backends.get(id)!;
           return { id, address: numberToIp4(b.address), port: b.port };
         });

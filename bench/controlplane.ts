@@ -24,7 +24,7 @@ import * as path from 'node:path';
 import { startApiServer, type ApiServerHandle } from '../src/k8s/apiserver';
 import { openSockLbMaps, type SockLbMaps } from '../src/datapath/maps';
 import { ip4ToNumber } from '../src/datapath/addr';
-import { LB_PROTO_TCP, LB_PROTO_UDP, LB_SCOPE_EXTERNAL, SLUICE_MAP_BACKENDS4, SLUICE_MAP_COUNTERS, SLUICE_MAP_REVNAT4, SLUICE_MAP_SERVICES4 } from '../src/abi/generated';
+import { LB_PROTO_TCP, LB_PROTO_UDP, LB_SCOPE_EXTERNAL, SLUICE_MAP_BACKENDS4, SLUICE_MAP_RANGES4, SLUICE_MAX_RANGE4, SLUICE_MAP_COUNTERS, SLUICE_MAP_REVNAT4, SLUICE_MAP_SERVICES4 } from '../src/abi/generated';
 import { AgentProcess } from '../src/lab/agentProcess';
 import { run } from './exec';
 import { BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, REALISTIC_SERVICE_CIDR, preload, sliceObject, vipOf, type ClusterShape } from './k8sobjects';
@@ -115,7 +115,7 @@ export const tick = (ms: number) => new Promise((r) => setTimeout(r, ms));
 export type MasterKey = ReturnType<typeof masterKey>;
 
 export function masterKey(vip: string, port: number, proto: number) {
-  return { address: ip4ToNumber(vip), port, proto, scope: LB_SCOPE_EXTERNAL, backend_slot: 0 };
+  return { address: ip4ToNumber(vip), port, proto, scope: LB_SCOPE_EXTERNAL };
 }
 
 /** Opens the pinned maps once the agent has created them all. */
@@ -248,7 +248,8 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
     const atLeast = (n: number, min: number) => Math.max(min, 2 ** Math.ceil(Math.log2(n * 1.1)));
     const ports = o.services * SHAPE.protos.length;
     fs.writeFileSync(config, ['maxEntries:',
-      `  ${SLUICE_MAP_SERVICES4}: ${atLeast(ports * (BACKEND_COUNT + 1), 524288)}`,
+      `  ${SLUICE_MAP_SERVICES4}: ${atLeast(ports, 524288)}`,
+      `  ${SLUICE_MAP_RANGES4}: ${atLeast(ports * BACKEND_COUNT * 1.25, SLUICE_MAX_RANGE4)}`,
       `  ${SLUICE_MAP_BACKENDS4}: ${atLeast(Math.min(o.services * BACKEND_COUNT, 131072) * SHAPE.protos.length, 262144)}`,
       `  ${SLUICE_MAP_REVNAT4}: ${atLeast(ports, 65536)}`, ''].join('\n'));
     agent = new AgentProcess(['--config', config,

@@ -249,8 +249,8 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       await tick(200);
       const bpffs = o.makeBpffs('np');
       // A NodePort Service has ClusterIP and NodePort frontends: 4 per Service
-      // here, x 11 entries = 440 000 at 10 000 Services, more than the default
-      // SLUICE_MAX_SERVICE_ENTRIES (262 144). The map is BPF_F_NO_PREALLOC.
+      // here, one master each, and x 10 backend ids in the range array =
+      // 400 000 at 10 000 Services (the default holds 524 288).
       const config = path.join(tmp, 'agent.yaml');
       // NodePorts on the node address the clients use only: by default the
       // agent serves them on every local address (kube-proxy's iptables
@@ -258,7 +258,8 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       // three addresses outgrows the map sized here for one.
       fs.writeFileSync(config, [
         'maxEntries:',
-        `  ${abi.SLUICE_MAP_SERVICES4}: ${Math.max(262144, 2 ** Math.ceil(Math.log2(ports.length * 2 * (BACKEND_COUNT + 1) * 1.1)))}`,
+        `  ${abi.SLUICE_MAP_SERVICES4}: ${Math.max(262144, 2 ** Math.ceil(Math.log2(ports.length * 2 * 1.1)))}`,
+        `  ${abi.SLUICE_MAP_RANGES4}: ${Math.max(abi.SLUICE_MAX_RANGE4, 2 ** Math.ceil(Math.log2(ports.length * 2 * BACKEND_COUNT * 1.25)))}`,
         'nodePortAddresses:',
         `  - ${sl.nodeAddr}/32`,
         '',

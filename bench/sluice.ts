@@ -6,7 +6,7 @@
 // that the client process joins; the maps are filled with batch updates in the
 // agent's make-before-break order. Loading through our own small loader (and
 // not the `sluice attach` CLI) is what lets 100 000 Services fit: the default
-// capacities in sluice_abi.h hold 262 144 service entries.
+// range array in sluice_abi.h holds 524 288 backend ids.
 //
 // Extension points: when the agent's programmatic API should program the
 // maps instead (to time programming, issue item 4), replace SluiceSockMode.fill;
@@ -19,8 +19,9 @@ import type { ClientNs } from './harness';
 import type { LoadOutcome, Mode } from './modes';
 import { backends, ServicePort } from './services';
 
-/** SLUICE_MAX_SERVICE_ENTRIES in native/sluice_abi.h. */
+/** sluiceload's default service entries (masters); SLUICE_MAX_RANGE4 in native/sluice_abi.h. */
 const DEFAULT_SERVICE_ENTRIES = 262144;
+const DEFAULT_RANGE_ENTRIES = 524288;
 
 /**
  * The one setup path of both Sluice modes: sock_lb's maps attached by
@@ -60,20 +61,22 @@ class SizedMaps {
 
   /** Maps with room for `servicePorts`; returns the previous bpffs directory when it made new ones. */
   async ensure(servicePorts: number): Promise<{ fresh: boolean; previous?: string }> {
-    const needed = servicePorts * (1 + 10);
+    // One master per service port in the hash, ten backend ids each in the range array.
+    const needed = servicePorts * 10;
     if (this.bpffs && needed <= this.capacity) return { fresh: false };
-    const entries = Math.max(DEFAULT_SERVICE_ENTRIES, Math.ceil(needed * 1.05));
-    const tag = `${this.tag}${entries > DEFAULT_SERVICE_ENTRIES ? entries : ''}`;
+    const ranges = Math.max(DEFAULT_RANGE_ENTRIES, Math.ceil(needed * 1.05));
+    const entries = Math.max(DEFAULT_SERVICE_ENTRIES, Math.ceil(servicePorts * 1.05));
+    const tag = `${this.tag}${ranges > DEFAULT_RANGE_ENTRIES ? ranges : ''}`;
     const cgroup = this.makeCgroup(tag);
     const bpffs = this.makeBpffs(tag);
     await run([
       this.loader, 'attach', '--obj', path.join(this.root, 'build', 'sock_lb.bpf.o'), '--bpffs', bpffs, '--cgroup', cgroup,
-      '--service-entries', String(entries), '--backends', '131072', '--revnat', String(Math.max(65536, servicePorts)),
+      '--service-entries', String(entries), '--ranges', String(ranges), '--backends', '131072', '--revnat', String(Math.max(65536, servicePorts)),
     ], { timeoutMs: 30000 });
     const previous = this.bpffs;
     this.cgroup = cgroup;
     this.bpffs = bpffs;
-    this.capacity = entries;
+    this.capacity = ranges;
     return { fresh: true, previous };
   }
 

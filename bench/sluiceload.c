@@ -4,21 +4,22 @@
  * cgroup and fills its maps with many Services fast.
  *
  *   sluiceload attach --obj OBJ --bpffs DIR --cgroup CG --service-entries N
- *                     --backends N --revnat N
+ *                     --backends N --revnat N [--ranges N]
  *   sluiceload fill --bpffs DIR --services FILE --backends A:P,A:P,... [--algorithm LB_ALG_*]
  *
- * attach: opens the object with libbpf, sizes the services/backends/rev-NAT
- * maps for the scale being measured (the defaults in sluice_abi.h hold
- * 262 144 service entries, fewer than 100 000 Services x 2 protocols x 11
- * entries need), pins every map under DIR by name (the layout the agent and
+ * attach: opens the object with libbpf, sizes the services/ranges/backends/
+ * rev-NAT maps for the scale being measured (the default range array in
+ * sluice_abi.h holds 524 288 backend ids, fewer than 100 000 Services x 2
+ * protocols x 10 backends need; --ranges defaults to 10 per service entry), pins every map under DIR by name (the layout the agent and
  * `sluice` CLI read), and attaches each program to CG with BPF_PROG_ATTACH
  * (no link: the attachment outlives this process and goes away with the
  * cgroup). CG must be a child cgroup the bench created.
  *
  * fill: FILE has one "vip port proto" line per service port. Writes, in the
  * agent's make-before-break order, one backend per distinct address:port/proto
- * (ids from 1), one rev-NAT entry per distinct vip:port (ids from 1), the
- * backend slots and then the master entries, with BPF_MAP_UPDATE_BATCH.
+ * (ids from 1), one rev-NAT entry per distinct vip:port (ids from 1), each
+ * frontend's range of backend ids (contiguous, from index 0) and then the
+ * master entries (range start + count), with BPF_MAP_UPDATE_BATCH.
  * Same entries, same semantics as src/datapath/programmer.ts.
  */
 #define _GNU_SOURCE
@@ -61,6 +62,7 @@ static int cmd_attach(int argc, char **argv)
 	long svc_max = atol(arg(argc, argv, "--service-entries", "262144"));
 	long be_max = atol(arg(argc, argv, "--backends", "131072"));
 	long rn_max = atol(arg(argc, argv, "--revnat", "65536"));
+	long rng_max = atol(arg(argc, argv, "--ranges", "0"));
 
 	struct bpf_object *obj = bpf_object__open_file(obj_path, NULL);
 	if (!obj)
@@ -81,6 +83,8 @@ static int cmd_attach(int argc, char **argv)
 			max = be_max;
 		else if (!strcmp(name, STR(SLUICE_MAP_REVNAT4)))
 			max = rn_max;
+		else if (!strcmp(name, STR(SLUICE_MAP_RANGES4)))
+			max = rng_max > 0 ? rng_max : (svc_max * 10 > SLUICE_MAX_RANGE4 ? svc_max * 10 : SLUICE_MAX_RANGE4);
 		if (max > 0 && bpf_map__set_max_entries(m, (__u32)max))
 			die(name, "set_max_entries failed");
 	}
@@ -210,27 +214,25 @@ int cmd_fill(int argc, char **argv)
 	}
 	update_batch(fd_rn, "rev-NAT", rn_keys, rn_vals, n_rn, sizeof(__u32), sizeof(struct lb4_reverse_nat));
 
-	/* Slots first, masters last: a master makes its slots visible. */
+	/* Ranges first, masters last: a master makes its range visible. */
 	size_t n_slots = n * (size_t)n_be;
-	struct lb4_service_key *keys = calloc(n_slots > n ? n_slots : n, sizeof(*keys));
-	struct lb4_service *vals = calloc(n_slots > n ? n_slots : n, sizeof(*vals));
+	int fd_rng = open_pinned(dir, STR(SLUICE_MAP_RANGES4));
+	__u32 *idx = calloc(n_slots ? n_slots : 1, sizeof(__u32));
+	__u32 *ids = calloc(n_slots ? n_slots : 1, sizeof(__u32));
 	for (size_t i = 0, j = 0; i < n; i++)
 		for (int s = 0; s < n_be; s++, j++) {
-			keys[j].address = svcs[i].vip;
-			keys[j].port = svcs[i].port;
-			keys[j].proto = svcs[i].proto;
-			keys[j].scope = LB_SCOPE_EXTERNAL;
-			keys[j].backend_slot = (__u16)(s + 1);
-			vals[j].backend_id = (__u32)((svcs[i].proto == LB_PROTO_UDP ? n_be : 0) + s + 1);
+			idx[j] = (__u32)j;
+			ids[j] = (__u32)((svcs[i].proto == LB_PROTO_UDP ? n_be : 0) + s + 1);
 		}
-	update_batch(fd_svc, "service slots", keys, vals, n_slots, sizeof(*keys), sizeof(*vals));
-	memset(keys, 0, n * sizeof(*keys));
-	memset(vals, 0, n * sizeof(*vals));
+	update_batch(fd_rng, "backend ranges", idx, ids, n_slots, sizeof(__u32), sizeof(__u32));
+	struct lb4_frontend_key *keys = calloc(n ? n : 1, sizeof(*keys));
+	struct lb4_service *vals = calloc(n ? n : 1, sizeof(*vals));
 	for (size_t i = 0; i < n; i++) {
 		keys[i].address = svcs[i].vip;
 		keys[i].port = svcs[i].port;
 		keys[i].proto = svcs[i].proto;
 		keys[i].scope = LB_SCOPE_EXTERNAL;
+		vals[i].backend_id = (__u32)(i * (size_t)n_be); /* range start */
 		vals[i].count = (__u16)n_be;
 		vals[i].flags = LB_SVC_FLAG_CLUSTER_IP;
 		vals[i].rev_nat_id = rn_of[i];

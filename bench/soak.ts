@@ -316,7 +316,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       endpoints.push(eps);
       api.store.create('endpointslices', sliceObject(i, eps));
     }
-    const master = (i: number) => ({ address: ip4ToNumber(vips[i]!), port: PORT, proto: LB_PROTO_TCP, scope: LB_SCOPE_EXTERNAL, backend_slot: 0 });
+    const master = (i: number) => ({ address: ip4ToNumber(vips[i]!), port: PORT, proto: LB_PROTO_TCP, scope: LB_SCOPE_EXTERNAL });
     await waitFor('every Service programmed', () => {
       for (let i = o.services - 1; i >= 0; i -= Math.max(1, Math.floor(o.services / 200))) if (maps!.services.get(master(i))?.count !== o.endpointsPerService) return false;
       return maps!.services.get(master(0))?.count === o.endpointsPerService;

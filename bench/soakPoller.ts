@@ -36,12 +36,12 @@ function run(input: PollerInput): void {
   try {
     while (Atomics.load(stop, 0) === 0) {
       input.frontends.forEach((f, svc) => {
-        const key = { address: f.address, port: f.port, proto: LB_PROTO_TCP, scope: LB_SCOPE_EXTERNAL, backend_slot: 0 };
+        const key = { address: f.address, port: f.port, proto: LB_PROTO_TCP, scope: LB_SCOPE_EXTERNAL };
         const out: string[] = [];
         const m = maps.services.get(key);
-        for (let slot = 1; m && slot <= m.count; slot++) {
-          const s = maps.services.get({ ...key, backend_slot: slot });
-          const b = s && maps.backends.get(s.backend_id);
+        for (let i = 0; m && i < m.count; i++) {
+          const id = maps.ranges.get(m.backend_id + i); // the master's range (backend_id: first index)
+          const b = id && maps.backends.get(id);
           if (b) out.push(`${[24, 16, 8, 0].map((sh) => (b.address >>> sh) & 255).join('.')}:${b.port}`);
         }
         const t = monoMs();

@@ -68,7 +68,7 @@ function kubeProxySeps(rules: string, chains: Map<string, string>): Map<string, 
 }
 
 function sluiceCount(maps: SockLbMaps, vip: string): number | undefined {
-  return maps.services.get({ address: ip4ToNumber(vip), port: 80, proto: LB_PROTO_TCP, scope: 0, backend_slot: 0 })?.count;
+  return maps.services.get({ address: ip4ToNumber(vip), port: 80, proto: LB_PROTO_TCP, scope: 0 })?.count;
 }
 
 async function poll(what: () => Promise<boolean> | boolean, timeoutMs: number, intervalMs: number): Promise<boolean> {

@@ -30,9 +30,10 @@
 
 /* ---- Map names (pinned under <bpffs>/<name>) -------------------------------- */
 
-#define SLUICE_MAP_SERVICES4 sluice_svc4      /* lb4_service_key -> lb4_service */
-#define SLUICE_MAP_BACKENDS4 sluice_be4       /* __u32 backend id -> lb4_backend */
-#define SLUICE_MAP_REVNAT4   sluice_revnat4   /* __u32 rev-NAT id -> lb4_reverse_nat */
+#define SLUICE_MAP_SERVICES4 sluice_svc4      /* lb4_frontend_key -> lb4_service (master only; layout 2) */
+#define SLUICE_MAP_RANGES4   sluice_rng4      /* __u32 index -> __u32 backend id (ARRAY: frontends' backend ranges) */
+#define SLUICE_MAP_BACKENDS4 sluice_be4       /* __u32 backend id -> lb4_backend (ARRAY; layout 2) */
+#define SLUICE_MAP_REVNAT4   sluice_revnat4   /* __u32 rev-NAT id -> lb4_reverse_nat (ARRAY; layout 2) */
 #define SLUICE_MAP_AFFINITY4 sluice_affin4    /* lb4_affinity_key -> lb_affinity (LRU) */
 #define SLUICE_MAP_COUNTERS  sluice_cnt_v2    /* LB_CNT_* index -> __u64, per CPU (v2: 128 indices) */
 #define SLUICE_MAP_AGENT     sluice_agent     /* 0 -> sluice_agent_status (written by the agent only) */
@@ -40,7 +41,8 @@
 
 /* ---- Default capacities (the agent may raise them before load) -------------- */
 
-#define SLUICE_MAX_SERVICE_ENTRIES  524288 /* master entries + backend slots (no prealloc: memory follows use) */
+#define SLUICE_MAX_SERVICE_ENTRIES  524288 /* IPv4: frontends (masters); IPv6: masters + backend slots (no prealloc) */
+#define SLUICE_MAX_RANGE4           524288 /* backend ids in all IPv4 frontends' ranges, old ones in their grace period included (ARRAY: 4 MiB, elements padded to 8 B) */
 #define SLUICE_MAX_BACKENDS         262144
 #define SLUICE_MAX_REVNAT           65536
 #define SLUICE_MAX_AFFINITY         131072
@@ -140,26 +142,46 @@ struct lb_maglev_row {
 #define LB_CNT_SOCK_SLOT_MISSING 2 /* a slot or backend entry was missing (agent mid-update) */
 #define LB_CNT_SOCK_REV_XLATED   3 /* recvmsg/getpeername shown the frontend again */
 
-/* ---- Services: frontend -> master entry and backend slots -------------------- */
+/* ---- Services: frontend -> master entry and backend range -------------------- */
 
 /*
- * One frontend (address, port, protocol, scope) owns slots 0..count:
- * slot 0 is the master entry (count, flags, rev-NAT id, affinity), slots
- * 1..count each name one backend id. The agent writes backends, then slots,
- * then the master (make-before-break), so a program that finds the master
- * always finds its slots.
+ * IPv4 (SLUICE_MAP_SERVICES4, layout 2, Katran-style): one hash entry per
+ * frontend (address, port, protocol, scope), keyed by lb4_frontend_key. Its
+ * lb4_service value names a contiguous range of SLUICE_MAP_RANGES4 (an
+ * ARRAY): backend_id is the range's first index, count its length; each
+ * element is a backend id, an index into SLUICE_MAP_BACKENDS4 (an ARRAY too).
+ * A connect is one hash lookup and two array loads. A backend-set change
+ * writes a new range, then replaces the master in one update; the old range
+ * is reused only after a grace period (src/datapath/ranges.ts), so a program
+ * holding a copy of the old master still reads the old, intact range.
+ *
+ * IPv6 (SLUICE_MAP_SERVICES6) keeps the slot layout: slot 0 of a frontend is
+ * the master (count, flags, rev-NAT id, affinity), slots 1..count each name
+ * one backend id (lb6_service_key.backend_slot); the agent writes backends,
+ * then slots, then the master (make-before-break).
+ *
+ * lb4_service_key is the programs' working copy of a frontend: the map key
+ * (its first 8 bytes, laid out as lb4_frontend_key) plus the position in the
+ * range the pick came from (backend_slot, 1..count; kept per UDP socket).
  */
+struct lb4_frontend_key {
+	__be32 address; /* frontend address */
+	__be16 port;    /* frontend port */
+	__u8   proto;   /* LB_PROTO_TCP or LB_PROTO_UDP */
+	__u8   scope;   /* LB_SCOPE_EXTERNAL or LB_SCOPE_INTERNAL */
+};
+
 struct lb4_service_key {
 	__be32 address;      /* frontend address */
 	__be16 port;         /* frontend port */
 	__u8   proto;        /* LB_PROTO_TCP or LB_PROTO_UDP */
 	__u8   scope;        /* LB_SCOPE_EXTERNAL or LB_SCOPE_INTERNAL */
-	__u16  backend_slot; /* 0: master entry; 1..count: one backend each */
+	__u16  backend_slot; /* programs only: 1..count, the range position picked (0: none) */
 	__u8   pad[2];
 };
 
 struct lb4_service {
-	__u32 backend_id;       /* slots > 0: key in the backends map; master: 0 */
+	__u32 backend_id;       /* IPv4 master: first index of its range in SLUICE_MAP_RANGES4; IPv6: slots > 0: key in the backends map, master 0 */
 	__u16 count;            /* master: number of backend slots; 0 refuses connections */
 	__u16 flags;            /* master: LB_SVC_FLAG_* */
 	__u32 rev_nat_id;       /* master: key in the rev-NAT map (what replies show) */
@@ -170,6 +192,9 @@ struct lb4_service {
 
 /* ---- Backends: id -> address ------------------------------------------------- */
 
+/* IPv4: an ARRAY indexed by the backend id; an entry with proto 0 (all zero)
+ * is no backend (ids are dense, from 1). */
+
 struct lb4_backend {
 	__be32 address; /* backend (pod) address */
 	__be16 port;    /* backend port */
@@ -179,6 +204,8 @@ struct lb4_backend {
 };
 
 /* ---- Reverse NAT: id -> the frontend replies must come from ------------------ */
+
+/* IPv4: an ARRAY indexed by the rev-NAT id; port 0 is no entry. */
 
 struct lb4_reverse_nat {
 	__be32 address; /* frontend address */
@@ -225,7 +252,10 @@ struct sluice_agent_status {
 	__u32 pad;
 };
 
+_Static_assert(sizeof(struct lb4_frontend_key) == 8, "lb4_frontend_key layout");
 _Static_assert(sizeof(struct lb4_service_key) == 12, "lb4_service_key layout");
+_Static_assert(__builtin_offsetof(struct lb4_service_key, scope) == __builtin_offsetof(struct lb4_frontend_key, scope),
+	       "lb4_service_key starts with an lb4_frontend_key");
 _Static_assert(sizeof(struct lb4_service) == 20, "lb4_service layout");
 _Static_assert(sizeof(struct lb4_backend) == 12, "lb4_backend layout");
 _Static_assert(sizeof(struct lb4_reverse_nat) == 8, "lb4_reverse_nat layout");

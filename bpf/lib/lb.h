@@ -22,9 +22,10 @@ static __always_inline bool lb_svc_has_two_scopes(const struct lb4_service *svc)
 
 /*
  * Find the master entry of a frontend. key->address/port/proto are set by the
- * caller; the scope and slot are ours. Traffic that starts inside the cluster
- * (socket hooks: internal == true) uses the internal-scope twin when the
- * frontend has one (externalTrafficPolicy: Local short-circuit, see
+ * caller; the scope is ours (the map is keyed by the first 8 bytes of key,
+ * an lb4_frontend_key; backend_slot is reset). Traffic that starts inside
+ * the cluster (socket hooks: internal == true) uses the internal-scope twin
+ * when the frontend has one (externalTrafficPolicy: Local short-circuit, see
  * LB_SCOPE_* in sluice_abi.h).
  */
 static __always_inline struct lb4_service *
@@ -45,7 +46,9 @@ lb4_lookup_service(struct lb4_service_key *key, bool internal)
  * The master entry, copied once. A pointer into the services map may see
  * the entry replaced (and its memory reused by another entry) while the
  * program reads it; every decision about one connection must come from one
- * consistent copy. Returns false when the frontend does not exist.
+ * consistent copy: its count and range start always belong together (one
+ * map update wrote both), and the range it names is not rewritten before a
+ * grace period has passed. Returns false when the frontend does not exist.
  */
 static __always_inline bool
 lb4_lookup_service_copy(struct lb4_service_key *key, bool internal, struct lb4_service *out)
@@ -58,7 +61,7 @@ lb4_lookup_service_copy(struct lb4_service_key *key, bool internal, struct lb4_s
 	return true;
 }
 
-/* Re-read the master of key's frontend and scope (after a missing slot). */
+/* Re-read the master of key's frontend and scope (after a missing backend). */
 static __always_inline bool lb4_reread_service(struct lb4_service_key *key, struct lb4_service *out)
 {
 	struct lb4_service *svc;
@@ -120,21 +123,11 @@ lb4_slot_choice(const struct lb4_service *svc, __u64 client_id)
 	return bpf_get_prandom_u32();
 }
 
-/* The backend id in slot choice % limit + 1; 0 when the slot is missing.
- * Sets key->backend_slot to the slot tried. */
-static __always_inline __u32 lb4_slot_backend_id(struct lb4_service_key *key, __u32 choice, __u16 limit)
-{
-	struct lb4_service *slot;
-
-	key->backend_slot = (choice % limit) + 1;
-	slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES4, key);
-	return slot ? slot->backend_id : 0;
-}
-
 /*
  * After a missing slot the master was re-read (count): the slots to try next.
  * Slots below a missing one are the last to go, so try those, and slot 1 (the
- * last a shrink removes) on the final attempt. Shared by both families.
+ * last a shrink removes) on the final attempt. IPv6 only (lb6.h): IPv4
+ * frontends have ranges, which a shrink never empties under a reader.
  */
 static __always_inline __u16 lb_retry_limit(__u16 count, __u16 missing, int attempt)
 {
@@ -148,22 +141,23 @@ static __always_inline __u16 lb_retry_limit(__u16 count, __u16 missing, int atte
 }
 
 /*
- * Choice over slots 1..count of the copy in *svc by its algorithm. A slot (or
- * its backend) can be missing only while the agent shrinks the frontend: it
- * writes the smaller master first, then deletes the slots above it. So on a
- * miss, re-read the master (*svc is updated: the caller uses its rev-NAT
- * id) and choose again below the missing slot, then slot 1: at most
- * LB_SELECT_ATTEMPTS slot lookups. Round-robin and source-hash keep their
- * choice across attempts (one counter step per connection; a client's hash
- * stays its own). Returns the backend and sets *backend_id (and
- * key->backend_slot), or NULL when no attempt found one (the frontend was
- * deleted or emptied meanwhile).
+ * Choice over positions 0..count-1 of the range the copy in *svc names, by
+ * its algorithm: one array load for the backend id, one for the backend. The
+ * range of a master copy is intact (the agent writes a backend-set change as
+ * a new range and reuses the old one only after a grace period), so a miss
+ * means the backend itself went: the agent replaced the master and deleted a
+ * backend no frontend uses any more, after this program copied the master.
+ * Then re-read the master (*svc is updated: the caller uses its rev-NAT id)
+ * and choose again in its range: at most LB_SELECT_ATTEMPTS tries.
+ * Round-robin and source-hash keep their choice across attempts (one counter
+ * step per connection; a client's hash stays its own). Returns the backend
+ * and sets *backend_id and key->backend_slot (position + 1), or NULL when no
+ * attempt found one (the frontend was deleted or emptied meanwhile).
  */
 static __always_inline struct lb4_backend *
 lb4_select_backend(struct lb4_service_key *key, struct lb4_service *svc, __u64 client_id, __u32 *backend_id)
 {
 	__u32 choice = lb4_slot_choice(svc, client_id);
-	__u16 limit = svc->count;
 	int attempt;
 
 	if (svc->algorithm == LB_ALG_LEAST_CONN) {
@@ -181,22 +175,21 @@ lb4_select_backend(struct lb4_service_key *key, struct lb4_service *svc, __u64 c
 	}
 	for (attempt = 0; attempt < LB_SELECT_ATTEMPTS; attempt++) {
 		struct lb4_backend *backend;
-		__u16 missing;
-		__u32 id;
+		__u32 pos, id;
 
-		if (limit == 0)
+		if (svc->count == 0)
 			return NULL;
-		id = lb4_slot_backend_id(key, choice, limit);
-		backend = id ? bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS4, &id) : NULL;
+		pos = choice % svc->count;
+		id = lb4_range_backend_id(svc, pos);
+		backend = id ? lb4_backend_by_id(id) : NULL;
 		if (backend) {
+			key->backend_slot = (__u16)(pos + 1);
 			*backend_id = id;
 			return backend;
 		}
 		lb_count(LB_CNT_SELECT_RETRY);
-		missing = key->backend_slot;
 		if (!lb4_reread_service(key, svc))
 			return NULL;
-		limit = lb_retry_limit(svc->count, missing, attempt);
 		if (svc->algorithm == LB_ALG_RANDOM)
 			choice = bpf_get_prandom_u32();
 	}
@@ -205,7 +198,7 @@ lb4_select_backend(struct lb4_service_key *key, struct lb4_service *svc, __u64 c
 
 static __always_inline struct lb4_backend *lb4_lookup_backend(__u32 backend_id)
 {
-	return bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS4, &backend_id);
+	return lb4_backend_by_id(backend_id);
 }
 
 /*

@@ -63,15 +63,16 @@ static __always_inline __u32 lc_count_of(__u32 backend_id)
 }
 
 /*
- * The slot whose backend has the fewest active connections among up to
- * LB_LC_SCAN slots: every slot of a frontend with at most LB_LC_SCAN, else
- * LB_LC_SCAN consecutive slots from a random start (slot order has no
- * meaning, so a window is a random sample; the best of 16 samples keeps a
- * large Service within a few connections of the least). The scan starts at
- * a random slot and keeps the first minimum, so ties spread. Missing slots
- * (a shrink in progress) are skipped; NULL when none was found or the
- * winner's backend is gone, and the caller falls back to its retrying
- * random choice. Sets key->backend_slot.
+ * The range position whose backend has the fewest active connections among
+ * up to LB_LC_SCAN positions: every one of a frontend with at most
+ * LB_LC_SCAN, else LB_LC_SCAN consecutive ones from a random start (order
+ * in a range has no meaning, so a window is a random sample; the best of 16
+ * samples keeps a large Service within a few connections of the least). The
+ * scan walks the frontend's contiguous range (array loads, no hash lookup
+ * per position), starts at a random position and keeps the first minimum,
+ * so ties spread. NULL when none was found or the winner's backend is gone,
+ * and the caller falls back to its retrying random choice. Sets
+ * key->backend_slot (position + 1).
  */
 static __always_inline struct lb4_backend *
 lc4_select(struct lb4_service_key *key, const struct lb4_service *svc, __u32 *backend_id)
@@ -84,31 +85,31 @@ lc4_select(struct lb4_service_key *key, const struct lb4_service *svc, __u32 *ba
 	if (count == 0)
 		return NULL;
 	start = bpf_get_prandom_u32() % count;
-	/* Per slot: the slot entry and the count (an array read); the
+	/* Per position: the backend id and its count (two array loads); the
 	 * backend entry only for the winner. */
 	for (i = 0; i < LB_LC_SCAN; i++) {
-		struct lb4_service *slot;
-		__u32 id, load;
+		__u32 pos, id, load;
 
 		if (i >= count)
 			break;
-		key->backend_slot = (__u16)((start + i) % count + 1);
-		slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES4, key);
-		if (!slot)
+		pos = start + i;
+		if (pos >= count)
+			pos -= count;
+		id = lb4_range_backend_id(svc, pos);
+		if (!id)
 			continue;
-		id = slot->backend_id;
 		load = lc_count_of(id);
 		if (load < best_load) {
 			best_load = load;
 			best_id = id;
-			best_slot = key->backend_slot;
+			best_slot = (__u16)(pos + 1);
 		}
 	}
 	if (!best_id)
 		return NULL;
-	best = bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS4, &best_id);
+	best = lb4_backend_by_id(best_id);
 	if (!best)
-		return NULL; /* a shrink in progress: the caller's retrying choice */
+		return NULL; /* the backend went: the caller's retrying choice */
 	key->backend_slot = best_slot;
 	*backend_id = best_id;
 	return best;

@@ -92,7 +92,7 @@ lb4_maglev_select(const struct lb4_service_key *key, const struct lb4_service *s
 	if (!row)
 		goto fallback;
 	id = row->backend_id[entry & (LB_MAGLEV_ROW - 1)];
-	backend = id ? bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS4, &id) : NULL;
+	backend = lb4_backend_by_id(id);
 	if (!backend)
 		goto fallback;
 	*backend_id = id;

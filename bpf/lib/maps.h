@@ -10,30 +10,39 @@
 
 #include "sluice_abi.h"
 
-/* Services and backends are written only by the agent: no preallocation, so
- * memory follows the number of Services instead of the configured maximum. */
+/* IPv4 frontends (Katran-style, see SLUICE_MAP_SERVICES4 in sluice_abi.h):
+ * one master per frontend, keyed without a slot, written only by the agent.
+ * No preallocation: memory follows the number of frontends. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lb4_service_key);
+	__type(key, struct lb4_frontend_key);
 	__type(value, struct lb4_service);
 	__uint(max_entries, SLUICE_MAX_SERVICE_ENTRIES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } SLUICE_MAP_SERVICES4 SEC(".maps");
 
+/* The frontends' backend ranges, backends and rev-NAT entries: ARRAYs indexed
+ * by dense indices and ids, so the JIT inlines each lookup as a bounds check
+ * and a load (no hashing, no bucket walk). */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, SLUICE_MAX_RANGE4);
+} SLUICE_MAP_RANGES4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct lb4_backend);
 	__uint(max_entries, SLUICE_MAX_BACKENDS);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 } SLUICE_MAP_BACKENDS4 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct lb4_reverse_nat);
 	__uint(max_entries, SLUICE_MAX_REVNAT);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 } SLUICE_MAP_REVNAT4 SEC(".maps");
 
 /* Per-socket state (see lb4_sock_state): created on a socket's first
@@ -125,6 +134,25 @@ static __always_inline void lb_count(__u32 counter)
 
 	if (value)
 		*value += 1;
+}
+
+/* An IPv4 backend by id: NULL for an id outside the array or an empty entry
+ * (proto 0: never written, or cleared when the backend went). */
+static __always_inline struct lb4_backend *lb4_backend_by_id(__u32 backend_id)
+{
+	struct lb4_backend *backend = bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS4, &backend_id);
+
+	return backend && backend->proto ? backend : NULL;
+}
+
+/* The backend id at position pos (0-based, < svc->count) of the range an
+ * IPv4 master (svc->backend_id: first index) names; 0 when out of the array. */
+static __always_inline __u32 lb4_range_backend_id(const struct lb4_service *svc, __u32 pos)
+{
+	__u32 index = svc->backend_id + pos;
+	__u32 *id = bpf_map_lookup_elem(&SLUICE_MAP_RANGES4, &index);
+
+	return id ? *id : 0;
 }
 
 /* A per-packet flow counter (LB_CNT_TC_*) on the path of a conntrack entry

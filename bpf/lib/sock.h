@@ -208,7 +208,7 @@ static __always_inline __u32 sock_pair_index(struct lb4_sock_state *st, const st
 
 /*
  * The backend this socket already uses for this frontend, if the frontend
- * still lists it in the same slot (kube-proxy's conntrack keeps a UDP flow on
+ * still lists it at the same range position (kube-proxy's conntrack keeps a UDP flow on
  * its backend the same way, until the backend goes). NULL: pick again.
  */
 static __always_inline struct lb4_backend *
@@ -218,7 +218,6 @@ lb4_sock_sticky_backend(struct lb4_sock_state *st, struct lb4_service_key *key, 
 	struct lb4_service_key fkey = *key;
 	struct lb4_sock_pair pair = {};
 	struct lb4_backend *backend;
-	struct lb4_service *slot;
 	bool found;
 
 	fkey.address = frontend; /* the address the socket used (key: a NodePort's wildcard) */
@@ -229,8 +228,7 @@ lb4_sock_sticky_backend(struct lb4_sock_state *st, struct lb4_service_key *key, 
 	    pair.backend_slot == 0 || pair.backend_slot > svc->count)
 		return NULL;
 	key->backend_slot = pair.backend_slot;
-	slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES4, key);
-	if (!slot || slot->backend_id != pair.backend_id)
+	if (lb4_range_backend_id(svc, pair.backend_slot - 1) != pair.backend_id)
 		return NULL;
 	backend = lb4_lookup_backend(pair.backend_id);
 	if (!backend || backend->address != pair.backend_address || backend->port != pair.backend_port)

@@ -125,6 +125,7 @@ export const SLUICE_MAP_MAGLEV4 = "sluice_maglev4";
 export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
 export const SLUICE_MAP_NODEIP6 = "sluice_nodeip6";
 export const SLUICE_MAP_POD_ADDR = "sluice_podaddr";
+export const SLUICE_MAP_RANGES4 = "sluice_rng4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_REVNAT6 = "sluice_revnat6";
 export const SLUICE_MAP_RR4 = "sluice_rr4";
@@ -156,6 +157,7 @@ export const SLUICE_MAX_MAGLEV4 = 131072;
 export const SLUICE_MAX_NODEIP4 = 256;
 export const SLUICE_MAX_NODEIP6 = 256;
 export const SLUICE_MAX_POD_ADDR = 16384;
+export const SLUICE_MAX_RANGE4 = 524288;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
@@ -444,6 +446,33 @@ export function decodeLb4FragPorts(buf: Buffer, off = 0): Lb4FragPorts {
 }
 export const lb4_frag_portsCodec: Codec<Lb4FragPorts> = { size: 4, encode: encodeLb4FragPorts, decode: decodeLb4FragPorts };
 
+/** struct lb4_frontend_key (8 bytes) */
+export interface Lb4FrontendKey {
+  address: number; // network byte order in the map
+  port: number; // network byte order in the map
+  proto: number;
+  scope: number;
+}
+export const LB4_FRONTEND_KEY_SIZE = 8;
+export const lb4_frontend_keyLayout: StructLayout = {"name":"lb4_frontend_key","size":8,"fields":[{"name":"address","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"port","kind":"int","offset":4,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":6,"size":1,"bigEndian":false},{"name":"scope","kind":"int","offset":7,"size":1,"bigEndian":false}]};
+export function encodeLb4FrontendKey(v: Lb4FrontendKey, buf: Buffer = Buffer.alloc(8), off = 0): Buffer {
+  buf.fill(0, off, off + 8);
+  buf.writeUInt32BE(v.address >>> 0, off + 0);
+  buf.writeUInt16BE(v.port & 0xffff, off + 4);
+  buf.writeUInt8(v.proto & 0xff, off + 6);
+  buf.writeUInt8(v.scope & 0xff, off + 7);
+  return buf;
+}
+export function decodeLb4FrontendKey(buf: Buffer, off = 0): Lb4FrontendKey {
+  return {
+    address: buf.readUInt32BE(off + 0),
+    port: buf.readUInt16BE(off + 4),
+    proto: buf.readUInt8(off + 6),
+    scope: buf.readUInt8(off + 7),
+  };
+}
+export const lb4_frontend_keyCodec: Codec<Lb4FrontendKey> = { size: 8, encode: encodeLb4FrontendKey, decode: decodeLb4FrontendKey };
+
 /** struct lb4_maglev_key (8 bytes) */
 export interface Lb4MaglevKey {
   rev_nat_id: number;
@@ -521,36 +550,6 @@ export function decodeLb4Service(buf: Buffer, off = 0): Lb4Service {
   };
 }
 export const lb4_serviceCodec: Codec<Lb4Service> = { size: 20, encode: encodeLb4Service, decode: decodeLb4Service };
-
-/** struct lb4_service_key (12 bytes) */
-export interface Lb4ServiceKey {
-  address: number; // network byte order in the map
-  port: number; // network byte order in the map
-  proto: number;
-  scope: number;
-  backend_slot: number;
-}
-export const LB4_SERVICE_KEY_SIZE = 12;
-export const lb4_service_keyLayout: StructLayout = {"name":"lb4_service_key","size":12,"fields":[{"name":"address","kind":"int","offset":0,"size":4,"bigEndian":true},{"name":"port","kind":"int","offset":4,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":6,"size":1,"bigEndian":false},{"name":"scope","kind":"int","offset":7,"size":1,"bigEndian":false},{"name":"backend_slot","kind":"int","offset":8,"size":2,"bigEndian":false},{"name":"pad","kind":"bytes","offset":10,"size":2}]};
-export function encodeLb4ServiceKey(v: Lb4ServiceKey, buf: Buffer = Buffer.alloc(12), off = 0): Buffer {
-  buf.fill(0, off, off + 12);
-  buf.writeUInt32BE(v.address >>> 0, off + 0);
-  buf.writeUInt16BE(v.port & 0xffff, off + 4);
-  buf.writeUInt8(v.proto & 0xff, off + 6);
-  buf.writeUInt8(v.scope & 0xff, off + 7);
-  buf.writeUInt16LE(v.backend_slot & 0xffff, off + 8);
-  return buf;
-}
-export function decodeLb4ServiceKey(buf: Buffer, off = 0): Lb4ServiceKey {
-  return {
-    address: buf.readUInt32BE(off + 0),
-    port: buf.readUInt16BE(off + 4),
-    proto: buf.readUInt8(off + 6),
-    scope: buf.readUInt8(off + 7),
-    backend_slot: buf.readUInt16LE(off + 8),
-  };
-}
-export const lb4_service_keyCodec: Codec<Lb4ServiceKey> = { size: 12, encode: encodeLb4ServiceKey, decode: decodeLb4ServiceKey };
 
 /** struct lb4_snat_device (4 bytes) */
 export interface Lb4SnatDevice {
@@ -1616,7 +1615,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_affin4: {"name":"sluice_affin4","type":9,"keyType":"lb4_affinity_key","keySize":16,"valueType":"lb_affinity","valueSize":16,"maxEntries":131072},
   sluice_affin6: {"name":"sluice_affin6","type":9,"keyType":"lb6_affinity_key","keySize":24,"valueType":"lb_affinity","valueSize":16,"maxEntries":131072},
   sluice_agent: {"name":"sluice_agent","type":2,"keyType":"u32","keySize":4,"valueType":"sluice_agent_status","valueSize":48,"maxEntries":1},
-  sluice_be4: {"name":"sluice_be4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":262144,"flags":1},
+  sluice_be4: {"name":"sluice_be4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":262144},
   sluice_be6: {"name":"sluice_be6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_backend","valueSize":24,"maxEntries":262144,"flags":1},
   sluice_cnt_v2: {"name":"sluice_cnt_v2","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":128},
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
@@ -1632,8 +1631,9 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_nodeip6: {"name":"sluice_nodeip6","type":1,"keyType":"lb6_node_ip","keySize":16,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_podaddr: {"name":"sluice_podaddr","type":1,"keyType":"u64","keySize":8,"valueType":"lb_pod_addr","valueSize":32,"maxEntries":16384,"flags":1},
-  sluice_revnat4: {"name":"sluice_revnat4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536,"flags":1},
+  sluice_revnat4: {"name":"sluice_revnat4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536},
   sluice_revnat6: {"name":"sluice_revnat6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_reverse_nat","valueSize":20,"maxEntries":65536,"flags":1},
+  sluice_rng4: {"name":"sluice_rng4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":524288},
   sluice_rr4: {"name":"sluice_rr4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":65536},
   sluice_sk_tcp4: {"name":"sluice_sk_tcp4","type":9,"keyType":"lb4_sock_tcp_key","keySize":16,"valueType":"lb4_sock_tcp","valueSize":12,"maxEntries":131072},
   sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
@@ -1643,7 +1643,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_sock_cfg: {"name":"sluice_sock_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb_sock_config","valueSize":16,"maxEntries":1},
   sluice_srcrng4: {"name":"sluice_srcrng4","type":11,"keyType":"lb4_src_range_key","keySize":12,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
   sluice_srcrng6: {"name":"sluice_srcrng6","type":11,"keyType":"lb6_src_range_key","keySize":24,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
-  sluice_svc4: {"name":"sluice_svc4","type":1,"keyType":"lb4_service_key","keySize":12,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
+  sluice_svc4: {"name":"sluice_svc4","type":1,"keyType":"lb4_frontend_key","keySize":8,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
   sluice_svc6: {"name":"sluice_svc6","type":1,"keyType":"lb6_service_key","keySize":24,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
   sluice_svcname: {"name":"sluice_svcname","type":1,"keyType":"lb_svc_name_key","keySize":8,"valueType":"lb_svc_name","valueSize":144,"maxEntries":131072,"flags":1},
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},

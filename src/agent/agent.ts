@@ -13,6 +13,7 @@ import { syncNodeAddresses, syncNodeAddresses6 } from '../datapath/sockConfig';
 import { pinPodPrograms } from '../datapath/pod/attach';
 import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
 import { readCounters } from '../datapath/counters';
+import { isIp6 } from '../datapath/addr';
 import { connectToApi } from './kubeClient';
 import { AgentMetrics, startMetricsServer } from './metrics';
 import { ProxyHealth, startHealthServer } from './health';
@@ -215,9 +216,13 @@ function exportCounters(maps: SockLbMaps, metrics: AgentMetrics, last: Map<numbe
 function exportFill(maps: SockLbMaps, syncer: Syncer, metrics: AgentMetrics): void {
   const p = syncer.programmed();
   const frontends = p.programmedFrontends();
-  const slots = frontends.reduce((n, f) => n + 1 + f.backendIds.length, 0);
+  // IPv4 frontends are one master each; their backend ids live in the range
+  // array (used: named by masters or waiting for their grace period). A full
+  // range array fails the frontend with RangeArrayFull: sluice_errors_total{reason="map_full"}.
+  const masters = frontends.filter((f) => !isIp6(f.address)).length;
   const revNats = new Set(frontends.map((f) => f.revNatId)).size;
-  for (const [map, entries] of [[maps.services, slots], [maps.backends, p.backendCount()], [maps.revNat, revNats]] as const) {
+  const ranges = p.rangeStats();
+  for (const [map, entries] of [[maps.services, masters], [maps.ranges, ranges.used + ranges.quarantined], [maps.backends, p.backendCount()], [maps.revNat, revNats]] as const) {
     metrics.mapEntries.set({ map: map.name }, entries);
     metrics.mapMaxEntries.set({ map: map.name }, map.map.maxEntries);
   }

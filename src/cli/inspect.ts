@@ -5,6 +5,7 @@ import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
 import { counterName, readCounters } from '../datapath/counters';
 import { LbProgrammer } from '../datapath/programmer';
 import { formatEndpoint, isIp6 } from '../datapath/addr';
+import { IdArrayMap, type TypedMap } from '../datapath/typedMap';
 import { sockLbStatus, type AttachmentStatus } from '../datapath/sockLb';
 import { staleSocketStatus, type StaleSocketStatus } from '../datapath/sockTerm';
 import { readServiceNames, serviceNameOf, type ServiceName } from '../datapath/serviceNames';
@@ -147,8 +148,10 @@ export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string)
     staleSockets: staleSocketStatus(bpffs),
     maps: [
       fill(maps.services.name, count(maps.services.map), maps.services.map.maxEntries),
-      fill(maps.backends.name, count(maps.backends.map), maps.backends.map.maxEntries),
-      fill(maps.revNat.name, count(maps.revNat.map), maps.revNat.map.maxEntries),
+      // The range array and the id arrays: entries in use, not indices.
+      fill(maps.ranges.name, maps.services.readAll().reduce((n, [, v]) => n + v.count, 0), maps.ranges.map.maxEntries),
+      fill(maps.backends.name, used(maps.backends), maps.backends.map.maxEntries),
+      fill(maps.revNat.name, used(maps.revNat), maps.revNat.map.maxEntries),
       fill(maps.nodeIps.name, count(maps.nodeIps.map), maps.nodeIps.map.maxEntries),
       fill(maps.affinity.name, count(maps.affinity.map), maps.affinity.map.maxEntries),
       ...(maps.serviceNames ? [fill(maps.serviceNames.name, count(maps.serviceNames.map), maps.serviceNames.map.maxEntries)] : []),
@@ -166,6 +169,10 @@ export function processAlive(pid: number): boolean {
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
+}
+
+function used(m: TypedMap<number, unknown>): number {
+  return m instanceof IdArrayMap ? m.countUsed() : count(m.map);
 }
 
 function count(map: { keys(): Iterable<Buffer> }): number {

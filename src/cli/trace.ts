@@ -18,7 +18,9 @@ export type TracePath = 'socket' | 'north_south' | 'pod';
 
 /** Point look-ups into the maps, as the programs make them. */
 export interface TraceMaps {
-  service(key: abi.Lb4ServiceKey): abi.Lb4Service | undefined;
+  service(key: abi.Lb4FrontendKey): abi.Lb4Service | undefined;
+  /** The backend id at this index of the range array (SLUICE_MAP_RANGES4). */
+  rangeEntry(index: number): number | undefined;
   backend(id: number): abi.Lb4Backend | undefined;
   /** loadBalancerSourceRanges: an LPM match for this client under this rev-NAT id. */
   sourceAllowed(revNatId: number, client: number): boolean;
@@ -150,14 +152,14 @@ function flowView(e: abi.Lb4CtEntry, m: TraceMaps, now: bigint): TraceFlow {
 }
 
 /** lb4_lookup_service: the external-scope master, or its internal twin for in-cluster traffic. */
-function lookupService(m: TraceMaps, key: abi.Lb4ServiceKey, internal: boolean): { svc?: abi.Lb4Service; scope: number } {
-  const ext = m.service({ ...key, scope: abi.LB_SCOPE_EXTERNAL, backend_slot: 0 });
+function lookupService(m: TraceMaps, key: abi.Lb4FrontendKey, internal: boolean): { svc?: abi.Lb4Service; scope: number } {
+  const ext = m.service({ ...key, scope: abi.LB_SCOPE_EXTERNAL });
   if (!ext || !internal || !(ext.flags & abi.LB_SVC_FLAG_TWO_SCOPES)) return { svc: ext, scope: abi.LB_SCOPE_EXTERNAL };
-  return { svc: m.service({ ...key, scope: abi.LB_SCOPE_INTERNAL, backend_slot: 0 }), scope: abi.LB_SCOPE_INTERNAL };
+  return { svc: m.service({ ...key, scope: abi.LB_SCOPE_INTERNAL }), scope: abi.LB_SCOPE_INTERNAL };
 }
 
 /** lb4_lookup_frontend (nodeport.h): then the NodePort wildcard on a NodePort address; `address` keys the slots. */
-function lookupFrontend(m: TraceMaps, key: abi.Lb4ServiceKey, internal: boolean): { svc?: abi.Lb4Service; scope: number; address: number } {
+function lookupFrontend(m: TraceMaps, key: abi.Lb4FrontendKey, internal: boolean): { svc?: abi.Lb4Service; scope: number; address: number } {
   const exact = lookupService(m, key, internal);
   if (exact.svc || !key.address || !m.isNodePortAddress?.(key.address)) return { ...exact, address: key.address };
   const wild = lookupService(m, { ...key, address: 0 }, internal);
@@ -215,7 +217,7 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
     }
   }
 
-  const { svc, scope, address: keyAddress } = lookupFrontend(m, { address: daddr, port: input.port, proto, scope: 0, backend_slot: 0 }, internal);
+  const { svc, scope } = lookupFrontend(m, { address: daddr, port: input.port, proto, scope: 0 }, internal);
   const finish = (verdict: TraceResult['verdict']): TraceResult => {
     result.verdict = gone ? { ...verdict, reason: `${gone}; ${verdict.reason}` } : verdict;
     return result;
@@ -226,10 +228,11 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
   const cfg = m.tcConfig?.();
   const extLocal = (svc.flags & abi.LB_SVC_FLAG_EXT_LOCAL) !== 0;
   const backends: TraceBackend[] = [];
+  // The frontend's range: positions 1..count (shown as slots, as the programs count them).
   for (let slot = 1; slot <= svc.count; slot++) {
-    const s = m.service({ address: keyAddress, port: input.port, proto, scope, backend_slot: slot });
-    const b = s ? m.backend(s.backend_id) : undefined;
-    const row: TraceBackend = { slot, id: s?.backend_id ?? 0, flags: b ? backendFlagNames(b.flags) : [] };
+    const id = m.rangeEntry(svc.backend_id + slot - 1) ?? 0;
+    const b = id ? m.backend(id) : undefined;
+    const row: TraceBackend = { slot, id, flags: b ? backendFlagNames(b.flags) : [] };
     if (!b) row.missing = true;
     else {
       row.address = numberToIp4(b.address);

@@ -38,6 +38,7 @@ function pinnedTraceMaps(bpffs: string, maps: SockLbMaps, opened: BpfMap[]): Tra
   const names = maps.serviceNames ? readServiceNames(maps.serviceNames) : new Map();
   return {
     service: (k) => maps.services.get(k),
+    rangeEntry: (i) => (i < maps.ranges.map.maxEntries ? maps.ranges.get(i) : undefined),
     backend: (id) => maps.backends.get(id),
     sourceAllowed: (revNatId, client) => maps.sourceRanges?.get({ prefixlen: 64, rev_nat_id: revNatId, address: client }) !== undefined,
     affinity: (k) => maps.affinity.get(k),

@@ -10,12 +10,12 @@
 import * as abi from '../abi/generated';
 import type { SockLbMaps } from './maps';
 import { ip4ToNumber, isIp6, protoNumber } from './addr';
-import { masterEntry, serviceKeyOf, type LbProgrammer, type ProgrammedFrontend, type ProgrammedBackend } from './programmer';
+import { masterEntry, frontendKeyOf, type LbProgrammer, type ProgrammedFrontend, type ProgrammedBackend } from './programmer';
 import { repairDrift6 } from './drift6';
 import type { MaglevDrift } from './maglev';
 
 export interface DriftReport {
-  /** Frontends with a missing or different master or slot entry. */
+  /** Frontends with a missing or different master or range (IPv6: slot) entry. */
   frontends: number;
   /** Backends and rev-NAT entries missing or different. */
   backends: number;
@@ -30,9 +30,8 @@ export interface DriftReport {
   durationMs: number;
 }
 
-const K = abi.LB4_SERVICE_KEY_SIZE;
+const K = abi.LB4_FRONTEND_KEY_SIZE;
 const V = abi.LB4_SERVICE_SIZE;
-const SLOT: abi.Lb4Service = { backend_id: 0, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 };
 
 function backendValue(b: ProgrammedBackend): abi.Lb4Backend {
   return { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags: b.flags, zone: b.zone };
@@ -44,6 +43,7 @@ class Comparer {
   private readonly want = Buffer.alloc(V);
   private readonly have = Buffer.alloc(V);
   private readonly u32 = Buffer.alloc(4);
+  private readonly idHave = Buffer.alloc(4);
   private readonly beWant = Buffer.alloc(abi.LB4_BACKEND_SIZE);
   private readonly beHave = Buffer.alloc(abi.LB4_BACKEND_SIZE);
   private readonly rnWant = Buffer.alloc(abi.LB4_REVERSE_NAT_SIZE);
@@ -52,19 +52,17 @@ class Comparer {
 
   constructor(private readonly maps: SockLbMaps) {}
 
-  /** Master and every slot of the frontend hold what was written. */
+  /** The master and every entry of the frontend's range hold what was written. */
   frontendIntact(f: ProgrammedFrontend): boolean {
-    const key = serviceKeyOf(f, 0);
-    for (let slot = 0; slot <= f.backendIds.length; slot++) {
-      key.backend_slot = slot;
-      abi.encodeLb4ServiceKey(key, this.key, 0);
-      if (slot === 0) abi.encodeLb4Service(masterEntry(f), this.want, 0);
-      else {
-        SLOT.backend_id = f.backendIds[slot - 1]!;
-        abi.encodeLb4Service(SLOT, this.want, 0);
-      }
+    abi.encodeLb4FrontendKey(frontendKeyOf(f), this.key, 0);
+    abi.encodeLb4Service(masterEntry(f), this.want, 0);
+    this.checked++;
+    if (!this.maps.services.map.lookupInto(this.key, this.have) || !this.have.equals(this.want)) return false;
+    if (f.rangeStart === undefined) return true; // no range of its own yet: the next apply writes one
+    for (let i = 0; i < f.backendIds.length; i++) {
+      this.u32.writeUInt32LE(f.rangeStart + i, 0);
       this.checked++;
-      if (!this.maps.services.map.lookupInto(this.key, this.have) || !this.have.equals(this.want)) return false;
+      if (!this.maps.ranges.map.lookupInto(this.u32, this.idHave) || this.idHave.readUInt32LE(0) !== f.backendIds[i]) return false;
     }
     return true;
   }
@@ -139,14 +137,15 @@ export async function repairDrift(maps: SockLbMaps, programmer: () => LbProgramm
   for (const f of frontends) if (!cmp.revNatIntact(f)) revNats.push([f.revNatId, { address: ip4ToNumber(f.address), port: f.port }]);
   maps.revNat.setMany(revNats);
   report.revNats = revNats.length;
-  // Make-before-break: slots, then the masters that make them visible.
-  const slots: Array<[abi.Lb4ServiceKey, abi.Lb4Service]> = [];
-  const masters: Array<[abi.Lb4ServiceKey, abi.Lb4Service]> = [];
+  // Make-before-break: ranges (rewritten where they are: their content was
+  // wrong already), then the masters that name them.
+  const ranges: Array<[number, number]> = [];
+  const masters: Array<[abi.Lb4FrontendKey, abi.Lb4Service]> = [];
   for (const f of frontends) {
-    f.backendIds.forEach((b, i) => slots.push([serviceKeyOf(f, i + 1), { ...SLOT, backend_id: b }]));
-    masters.push([serviceKeyOf(f, 0), masterEntry(f)]);
+    if (f.rangeStart !== undefined) f.backendIds.forEach((b, i) => ranges.push([f.rangeStart! + i, b]));
+    masters.push([frontendKeyOf(f), masterEntry(f)]);
   }
-  maps.services.setMany(slots);
+  maps.ranges.setMany(ranges);
   maps.services.setMany(masters);
   report.frontends = frontends.length;
   report.extra = deleteExtras(maps, p);
@@ -199,32 +198,25 @@ async function repairMaglev(programmer: () => LbProgrammer, chunk: number, repor
 function deleteExtras(maps: SockLbMaps, p: LbProgrammer): number {
   let extra = 0;
   const frontends = p.programmedFrontends().filter((f) => !isIp6(f.address));
-  const wantServices = frontends.reduce((n, f) => n + 1 + f.backendIds.length, 0);
   const all = maps.services.map.lookupBatch();
-  if (all.count !== wantServices) {
+  if (all.count !== frontends.length) {
     const wanted = new Set<string>();
     const key = Buffer.alloc(K);
     for (const f of frontends) {
-      const k = serviceKeyOf(f, 0);
-      for (let slot = 0; slot <= f.backendIds.length; slot++) {
-        k.backend_slot = slot;
-        abi.encodeLb4ServiceKey(k, key, 0);
-        wanted.add(key.toString('latin1'));
-      }
+      abi.encodeLb4FrontendKey(frontendKeyOf(f), key, 0);
+      wanted.add(key.toString('latin1'));
     }
-    // Masters (slot 0) first: a frontend disappears before its slots do.
     const stale: Buffer[] = [];
     for (let i = 0; i < all.count; i++) {
       const k = all.keys.subarray(i * K, (i + 1) * K);
       if (!wanted.has(k.toString('latin1'))) stale.push(k);
     }
-    stale.sort((a, b) => abi.decodeLb4ServiceKey(a, 0).backend_slot - abi.decodeLb4ServiceKey(b, 0).backend_slot);
     for (const k of stale) if (maps.services.map.delete(k)) extra++;
   }
-  const backends = maps.backends.map.lookupBatch();
-  if (backends.count !== p.backendCount()) {
-    for (let i = 0; i < backends.count; i++) {
-      const id = backends.keys.readUInt32LE(i * 4);
+  // An ARRAY: entries in use are the non-zero ones (IdArrayMap).
+  const backends = maps.backends.readAll();
+  if (backends.length !== p.backendCount()) {
+    for (const [id] of backends) {
       if (!p.backendById(id) && maps.backends.delete(id)) extra++;
     }
   }

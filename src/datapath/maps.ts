@@ -4,15 +4,20 @@ import * as path from 'node:path';
 import * as fs from 'node:fs';
 import { BpfMap } from '../bpf/map';
 import * as abi from '../abi/generated';
-import { TypedMap, u32Codec, u8Codec } from './typedMap';
+import { idTable, TypedMap, u32Codec, u8Codec } from './typedMap';
 import { nodeIpMap, sockConfigMap } from './sockConfig';
 import type { ServiceNameMap } from './serviceNames';
 
 export const DEFAULT_BPFFS = '/sys/fs/bpf/sluice';
 
 export interface SockLbMaps {
-  services: TypedMap<abi.Lb4ServiceKey, abi.Lb4Service>;
+  /** IPv4 frontends: one master each, naming a range of `ranges` (native/sluice_abi.h). */
+  services: TypedMap<abi.Lb4FrontendKey, abi.Lb4Service>;
+  /** The IPv4 frontends' backend ranges: index -> backend id (ARRAY). */
+  ranges: TypedMap<number, number>;
+  /** Backends by id (ARRAY: an all-zero entry is none; see IdArrayMap). */
   backends: TypedMap<number, abi.Lb4Backend>;
+  /** Rev-NAT entries by id (ARRAY, like backends). */
   revNat: TypedMap<number, abi.Lb4ReverseNat>;
   /** socketLB mode and the host netns cookie (see sockConfig.ts). */
   sockConfig: TypedMap<number, abi.LbSockConfig>;
@@ -66,9 +71,10 @@ export function openSockLbMaps(bpffs: string): SockLbMaps {
   };
   try {
     const maps: SockLbMaps = {
-      services: new TypedMap(open(abi.SLUICE_MAP_SERVICES4), abi.lb4_service_keyCodec, abi.lb4_serviceCodec),
-      backends: new TypedMap(open(abi.SLUICE_MAP_BACKENDS4), u32Codec, abi.lb4_backendCodec),
-      revNat: new TypedMap(open(abi.SLUICE_MAP_REVNAT4), u32Codec, abi.lb4_reverse_natCodec),
+      services: new TypedMap(open(abi.SLUICE_MAP_SERVICES4), abi.lb4_frontend_keyCodec, abi.lb4_serviceCodec),
+      ranges: new TypedMap(open(abi.SLUICE_MAP_RANGES4), u32Codec, u32Codec),
+      backends: idTable(open(abi.SLUICE_MAP_BACKENDS4), abi.lb4_backendCodec),
+      revNat: idTable(open(abi.SLUICE_MAP_REVNAT4), abi.lb4_reverse_natCodec),
       sockConfig: sockConfigMap(open(abi.SLUICE_MAP_SOCK_CFG)),
       nodeIps: nodeIpMap(open(abi.SLUICE_MAP_NODEIP4)),
       affinity: new TypedMap(open(abi.SLUICE_MAP_AFFINITY4), abi.lb4_affinity_keyCodec, abi.lb_affinityCodec),

@@ -37,9 +37,17 @@ import * as abi from '../abi/generated';
  */
 export type Translate = (key: Buffer, value: Buffer, from: MapDescription, to: MapDescription) => [Buffer, Buffer] | undefined;
 
+/**
+ * Fills the new map (and others of the new object) from the old map, for a
+ * layout change whose entries move to other maps too (one entry cannot be
+ * translated alone). Called once at fill; not repeated at finish, so only for
+ * maps that only the agent writes.
+ */
+export type Refill = (from: BpfMap, obj: BpfObject, fromLayout: number) => { copied: number; skipped: number };
+
 export type MapPolicy =
-  /** Entries are state the data path needs (connections): copied; a layout change needs `translate` or is refused. */
-  | { kind: 'carry'; layout?: number; translate?: Translate }
+  /** Entries are state the data path needs (connections): copied; a layout change needs `translate` (or `refill`) or is refused. */
+  | { kind: 'carry'; layout?: number; translate?: Translate; refill?: Refill }
   /** Written by the agent from the API: copied when the layout allows it, else refilled by the first sync. */
   | { kind: 'rebuild'; layout?: number; translate?: Translate }
   /** Starts empty; `reason` says why nothing is lost that matters. */
@@ -53,9 +61,15 @@ export type MapPolicy =
 export const MAP_POLICIES: Record<string, MapPolicy> = {
   // Frontends and backends: connect()s and new flows need them at every
   // moment, so they are carried (the agent adopts them, then re-programs).
-  [abi.SLUICE_MAP_SERVICES4]: { kind: 'carry' },
-  [abi.SLUICE_MAP_BACKENDS4]: { kind: 'carry' },
-  [abi.SLUICE_MAP_REVNAT4]: { kind: 'carry' },
+  // Layout 2 (Katran-style table): the services hash holds one master per
+  // frontend (key without the slot) naming a range of the range array;
+  // layout 1 held the master and one entry per backend slot. Backends and
+  // rev-NAT entries became ARRAYs indexed by the same ids (same key and
+  // value: copied as they are).
+  [abi.SLUICE_MAP_SERVICES4]: { kind: 'carry', layout: 2, refill: slotsToRanges },
+  [abi.SLUICE_MAP_RANGES4]: { kind: 'carry' },
+  [abi.SLUICE_MAP_BACKENDS4]: { kind: 'carry', layout: 2, translate: (k, v) => [k, v] },
+  [abi.SLUICE_MAP_REVNAT4]: { kind: 'carry', layout: 2, translate: (k, v) => [k, v] },
   [abi.SLUICE_MAP_AFFINITY4]: { kind: 'carry' },
   [abi.SLUICE_MAP_RR4]: { kind: 'carry' },
   [abi.SLUICE_MAP_SOCK_CFG]: { kind: 'carry' },
@@ -217,10 +231,16 @@ export class MapMigration {
       const result: MigratedMap = { ...c, carried: 0, dropped: 0 };
       const from = this.old.get(c.map)!;
       const translate = policy.kind === 'drop' ? undefined : policy.translate;
+      const refill = policy.kind === 'carry' ? policy.refill : undefined;
       if (policy.kind === 'drop') {
         result.note = policy.reason;
       } else if (NO_ENTRIES.has(c.from.type)) {
         result.note = `${mapTypeName(c.from.type)} entries cannot be copied from user space`;
+      } else if (c.why === 'layout' && refill) {
+        const n = refill(from, obj, c.from.layout);
+        result.carried = n.copied;
+        result.dropped = n.skipped;
+        result.note = `layout ${c.from.layout} -> ${c.to.layout}: entries rewritten into the new layout`;
       } else if (c.why === 'layout' && !translate) {
         // rebuild without a translation (carry without one was refused at plan)
         result.note = 'layout changed: the agent writes it again at its first sync';
@@ -298,6 +318,68 @@ export function loadMigrated(objectPath: string, bpffs: string, opts: { maxEntri
   return obj;
 }
 
+/**
+ * sluice_svc4 layout 1 -> 2. Layout 1: key {address, port, proto, scope,
+ * backend_slot u16, pad[2]} (12 bytes); slot 0 the master (lb4_service,
+ * backend_id 0), slots 1..count one backend id each in backend_id. Layout 2:
+ * key lb4_frontend_key (the first 8 bytes of the old key), the master's
+ * backend_id the first index of its range in the (new, empty) range array,
+ * which gets the slots' ids in order, frontend after frontend from index 0.
+ * Ranges first, then masters. A frontend that does not fit is skipped (the
+ * agent's first sync writes it). The agent adopts the result (ranges.ts).
+ */
+function slotsToRanges(from: BpfMap, obj: BpfObject, fromLayout: number): { copied: number; skipped: number } {
+  if (fromLayout !== 1 || from.keySize !== 12) throw new MigrationRefused(`${from.name}: no translation from layout ${fromLayout} (key ${from.keySize} bytes)`);
+  const all = from.lookupBatch();
+  const masters = new Map<string, Buffer>();
+  const slots = new Map<string, Map<number, number>>();
+  for (let i = 0; i < all.count; i++) {
+    const key = all.keys.subarray(i * 12, (i + 1) * 12);
+    const value = all.values.subarray(i * from.valueBufferSize, i * from.valueBufferSize + from.valueSize);
+    const frontend = key.toString('latin1', 0, 8);
+    const slot = key.readUInt16LE(8);
+    if (slot === 0) {
+      masters.set(frontend, Buffer.from(value));
+      continue;
+    }
+    let m = slots.get(frontend);
+    if (!m) slots.set(frontend, (m = new Map()));
+    m.set(slot, value.readUInt32LE(0));
+  }
+  const services = obj.map(abi.SLUICE_MAP_SERVICES4);
+  const ranges = obj.map(abi.SLUICE_MAP_RANGES4);
+  let next = 0;
+  let copied = 0;
+  let skipped = 0;
+  for (const [frontend, value] of masters) {
+    const count = value.readUInt16LE(4);
+    const ids = slots.get(frontend);
+    if (next + count > ranges.maxEntries) {
+      skipped++;
+      continue;
+    }
+    if (count > 0) {
+      const keys = Buffer.alloc(4 * count);
+      const vals = Buffer.alloc(4 * count);
+      for (let i = 0; i < count; i++) {
+        keys.writeUInt32LE(next + i, 4 * i);
+        vals.writeUInt32LE(ids?.get(i + 1) ?? 0, 4 * i);
+      }
+      ranges.updateBatch(keys, vals, count);
+    }
+    value.writeUInt32LE(count > 0 ? next : 0, 0);
+    try {
+      services.update(Buffer.from(frontend, 'latin1'), value, BPF_ANY);
+      copied++;
+      next += count;
+    } catch (err) {
+      if (!(err instanceof BpfError) || (err.errno !== E2BIG && err.errno !== ENOSPC)) throw err;
+      skipped++;
+    }
+  }
+  return { copied, skipped };
+}
+
 const layoutOf = (policies: Record<string, MapPolicy>, name: string) => (policies[name] ?? DEFAULT_POLICY).layout ?? 1;
 
 const describe = (d: MapDescription) => `${mapTypeName(d.type)} key ${d.keySize} value ${d.valueSize} max_entries ${d.maxEntries} flags 0x${d.flags.toString(16)}`;
@@ -332,7 +414,7 @@ function plan(bpffs: string, declared: MapDescription[], requested: Record<strin
     if (requested[d.name] === undefined && ARRAY_TYPES.has(d.type) && d.type === from.type && d.maxEntries > from.maxEntries) wantEntries = d.maxEntries;
     if (NO_ENTRIES.has(d.type) && requested[d.name] === undefined) wantEntries = d.type === from.type ? from.maxEntries : d.maxEntries;
     if (!layoutChanged && wantEntries === from.maxEntries) continue;
-    if (layoutChanged && policy.kind === 'carry' && !policy.translate) {
+    if (layoutChanged && policy.kind === 'carry' && !policy.translate && !policy.refill) {
       refusals.push(`map ${d.name} at ${pin} changed layout (pinned: ${describe(from)}, layout ${pinnedLayout}; new: ${describe(d)}, layout ${ourLayout}) and its migration policy carries entries without a translation: add one in MAP_POLICIES`);
       continue;
     }

@@ -2,14 +2,17 @@
 //
 // State is read back from the pinned maps at start (adopt, never flush), ids of
 // backends and rev-NAT entries are stable for as long as the object exists, and
-// every change is make-before-break: backends and rev-NAT first, then slots,
-// then the master entry that makes them visible; deletes in reverse. A program
-// that finds a master entry therefore always finds its slots and backends.
+// every change is make-before-break: backends and rev-NAT first, then the
+// backend range (IPv4, a new one per backend-set change; ranges.ts) or the
+// slots (IPv6), then the master entry that makes them visible; deletes in
+// reverse. A program that finds a master entry therefore always finds its
+// range (or slots) and backends.
 import * as abi from '../abi/generated';
 import type { SockLbMaps, SockLbMaps6 } from './maps';
 import { bytesToIp6, ip4ToNumber, ip6ToBytes, isIp6, numberToIp4, protoName, protoNumber, type ProtoName } from './addr';
 import { IdAllocator } from './ids';
-import { ServiceEntryBatch } from './serviceBatch';
+import { RangeBatch, ServiceEntryBatch } from './serviceBatch';
+import { RangeAllocator } from './ranges';
 import { readSourceRanges, readSourceRanges6, syncSourceRanges, syncSourceRanges6, syncSourceRangesOf } from './tc/sourceRanges';
 import { ServiceNameWriter, type ServiceName } from './serviceNames';
 import { MaglevTables } from './maglev';
@@ -55,6 +58,8 @@ export interface ProgrammedFrontend {
   revNatId: number;
   backendIds: number[];
   sourceRanges: string[];
+  /** IPv4: first index of the frontend's range in the range array (owned by it; undefined: owns none). */
+  rangeStart?: number;
 }
 
 export interface ProgrammedBackend {
@@ -79,7 +84,7 @@ export interface ApplyResult {
 
 /** What adoptAndRepair() removed: entries a crash mid-apply (or mid-delete) left behind. */
 export interface RepairReport {
-  /** Backend slots (slot > 0) of a frontend that has no master entry. */
+  /** IPv6 backend slots (slot > 0) of a frontend that has no master entry. */
   orphanSlots: number;
   /** Slots numbered above their master's count (a shrink that did not finish). */
   slotsBeyondCount: number;
@@ -118,14 +123,13 @@ function backendFlags(b: BackendSpec): number {
   return (b.local ? abi.LB_BACKEND_FLAG_LOCAL : 0) | (b.terminating ? abi.LB_BACKEND_FLAG_TERMINATING : 0);
 }
 
-/** The services-map key of a frontend's master (slot 0) or one of its slots. */
-export function serviceKeyOf(f: { address: string; port: number; proto: string; scope: ScopeName }, slot: number): abi.Lb4ServiceKey {
+/** The IPv4 services-map key of a frontend (its master; IPv4 has no slots). */
+export function frontendKeyOf(f: { address: string; port: number; proto: string; scope: ScopeName }): abi.Lb4FrontendKey {
   return {
     address: ip4ToNumber(f.address),
     port: f.port,
     proto: protoNumber(f.proto),
     scope: scopeNumber(f.scope),
-    backend_slot: slot,
   };
 }
 
@@ -134,9 +138,9 @@ export function service6KeyOf(f: { address: string; port: number; proto: string;
   return { address: ip6ToBytes(f.address), port: f.port, proto: protoNumber(f.proto), scope: scopeNumber(f.scope), backend_slot: slot };
 }
 
-/** The master entry's value: what makes a frontend and its slots visible. */
-export function masterEntry(f: Pick<ProgrammedFrontend, 'backendIds' | 'flags' | 'revNatId' | 'affinityTimeout' | 'algorithm'>): abi.Lb4Service {
-  return { backend_id: 0, count: f.backendIds.length, flags: f.flags, rev_nat_id: f.revNatId, affinity_timeout: f.affinityTimeout, algorithm: f.algorithm };
+/** The master entry's value: what makes a frontend and its range (IPv4: rangeStart) or slots (IPv6) visible. */
+export function masterEntry(f: Pick<ProgrammedFrontend, 'backendIds' | 'flags' | 'revNatId' | 'affinityTimeout' | 'algorithm' | 'rangeStart'>): abi.Lb4Service {
+  return { backend_id: f.rangeStart ?? 0, count: f.backendIds.length, flags: f.flags, rev_nat_id: f.revNatId, affinity_timeout: f.affinityTimeout, algorithm: f.algorithm };
 }
 
 function algorithmOf(f: FrontendSpec): number {
@@ -158,18 +162,24 @@ export class LbProgrammer {
   private readonly backendIds: IdAllocator;
   private readonly revNatIds: IdAllocator;
   /** Found by adopt(), removed by adoptAndRepair(): never visible to the data path. */
-  private readonly leftovers = { slots: [] as abi.Lb4ServiceKey[], slots6: [] as abi.Lb6ServiceKey[], slotsBeyondCount: 0, revNatIds: [] as number[] };
+  private readonly leftovers = { slots6: [] as abi.Lb6ServiceKey[], slotsBeyondCount: 0, revNatIds: [] as number[] };
   private names?: ServiceNameWriter;
   private maglev?: MaglevTables;
+  /** The IPv4 backend ranges (SLUICE_MAP_RANGES4). */
+  private readonly ranges: RangeAllocator;
+  /** Frontends the next apply must write even if unchanged (adopted without a range of their own). */
+  private readonly rewrite = new Set<string>();
 
-  private constructor(private readonly maps: SockLbMaps) {
-    this.backendIds = new IdAllocator('backend');
-    this.revNatIds = new IdAllocator('rev-NAT');
+  private constructor(private readonly maps: SockLbMaps, opts: { rangeGraceMs?: number } = {}) {
+    // IPv4 backends and rev-NAT entries are ARRAYs indexed by id: ids stay below their capacity.
+    this.backendIds = new IdAllocator('backend', maps.backends.map.maxEntries - 1);
+    this.revNatIds = new IdAllocator('rev-NAT', maps.revNat.map.maxEntries - 1);
+    this.ranges = new RangeAllocator(maps.ranges.map.maxEntries, opts.rangeGraceMs);
   }
 
   /** Read what the pinned maps hold: a restarted agent continues from there. */
-  static adopt(maps: SockLbMaps): LbProgrammer {
-    const p = new LbProgrammer(maps);
+  static adopt(maps: SockLbMaps, opts: { rangeGraceMs?: number } = {}): LbProgrammer {
+    const p = new LbProgrammer(maps, opts);
     for (const [id, b] of maps.backends.readAll()) {
       const backend: ProgrammedBackend = {
         id, address: numberToIp4(b.address), port: b.port, proto: protoName(b.proto) as ProtoName, flags: b.flags, zone: b.zone,
@@ -199,12 +209,40 @@ export class LbProgrammer {
       p.revNatIds.reserve(id);
       revNatIds.push(id);
     }
+    // IPv4: one master per frontend, its backend ids in its range.
+    const rangeIds = readRangeArray(maps.ranges);
+    const owners: ProgrammedFrontend[] = [];
+    for (const [k, v] of maps.services.readAll()) {
+      const f = keyToFrontend(k);
+      const id = frontendId(f);
+      const backendIds: number[] = [];
+      for (let i = 0; i < v.count; i++) backendIds.push(rangeIds[v.backend_id + i] ?? 0);
+      const fe = p.adoptMaster(f, id, v, backendIds);
+      if (v.count > 0) {
+        fe.rangeStart = v.backend_id;
+        p.ranges.reserve(v.backend_id, v.count);
+        owners.push(fe);
+      }
+    }
+    // Ranges two masters share were not written by this allocator: neither
+    // owns its range, and both get a range of their own at the next apply.
+    const overlaps = p.ranges.adopted();
+    if (overlaps.length > 0) {
+      const bad = new Set(overlaps.map(([start]) => start));
+      for (const fe of owners) {
+        if (fe.rangeStart === undefined) continue;
+        const end = fe.rangeStart + fe.backendIds.length;
+        if (overlaps.some(([start, size]) => start < end && fe.rangeStart! < start + size) || bad.has(fe.rangeStart)) {
+          fe.rangeStart = undefined;
+          p.rewrite.add(fe.id);
+        }
+      }
+    }
+    // IPv6: slot 0 is the master, slots 1..count name backends.
     const slots = new Map<string, Map<number, number>>();
-    const slotKeys = new Map<string, Array<abi.Lb4ServiceKey | abi.Lb6ServiceKey>>();
-    const masters: Array<[abi.Lb4ServiceKey | abi.Lb6ServiceKey, abi.Lb4Service]> = [];
-    const entries: Array<[abi.Lb4ServiceKey | abi.Lb6ServiceKey, abi.Lb4Service]> = maps.services.readAll();
-    for (const entry of maps.v6?.services.readAll() ?? []) entries.push(entry);
-    for (const [k, v] of entries) {
+    const slotKeys = new Map<string, abi.Lb6ServiceKey[]>();
+    const masters: Array<[abi.Lb6ServiceKey, abi.Lb4Service]> = [];
+    for (const [k, v] of maps.v6?.services.readAll() ?? []) {
       if (k.backend_slot === 0) {
         masters.push([k, v]);
       } else {
@@ -223,27 +261,33 @@ export class LbProgrammer {
       const s = slots.get(id) ?? new Map<number, number>();
       const backendIds: number[] = [];
       for (let slot = 1; slot <= v.count; slot++) backendIds.push(s.get(slot) ?? 0);
-      const rangeMap6 = maps.v6?.sourceRanges;
-      const sourceRanges = !(v.flags & abi.LB_SVC_FLAG_SOURCE_RANGE) ? []
-        : isIp6(f.address) ? (rangeMap6 ? readSourceRanges6(rangeMap6, v.rev_nat_id) : [])
-          : maps.sourceRanges ? readSourceRanges(maps.sourceRanges, v.rev_nat_id) : [];
-      const fe: ProgrammedFrontend = { ...f, id, flags: v.flags, affinityTimeout: v.affinity_timeout, algorithm: v.algorithm, revNatId: v.rev_nat_id, backendIds, sourceRanges };
-      p.frontends.set(id, fe);
-      p.revNats.set(revNatKeyOf(f), v.rev_nat_id);
-      p.revNatUsers.set(revNatKeyOf(f), (p.revNatUsers.get(revNatKeyOf(f)) ?? 0) + 1);
-      for (const b of backendIds) p.ref(b, +1);
+      p.adoptMaster(f, id, v, backendIds);
       for (const k of slotKeys.get(id) ?? []) {
         if (k.backend_slot > v.count) {
-          p.leftover(k);
+          p.leftovers.slots6.push(k);
           p.leftovers.slotsBeyondCount++;
         }
       }
       slotKeys.delete(id);
     }
-    for (const keys of slotKeys.values()) for (const k of keys) p.leftover(k); // no master
+    for (const keys of slotKeys.values()) for (const k of keys) p.leftovers.slots6.push(k); // no master
     const named = new Set(p.revNats.values());
     p.leftovers.revNatIds = revNatIds.filter((id) => !named.has(id));
     return p;
+  }
+
+  /** One master found in the pinned maps becomes a programmed frontend. */
+  private adoptMaster(f: ReturnType<typeof keyToFrontend>, id: string, v: abi.Lb4Service, backendIds: number[]): ProgrammedFrontend {
+    const rangeMap6 = this.maps.v6?.sourceRanges;
+    const sourceRanges = !(v.flags & abi.LB_SVC_FLAG_SOURCE_RANGE) ? []
+      : isIp6(f.address) ? (rangeMap6 ? readSourceRanges6(rangeMap6, v.rev_nat_id) : [])
+        : this.maps.sourceRanges ? readSourceRanges(this.maps.sourceRanges, v.rev_nat_id) : [];
+    const fe: ProgrammedFrontend = { ...f, id, flags: v.flags, affinityTimeout: v.affinity_timeout, algorithm: v.algorithm, revNatId: v.rev_nat_id, backendIds, sourceRanges };
+    this.frontends.set(id, fe);
+    this.revNats.set(revNatKeyOf(f), v.rev_nat_id);
+    this.revNatUsers.set(revNatKeyOf(f), (this.revNatUsers.get(revNatKeyOf(f)) ?? 0) + 1);
+    for (const b of backendIds) this.ref(b, +1);
+    return fe;
   }
 
   /**
@@ -254,10 +298,9 @@ export class LbProgrammer {
    * path, so removing them changes no connection. For the agent at start;
    * the CLI's views use plain adopt(), which writes nothing.
    */
-  static adoptAndRepair(maps: SockLbMaps): { programmer: LbProgrammer; repaired: RepairReport } {
-    const p = LbProgrammer.adopt(maps);
-    const { slots, slots6, slotsBeyondCount, revNatIds } = p.leftovers;
-    maps.services.deleteMany(slots);
+  static adoptAndRepair(maps: SockLbMaps, opts: { rangeGraceMs?: number } = {}): { programmer: LbProgrammer; repaired: RepairReport } {
+    const p = LbProgrammer.adopt(maps, opts);
+    const { slots6, slotsBeyondCount, revNatIds } = p.leftovers;
     maps.v6?.services.deleteMany(slots6);
     for (const id of revNatIds) {
       if (maps.sourceRanges) syncSourceRanges(maps.sourceRanges, id, []);
@@ -285,12 +328,11 @@ export class LbProgrammer {
       if (!members.get(k.rev_nat_id)?.has(v.backend_id)) staleAffinity6.push(k);
     }
     maps.v6?.affinity.deleteMany(staleAffinity6);
-    p.leftovers.slots = [];
     p.leftovers.slots6 = [];
     p.leftovers.revNatIds = [];
     return {
       programmer: p,
-      repaired: { orphanSlots: slots.length + slots6.length - slotsBeyondCount, slotsBeyondCount, revNats: revNatIds.length, backends, affinity: staleAffinity.length + staleAffinity6.length, ...(maglevTables ? { maglevTables } : {}) },
+      repaired: { orphanSlots: slots6.length - slotsBeyondCount, slotsBeyondCount, revNats: revNatIds.length, backends, affinity: staleAffinity.length + staleAffinity6.length, ...(maglevTables ? { maglevTables } : {}) },
     };
   }
 
@@ -323,6 +365,11 @@ export class LbProgrammer {
 
   backendCount(): number {
     return this.backends.size;
+  }
+
+  /** The IPv4 range array: entries used, free, waiting for their grace period; times it was full. */
+  rangeStats(): ReturnType<RangeAllocator['stats']> & { full: number } {
+    return { ...this.ranges.stats(), full: this.ranges.fullCount };
   }
 
   /** Ids the allocators hold (issue 13 item 2: back to 0 once every Service is gone, or an id leaked). */
@@ -412,7 +459,7 @@ export class LbProgrammer {
 
   private isUnchanged(id: string, f: FrontendSpec): boolean {
     const cur = this.frontends.get(id);
-    if (!cur || cur.flags !== f.flags || cur.affinityTimeout !== f.affinityTimeout || cur.algorithm !== algorithmOf(f)) return false;
+    if (!cur || this.rewrite.has(id) || cur.flags !== f.flags || cur.affinityTimeout !== f.affinityTimeout || cur.algorithm !== algorithmOf(f)) return false;
     if (!sameRanges(cur.sourceRanges, f.sourceRanges ?? [])) return false;
     if (cur.backendIds.length !== f.backends.length) return false;
     return f.backends.every((b, i) => {
@@ -492,45 +539,59 @@ export class LbProgrammer {
     }
     this.maglev?.flush();
 
-    // 2. slots, 3. masters, 4. shrink: slots beyond the new count.
-    const slotWrites = new ServiceEntryBatch(frontends.length * 4);
+    // 2. IPv4: a new range for each new backend set (IPv6: slots),
+    // 3. masters, 4. old ranges released (IPv6: slots beyond the new count deleted).
+    const rangeWrites = new RangeBatch(frontends.length * 4);
+    const newRanges: Array<[number, number]> = [];
+    const oldRanges: Array<[number, number]> = [];
     const masterWrites = new ServiceEntryBatch(frontends.length);
-    const slotDeletes: abi.Lb4ServiceKey[] = [];
     // IPv6 frontends: plain entry lists (their numbers are small next to IPv4's).
     const slot6Writes: Array<[abi.Lb6ServiceKey, abi.Lb4Service]> = [];
     const master6Writes: Array<[abi.Lb6ServiceKey, abi.Lb4Service]> = [];
     const slot6Deletes: abi.Lb6ServiceKey[] = [];
     const updates: ProgrammedFrontend[] = [];
     const slot: abi.Lb4Service = { backend_id: 0, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 };
-    for (const f of frontends) {
-      const id = frontendId(f);
-      const ids = idsFor.get(f)!;
-      if (ids.length > abi.SLUICE_MAX_SLOTS_PER_SERVICE) {
-        throw new Error(`${id}: ${ids.length} backends exceed the ${abi.SLUICE_MAX_SLOTS_PER_SERVICE} slots of one frontend`);
-      }
-      const cur = this.frontends.get(id);
-      const revNatId = this.revNats.get(revNatKeyOf(f))!;
-      const update: ProgrammedFrontend = { id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, algorithm: algorithmOf(f), revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : [] };
-      if (isIp6(f.address)) {
-        for (let i = 0; i < ids.length; i++) {
-          if (cur?.backendIds[i] !== ids[i]) slot6Writes.push([service6KeyOf(f, i + 1), { ...slot, backend_id: ids[i]! }]);
+    const unallocate = () => {
+      for (const [start, size] of newRanges) this.ranges.unallocate(start, size);
+    };
+    try {
+      for (const f of frontends) {
+        const id = frontendId(f);
+        const ids = idsFor.get(f)!;
+        if (ids.length > abi.SLUICE_MAX_SLOTS_PER_SERVICE) {
+          throw new Error(`${id}: ${ids.length} backends exceed the ${abi.SLUICE_MAX_SLOTS_PER_SERVICE} slots of one frontend`);
         }
-        master6Writes.push([service6KeyOf(f, 0), masterEntry(update)]);
-        for (let s = ids.length + 1; s <= (cur?.backendIds.length ?? 0); s++) slot6Deletes.push(service6KeyOf(f, s));
+        const cur = this.frontends.get(id);
+        const revNatId = this.revNats.get(revNatKeyOf(f))!;
+        const update: ProgrammedFrontend = { id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, algorithm: algorithmOf(f), revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : [] };
+        if (isIp6(f.address)) {
+          for (let i = 0; i < ids.length; i++) {
+            if (cur?.backendIds[i] !== ids[i]) slot6Writes.push([service6KeyOf(f, i + 1), { ...slot, backend_id: ids[i]! }]);
+          }
+          master6Writes.push([service6KeyOf(f, 0), masterEntry(update)]);
+          for (let s = ids.length + 1; s <= (cur?.backendIds.length ?? 0); s++) slot6Deletes.push(service6KeyOf(f, s));
+          updates.push(update);
+          continue;
+        }
+        // The same backend set keeps its range (only the master changes);
+        // another set gets a new range, never the one a reader may hold.
+        if (cur?.rangeStart !== undefined && sameIds(cur.backendIds, ids)) {
+          update.rangeStart = cur.rangeStart;
+        } else {
+          if (ids.length > 0) {
+            update.rangeStart = this.ranges.allocate(ids.length);
+            newRanges.push([update.rangeStart, ids.length]);
+            rangeWrites.add(update.rangeStart, ids);
+          }
+          if (cur?.rangeStart !== undefined) oldRanges.push([cur.rangeStart, cur.backendIds.length]);
+        }
+        masterWrites.add(frontendKeyOf(f), masterEntry(update));
         updates.push(update);
-        continue;
       }
-      const key = serviceKeyOf(f, 0);
-      for (let i = 0; i < ids.length; i++) {
-        if (cur?.backendIds[i] === ids[i]) continue;
-        key.backend_slot = i + 1;
-        slot.backend_id = ids[i]!;
-        slotWrites.add(key, slot);
-      }
-      key.backend_slot = 0;
-      masterWrites.add(key, masterEntry({ backendIds: ids, flags: f.flags, revNatId, affinityTimeout: f.affinityTimeout, algorithm: algorithmOf(f) }));
-      for (let s = ids.length + 1; s <= (cur?.backendIds.length ?? 0); s++) slotDeletes.push({ ...key, backend_slot: s });
-      updates.push(update);
+    } catch (err) {
+      unallocate();
+      for (const b of newBackends) this.orphans.add(b.id);
+      throw err;
     }
     // Source ranges are written before the master that turns them on, and
     // ranges no longer wanted are removed only after it (make-before-break).
@@ -539,30 +600,31 @@ export class LbProgrammer {
       if (u.sourceRanges.length > 0) syncSourceRangesOf(rangeMaps, u.address, u.revNatId, u.sourceRanges);
     }
     try {
-      slotWrites.writeTo(this.maps.services);
+      rangeWrites.writeTo(this.maps.ranges);
       masterWrites.writeTo(this.maps.services);
       if (master6Writes.length > 0) {
         this.v6().services.setMany(slot6Writes);
         this.v6().services.setMany(master6Writes);
       }
     } catch (err) {
-      // Nothing half-done stays behind: slots this batch added beyond what a
-      // visible master covers are removed, and backends nobody references
-      // are collected at the end of apply(). Slots rewritten in place always
-      // name existing backends; the frontend stays "changed" and is rewritten
-      // by the next attempt.
-      const added: abi.Lb4ServiceKey[] = [];
-      for (let i = 0; i < slotWrites.count; i++) {
-        const k = slotWrites.keyAt(i);
-        const cur = this.frontends.get(frontendId(keyToFrontend(k)));
-        if (k.backend_slot > (cur?.backendIds.length ?? 0)) added.push(k);
+      // Nothing half-done stays behind: ranges this batch wrote are named by
+      // no master that a failed batch update left out, and go back to the
+      // allocator (a master the batch did write keeps its range: the
+      // frontend stays "changed" and is rewritten by the next attempt, and
+      // its range is released then). IPv6 slots this batch added beyond
+      // what a visible master covers are removed, and backends nobody
+      // references are collected at the end of apply().
+      const visible = new Set<number>();
+      for (let i = 0; i < masterWrites.count; i++) {
+        const v = this.maps.services.get(masterWrites.keyAt(i));
+        if (v && v.count > 0) visible.add(v.backend_id);
       }
-      this.maps.services.deleteMany(added);
+      for (const [start, size] of newRanges) if (!visible.has(start)) this.ranges.unallocate(start, size);
       this.maps.v6?.services.deleteMany(slot6Writes.map(([k]) => k).filter((k) => k.backend_slot > (this.frontends.get(frontendId(key6ToFrontend(k)))?.backendIds.length ?? 0)));
       for (const b of newBackends) this.orphans.add(b.id);
       throw err;
     }
-    this.maps.services.deleteMany(slotDeletes);
+    for (const [start, size] of oldRanges) this.ranges.release(start, size);
     this.maps.v6?.services.deleteMany(slot6Deletes);
     for (const u of updates) {
       if (u.algorithm !== abi.LB_ALG_MAGLEV && this.frontends.get(u.id)?.algorithm === abi.LB_ALG_MAGLEV) this.maglevTables()?.remove(u);
@@ -582,6 +644,7 @@ export class LbProgrammer {
         this.forgetAffinity(u, cur.backendIds.filter((b) => !u.backendIds.includes(b)));
       }
       this.frontends.set(u.id, u);
+      this.rewrite.delete(u.id);
       result.frontendsWritten++;
     }
   }
@@ -589,15 +652,14 @@ export class LbProgrammer {
   private deleteFrontend(id: string): void {
     const cur = this.frontends.get(id);
     if (!cur) return;
-    // Master first: the frontend disappears at once, then its slots.
+    // Master first: the frontend disappears at once, then its slots (IPv6) or range (IPv4).
     if (isIp6(cur.address)) {
       this.v6().services.delete(service6KeyOf(cur, 0));
       for (let slot = 1; slot <= cur.backendIds.length; slot++) this.v6().services.delete(service6KeyOf(cur, slot));
     } else {
-      this.maps.services.delete(serviceKeyOf(cur, 0));
-      const slots: abi.Lb4ServiceKey[] = [];
-      for (let slot = 1; slot <= cur.backendIds.length; slot++) slots.push(serviceKeyOf(cur, slot));
-      this.maps.services.deleteMany(slots);
+      this.maps.services.delete(frontendKeyOf(cur));
+      // Programs may still read the range through a copy of the master: reused after the grace period.
+      if (cur.rangeStart !== undefined) this.ranges.release(cur.rangeStart, cur.backendIds.length);
     }
     if (cur.algorithm === abi.LB_ALG_MAGLEV) this.maglevTables()?.remove(cur); // deleted by flushRemovals() below the callers
     for (const b of cur.backendIds) this.ref(b, -1);
@@ -693,11 +755,6 @@ export class LbProgrammer {
     return this.maps.v6;
   }
 
-  private leftover(k: abi.Lb4ServiceKey | abi.Lb6ServiceKey): void {
-    if (typeof k.address === 'number') this.leftovers.slots.push(k as abi.Lb4ServiceKey);
-    else this.leftovers.slots6.push(k as abi.Lb6ServiceKey);
-  }
-
   private ref(backendId: number, delta: number): void {
     if (backendId >= this.backendRefs.length) {
       const grown = new Int32Array(Math.max(backendId + 1, this.backendRefs.length * 2));
@@ -710,13 +767,25 @@ export class LbProgrammer {
   }
 }
 
+function sameIds(a: number[], b: number[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+/** The whole range array, index -> backend id (one batched read). */
+function readRangeArray(ranges: SockLbMaps['ranges']): Uint32Array {
+  const out = new Uint32Array(ranges.map.maxEntries);
+  const { keys, values, count } = ranges.map.lookupBatch(65536);
+  for (let i = 0; i < count; i++) out[keys.readUInt32LE(i * 4)] = values.readUInt32LE(i * 4);
+  return out;
+}
+
 function sameRanges(a: string[], b: string[]): boolean {
   if (a.length !== b.length) return false;
   const sorted = [...b].sort();
   return a.every((x, i) => x === sorted[i]);
 }
 
-function keyToFrontend(k: abi.Lb4ServiceKey | abi.Lb6ServiceKey): { address: string; port: number; proto: ProtoName; scope: ScopeName } {
+function keyToFrontend(k: abi.Lb4FrontendKey | abi.Lb6ServiceKey): { address: string; port: number; proto: ProtoName; scope: ScopeName } {
   return {
     address: typeof k.address === 'number' ? numberToIp4(k.address) : bytesToIp6(k.address),
     port: k.port,

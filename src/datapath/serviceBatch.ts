@@ -1,11 +1,12 @@
-// Entries for the services map, encoded straight into one key buffer and one
-// value buffer for a batch update. A cold start writes ~240 000 entries at
-// 10k Services: building a [key, value] object pair for each was a fifth of
-// the sync's time in allocation and garbage collection.
+// Master entries for the IPv4 services map (one per frontend), encoded
+// straight into one key buffer and one value buffer for a batch update, and
+// the backend ids of their ranges (RangeBatch). Building a [key, value]
+// object pair per entry was a fifth of a cold start's time in allocation and
+// garbage collection.
 import * as abi from '../abi/generated';
 import type { TypedMap } from './typedMap';
 
-const KEY = abi.LB4_SERVICE_KEY_SIZE;
+const KEY = abi.LB4_FRONTEND_KEY_SIZE;
 const VALUE = abi.LB4_SERVICE_SIZE;
 
 export class ServiceEntryBatch {
@@ -19,19 +20,19 @@ export class ServiceEntryBatch {
   }
 
   /** Add an entry: `key` is encoded as it is now (callers reuse one key object). */
-  add(key: abi.Lb4ServiceKey, value: abi.Lb4Service): void {
+  add(key: abi.Lb4FrontendKey, value: abi.Lb4Service): void {
     if ((this.count + 1) * KEY > this.keys.length) this.grow();
-    abi.encodeLb4ServiceKey(key, this.keys, this.count * KEY);
+    abi.encodeLb4FrontendKey(key, this.keys, this.count * KEY);
     abi.encodeLb4Service(value, this.values, this.count * VALUE);
     this.count++;
   }
 
-  keyAt(i: number): abi.Lb4ServiceKey {
-    return abi.decodeLb4ServiceKey(this.keys, i * KEY);
+  keyAt(i: number): abi.Lb4FrontendKey {
+    return abi.decodeLb4FrontendKey(this.keys, i * KEY);
   }
 
   /** One batch update (no-op when empty). */
-  writeTo(map: TypedMap<abi.Lb4ServiceKey, abi.Lb4Service>): void {
+  writeTo(map: TypedMap<abi.Lb4FrontendKey, abi.Lb4Service>): void {
     if (this.count === 0) return;
     map.map.updateBatch(this.keys.subarray(0, this.count * KEY), this.values.subarray(0, this.count * VALUE), this.count);
   }
@@ -41,6 +42,43 @@ export class ServiceEntryBatch {
     const values = Buffer.alloc(this.values.length * 2);
     this.keys.copy(keys);
     this.values.copy(values);
+    this.keys = keys;
+    this.values = values;
+  }
+}
+
+/** Backend ids for the range array: index -> id, one batch update. */
+export class RangeBatch {
+  private keys: Uint32Array;
+  private values: Uint32Array;
+  count = 0;
+
+  constructor(capacity = 1024) {
+    this.keys = new Uint32Array(capacity);
+    this.values = new Uint32Array(capacity);
+  }
+
+  /** ids at start, start + 1, ... */
+  add(start: number, ids: number[]): void {
+    while (this.count + ids.length > this.keys.length) this.grow();
+    for (let i = 0; i < ids.length; i++) {
+      this.keys[this.count] = start + i;
+      this.values[this.count++] = ids[i]!;
+    }
+  }
+
+  writeTo(map: TypedMap<number, number>): void {
+    if (this.count === 0) return;
+    const keys = Buffer.from(this.keys.buffer, 0, this.count * 4);
+    const values = Buffer.from(this.values.buffer, 0, this.count * 4);
+    map.map.updateBatch(keys, values, this.count);
+  }
+
+  private grow(): void {
+    const keys = new Uint32Array(this.keys.length * 2);
+    const values = new Uint32Array(this.values.length * 2);
+    keys.set(this.keys);
+    values.set(this.values);
     this.keys = keys;
     this.values = values;
   }

@@ -2,6 +2,7 @@
 // of bytes, with the layout checked against the kernel's view before use.
 import type { BpfMap } from '../bpf/map';
 import type { Codec } from '../abi/types';
+import { MapType } from '../bpf/constants';
 
 export const u32Codec: Codec<number> = {
   size: 4,
@@ -86,4 +87,63 @@ export class TypedMap<K, V> {
     }
     return out;
   }
+}
+
+/**
+ * An ARRAY map used as a table of dense ids (IPv4 backends and rev-NAT
+ * entries): every index exists, and an all-zero value stands for "no entry".
+ * get() and the reads skip such values; delete() writes one (an ARRAY entry
+ * cannot be deleted).
+ */
+export class IdArrayMap<V> extends TypedMap<number, V> {
+  private readonly zero: Buffer;
+
+  constructor(map: BpfMap, keyCodec: Codec<number>, valueCodec: Codec<V>) {
+    super(map, keyCodec, valueCodec);
+    this.zero = Buffer.alloc(map.valueSize);
+  }
+
+  override get(key: number): V | undefined {
+    if (key >= this.map.maxEntries) return undefined;
+    const raw = this.map.lookup(this.keyCodec.encode(key));
+    return raw && !raw.equals(this.zero) ? this.valueCodec.decode(raw) : undefined;
+  }
+
+  override delete(key: number): boolean {
+    if (key >= this.map.maxEntries) return false;
+    const k = this.keyCodec.encode(key);
+    const raw = this.map.lookup(k);
+    if (!raw || raw.equals(this.zero)) return false;
+    this.map.update(k, this.zero);
+    return true;
+  }
+
+  override *entries(): Generator<[number, V]> {
+    for (const [k, v] of this.readAll()) yield [k, v];
+  }
+
+  override readAll(): Array<[number, V]> {
+    const { keys, values, count } = this.map.lookupBatch(65536);
+    const out: Array<[number, V]> = [];
+    const vs = this.valueCodec.size;
+    for (let i = 0; i < count; i++) {
+      if (values.subarray(i * vs, (i + 1) * vs).equals(this.zero)) continue;
+      out.push([this.keyCodec.decode(keys, i * this.keyCodec.size), this.valueCodec.decode(values, i * vs)]);
+    }
+    return out;
+  }
+
+  /** Entries in use (not all-zero). */
+  countUsed(): number {
+    const { values, count } = this.map.lookupBatch(65536);
+    const vs = this.valueCodec.size;
+    let n = 0;
+    for (let i = 0; i < count; i++) if (!values.subarray(i * vs, (i + 1) * vs).equals(this.zero)) n++;
+    return n;
+  }
+}
+
+/** A table of ids: IdArrayMap on an ARRAY, a plain TypedMap on a hash (IPv6, older pins). */
+export function idTable<V>(map: BpfMap, valueCodec: Codec<V>): TypedMap<number, V> {
+  return map.type === MapType.ARRAY ? new IdArrayMap(map, u32Codec, valueCodec) : new TypedMap(map, u32Codec, valueCodec);
 }

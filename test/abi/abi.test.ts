@@ -48,9 +48,9 @@ test('every generated layout has the BTF size and field offsets', () => {
 });
 
 test('network-order fields are written big endian, host-order fields little endian', () => {
-  const key = abi.encodeLb4ServiceKey({ address: 0x0a60000a, port: 80, proto: 6, scope: 1, backend_slot: 3 });
-  assert.deepEqual([...key], [0x0a, 0x60, 0x00, 0x0a, 0x00, 0x50, 6, 1, 3, 0, 0, 0]);
-  assert.deepEqual(abi.decodeLb4ServiceKey(key), { address: 0x0a60000a, port: 80, proto: 6, scope: 1, backend_slot: 3 });
+  const key = abi.encodeLb4FrontendKey({ address: 0x0a60000a, port: 80, proto: 6, scope: 1 });
+  assert.deepEqual([...key], [0x0a, 0x60, 0x00, 0x0a, 0x00, 0x50, 6, 1]);
+  assert.deepEqual(abi.decodeLb4FrontendKey(key), { address: 0x0a60000a, port: 80, proto: 6, scope: 1 });
   const svc = abi.encodeLb4Service({ backend_id: 0, count: 2, flags: abi.LB_SVC_FLAG_CLUSTER_IP, rev_nat_id: 7, affinity_timeout: 10800, algorithm: 0 });
   assert.equal(svc.length, abi.LB4_SERVICE_SIZE);
   assert.equal(svc.readUInt16LE(4), 2);

@@ -1,6 +1,6 @@
 // Restart adoption after a crash (issue 11.6): an agent killed mid-apply can
-// leave slots without a master, slots beyond a master's count, rev-NAT ids and
-// backends nobody references, and affinity entries naming ids that are gone.
+// leave a backend range no master names (free space: the allocator treats
+// what no master names as free), rev-NAT ids and backends nobody references, and affinity entries naming ids that are gone.
 // The next agent removes exactly those and leaves the good entries alone; ids
 // freed by a sync are not handed out again before the entries that named
 // them (conntrack, affinity) have been purged.
@@ -20,9 +20,6 @@ sockLbEachTest('sluice-adopt', (_bpffs, m) => {
 const be = (...hosts: number[]) => hosts.map((h) => ({ address: `198.18.1.${h}`, port: 8080, proto: 'tcp' as const }));
 const fe = (address: string, b: FrontendSpec['backends'], flags = abi.LB_SVC_FLAG_CLUSTER_IP, affinityTimeout = 0): FrontendSpec =>
   ({ address, port: 80, proto: 'tcp', scope: 'external', flags, affinityTimeout, backends: b });
-const svcKey = (address: string, slot: number): abi.Lb4ServiceKey =>
-  ({ address: ip4ToNumber(address), port: 80, proto: abi.LB_PROTO_TCP, scope: abi.LB_SCOPE_EXTERNAL, backend_slot: slot });
-const slotValue = (backendId: number): abi.Lb4Service => ({ backend_id: backendId, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 });
 
 function snapshot() {
   const sort = <T>(xs: T[]) => xs.map((x) => JSON.stringify(x, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))).sort();
@@ -34,7 +31,7 @@ function snapshot() {
   };
 }
 
-test('adoption removes what a crash left (orphan slots, slots beyond count, unreferenced rev-NAT ids, backends, affinity entries) and nothing else', () => {
+test('adoption removes what a crash left (a range without a master, unreferenced rev-NAT ids, backends, affinity entries) and nothing else', () => {
   const first = LbProgrammer.adopt(maps);
   first.apply([fe('10.96.50.1', be(1, 2), abi.LB_SVC_FLAG_CLUSTER_IP | abi.LB_SVC_FLAG_AFFINITY, 600), fe('10.96.50.2', be(2, 3))], { prune: true });
   const good = first.programmedFrontends().find((f) => f.address === '10.96.50.1')!;
@@ -45,15 +42,15 @@ test('adoption removes what a crash left (orphan slots, slots beyond count, unre
   // What a SIGKILL mid-apply leaves:
   maps.backends.set(777, { address: ip4ToNumber('198.18.1.77'), port: 8080, proto: abi.LB_PROTO_TCP, flags: 0, zone: 0 }); // backend written, its frontend never was
   maps.revNat.set(999, { address: ip4ToNumber('10.96.50.9'), port: 80 }); // rev-NAT written, master never was
-  maps.services.set(svcKey('10.96.50.9', 1), slotValue(777)); // slots of that frontend, no master
-  maps.services.set(svcKey('10.96.50.9', 2), slotValue(good.backendIds[0]!));
-  maps.services.set(svcKey('10.96.50.1', 3), slotValue(good.backendIds[1]!)); // a slot beyond the master's count (2)
+  maps.ranges.set(4000, 777); // the range of that frontend, no master
+  maps.ranges.set(4001, good.backendIds[0]!);
   maps.affinity.set({ client_id: 2n, rev_nat_id: good.revNatId, netns_cookie: 1 }, { last_used_ns: 1n, backend_id: 555 }); // names a deleted backend
   maps.affinity.set({ client_id: 3n, rev_nat_id: 999, netns_cookie: 1 }, { last_used_ns: 1n, backend_id: good.backendIds[0]! }); // names a deleted frontend
 
   const { programmer, repaired } = LbProgrammer.adoptAndRepair(maps);
   assert.deepEqual(snapshot(), before, 'exactly the leftovers are gone; every good entry is untouched');
-  assert.deepEqual(repaired, { orphanSlots: 2, slotsBeyondCount: 1, revNats: 1, backends: 1, affinity: 2 });
+  assert.deepEqual(repaired, { orphanSlots: 0, slotsBeyondCount: 0, revNats: 1, backends: 1, affinity: 2 });
+  assert.equal(programmer.rangeStats().used, 4, 'the two masters\' ranges are in use; the orphan range is free space');
   assert.equal(programmer.programmedFrontends().length, 2);
   // Adopted state is consistent: re-applying the same desired state writes nothing.
   const again = programmer.apply([fe('10.96.50.1', be(1, 2), abi.LB_SVC_FLAG_CLUSTER_IP | abi.LB_SVC_FLAG_AFFINITY, 600), fe('10.96.50.2', be(2, 3))], { prune: true });

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { SockLbMaps } from '../../src/datapath/maps';
-import { LbProgrammer, serviceKeyOf, service6KeyOf, type FrontendSpec } from '../../src/datapath/programmer';
+import { LbProgrammer, frontendKeyOf, service6KeyOf, type FrontendSpec } from '../../src/datapath/programmer';
 import { repairDrift } from '../../src/datapath/drift';
 import { ip4ToNumber, ip6ToBytes } from '../../src/datapath/addr';
 import { LB_SVC_FLAG_CLUSTER_IP, LB_PROTO_TCP, LB_SCOPE_EXTERNAL, LB_ALG_MAGLEV, SLUICE_MAP_MAGLEV4, lb4_maglev_keyCodec } from '../../src/abi/generated';
@@ -27,6 +27,8 @@ const fe = (address: string, hosts: number[]): FrontendSpec => ({
 
 const dump = () => ({
   services: maps.services.readAll().map(([k, v]) => JSON.stringify([k, v])).sort(),
+  // Each master's range, as the programs read it.
+  ranges: maps.services.readAll().map(([k, v]) => JSON.stringify([k, Array.from({ length: v.count }, (_, i) => maps.ranges.get(v.backend_id + i))])).sort(),
   backends: maps.backends.readAll().map(([k, v]) => JSON.stringify([k, v])).sort(),
   revNat: maps.revNat.readAll().map(([k, v]) => JSON.stringify([k, v])).sort(),
 });
@@ -45,13 +47,13 @@ test('changed, deleted and foreign entries are set right', async () => {
   const want = dump();
   const f1 = p.frontend('10.96.0.1:80/tcp')!;
   const f2 = p.frontend('10.96.0.2:80/tcp')!;
-  // A master with a wrong count, a slot gone, a backend rewritten, a rev-NAT entry gone, and entries nobody asked for.
-  maps.services.set(serviceKeyOf(f1, 0), { ...maps.services.get(serviceKeyOf(f1, 0))!, count: 1 });
-  maps.services.delete(serviceKeyOf(f2, 2));
+  // A master with a wrong count, a range entry overwritten, a backend rewritten, a rev-NAT entry gone, and entries nobody asked for.
+  maps.services.set(frontendKeyOf(f1), { ...maps.services.get(frontendKeyOf(f1))!, count: 1 });
+  maps.ranges.set(f2.rangeStart! + 1, 0);
   const b = f2.backendIds[1]!;
   maps.backends.set(b, { ...maps.backends.get(b)!, port: 9999 });
   maps.revNat.delete(f2.revNatId);
-  maps.services.set({ address: ip4ToNumber('10.96.9.9'), port: 53, proto: LB_PROTO_TCP, scope: LB_SCOPE_EXTERNAL, backend_slot: 0 },
+  maps.services.set({ address: ip4ToNumber('10.96.9.9'), port: 53, proto: LB_PROTO_TCP, scope: LB_SCOPE_EXTERNAL },
     { backend_id: 0, count: 0, flags: LB_SVC_FLAG_CLUSTER_IP, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 });
   maps.backends.set(999, { address: ip4ToNumber('198.18.9.9'), port: 1, proto: LB_PROTO_TCP, flags: 0, zone: 0 });
 
@@ -63,7 +65,7 @@ test('changed, deleted and foreign entries are set right', async () => {
 test('a frontend the programmer changed between the chunks is not rewritten with the old state', async () => {
   const p = LbProgrammer.adopt(maps);
   p.apply([fe('10.96.0.1', [1, 2]), fe('10.96.0.2', [2, 3])], { prune: true });
-  maps.services.delete(serviceKeyOf(p.frontend('10.96.0.1:80/tcp')!, 0));
+  maps.services.delete(frontendKeyOf(p.frontend('10.96.0.1:80/tcp')!));
   let reads = 0;
   // The sync that runs during the first yield replaces 10.96.0.1's backends.
   const r = await repairDrift(maps, () => {
@@ -71,7 +73,7 @@ test('a frontend the programmer changed between the chunks is not rewritten with
     return p;
   }, 1);
   assert.equal(r.frontends, 0, 'the sync itself rewrote it');
-  assert.equal(maps.services.get(serviceKeyOf(p.frontend('10.96.0.1:80/tcp')!, 0))?.count, 1);
+  assert.equal(maps.services.get(frontendKeyOf(p.frontend('10.96.0.1:80/tcp')!))?.count, 1);
 });
 
 test('IPv6 maps: changed, deleted and foreign entries are set right; IPv4 ones beside them are untouched', async () => {

@@ -16,17 +16,21 @@ import { MapType } from '../../src/bpf/constants';
 import { installSockLb, linkDir, SOCK_LB_PROGRAMS } from '../../src/datapath/sockLb';
 import { recordLayouts, readLayouts, LAYOUT_MAP } from '../../src/datapath/migrate';
 import * as abi from '../../src/abi/generated';
+import { openSockLbMaps } from '../../src/datapath/maps';
+import { LbProgrammer } from '../../src/datapath/programmer';
+import { ip4ToNumber as ip4 } from '../../src/datapath/addr';
 
 const BACKEND_HOLD = '198.18.19.2';
 const BACKEND_LOOP = '198.18.19.3';
 const HOLD_VIP = '10.96.0.61';
 const LOOP_VIPS = Array.from({ length: 8 }, (_, i) => `10.96.1.${i + 1}`);
 
-/** Every entry of a pinned map, as sorted hex pairs. */
+/** Every entry of a pinned map, as sorted hex pairs (ARRAYs: the entries in use, not all-zero). */
 function dump(bpffs: string, name: string): string[] {
   const m = BpfMap.fromPinned(path.join(bpffs, name));
   try {
-    return [...m.entries()].map(([k, v]) => `${k.toString('hex')}=${v.toString('hex')}`).sort();
+    const zero = Buffer.alloc(m.valueSize);
+    return [...m.entries()].filter(([, v]) => m.type !== MapType.ARRAY || !v.equals(zero)).map(([k, v]) => `${k.toString('hex')}=${v.toString('hex')}`).sort();
   } finally {
     m.close();
   }
@@ -126,7 +130,7 @@ test('a pin from a newer layout is refused naming the map and both versions; not
     const progs = linkProgIds(sb.bpffs);
     assert.throws(
       () => installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup, maxEntries: { [abi.SLUICE_MAP_SERVICES4]: 1024 } }),
-      /map sluice_be4 .* has layout version 7, newer than this agent's 1 .*downgrading it is not supported.*|refusing to migrate .*nothing was changed.*sluice_be4 .*layout version 7, newer than this agent's 1/,
+      /map sluice_be4 .* has layout version 7, newer than this agent's 2 .*downgrading it is not supported.*|refusing to migrate .*nothing was changed.*sluice_be4 .*layout version 7, newer than this agent's 2/,
     );
     assert.deepEqual(fs.readdirSync(sb.bpffs).sort(), files);
     const again = pinned(sb.bpffs, abi.SLUICE_MAP_BACKENDS4);
@@ -137,6 +141,60 @@ test('a pin from a newer layout is refused naming the map and both versions; not
     svc.close();
     assert.deepEqual(linkProgIds(sb.bpffs), progs, 'the attached programs were not swapped');
     assert.equal(readLayouts(sb.bpffs).get(abi.SLUICE_MAP_BACKENDS4), 7);
+  } finally {
+    sb.close();
+  }
+});
+
+test('pins of the slot layout (sluice_svc4 layout 1: a master and one entry per backend slot; hash backends and rev-NAT) are rewritten into masters + ranges, and connects work after the swap', async () => {
+  const sb = Sandbox.create('sluice-migr');
+  try {
+    fs.mkdirSync(sb.bpffs, { recursive: true });
+    // What an older Sluice pinned: sluice_svc4 keyed {address, port, proto,
+    // scope, backend_slot, pad} (12 bytes), sluice_be4 and sluice_revnat4 hashes.
+    const svc = BpfMap.create({ type: MapType.HASH, name: abi.SLUICE_MAP_SERVICES4, keySize: 12, valueSize: 20, maxEntries: 1024, flags: 1 });
+    const be = BpfMap.create({ type: MapType.HASH, name: abi.SLUICE_MAP_BACKENDS4, keySize: 4, valueSize: 12, maxEntries: 1024, flags: 1 });
+    const rn = BpfMap.create({ type: MapType.HASH, name: abi.SLUICE_MAP_REVNAT4, keySize: 4, valueSize: 8, maxEntries: 1024, flags: 1 });
+    const u32 = (n: number) => { const b = Buffer.alloc(4); b.writeUInt32LE(n, 0); return b; };
+    // Backends 5 (BACKEND_LOOP:8080) and 6 (BACKEND_HOLD:8080).
+    be.update(u32(5), abi.encodeLb4Backend({ address: ip4(BACKEND_LOOP), port: 8080, proto: abi.LB_PROTO_TCP, flags: 0, zone: 0 }));
+    be.update(u32(6), abi.encodeLb4Backend({ address: ip4(BACKEND_HOLD), port: 8080, proto: abi.LB_PROTO_TCP, flags: 0, zone: 0 }));
+    const frontends: Array<[string, number, number[]]> = [[LOOP_VIPS[0]!, 1, [5]], [LOOP_VIPS[1]!, 2, [6, 5]]];
+    for (const [vip, revNat, ids] of frontends) {
+      rn.update(u32(revNat), abi.encodeLb4ReverseNat({ address: ip4(vip), port: 80 }));
+      const key = (slot: number) => { const k = Buffer.alloc(12); k.writeUInt32BE(ip4(vip), 0); k.writeUInt16BE(80, 4); k.writeUInt8(abi.LB_PROTO_TCP, 6); k.writeUInt16LE(slot, 8); return k; };
+      ids.forEach((id, i) => svc.update(key(i + 1), abi.encodeLb4Service({ backend_id: id, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 })));
+      svc.update(key(0), abi.encodeLb4Service({ backend_id: 0, count: ids.length, flags: abi.LB_SVC_FLAG_CLUSTER_IP, rev_nat_id: revNat, affinity_timeout: 0, algorithm: 0 }));
+    }
+    for (const m of [svc, be, rn]) {
+      m.pin(path.join(sb.bpffs, m.name));
+      m.close();
+    }
+
+    const result = installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup });
+    const migrated = Object.fromEntries(result.migrated.map((m) => [m.map, [m.why, m.carried, m.dropped]]));
+    assert.deepEqual(migrated, {
+      [abi.SLUICE_MAP_SERVICES4]: ['layout', 2, 0],
+      [abi.SLUICE_MAP_BACKENDS4]: ['layout', 2, 0],
+      [abi.SLUICE_MAP_REVNAT4]: ['layout', 2, 0],
+    });
+    for (const name of [abi.SLUICE_MAP_SERVICES4, abi.SLUICE_MAP_BACKENDS4, abi.SLUICE_MAP_REVNAT4]) assert.equal(readLayouts(sb.bpffs).get(name), 2, `${name} layout recorded`);
+    // The agent adopts what the migration wrote: same frontends, same backend ids, in slot order.
+    const maps = openSockLbMaps(sb.bpffs);
+    try {
+      const p = LbProgrammer.adopt(maps);
+      assert.deepEqual(p.programmedFrontends().map((f) => [f.address, f.revNatId, f.backendIds]).sort(), frontends.map(([vip, revNat, ids]) => [vip, revNat, ids]).sort());
+      // ... and writes a new range next to them, not over them.
+      p.apply([{ address: '10.96.2.1', port: 80, proto: 'tcp', scope: 'external', flags: abi.LB_SVC_FLAG_CLUSTER_IP, affinityTimeout: 0, backends: [{ address: BACKEND_LOOP, port: 8080, proto: 'tcp' }] }], { prune: false });
+      const cells = p.programmedFrontends().flatMap((f) => f.backendIds.map((_, i) => f.rangeStart! + i)).sort((a, b) => a - b);
+      assert.deepEqual(cells, [0, 1, 2, 3], 'the migrated ranges fill 0-2 (in the old map\'s order), the new one follows at 3');
+    } finally {
+      maps.close();
+    }
+    await startHoldBackends(sb);
+    const loop = JSON.parse(await sb.runInCgroup(['node', labScript('lbClient'), 'loop', LOOP_VIPS[0]!, '80', '1500'], 20000)) as { ok: number; errors: Record<string, number> };
+    assert.deepEqual(loop.errors, {}, 'connects through the migrated frontend');
+    assert.ok(loop.ok > 10, `${loop.ok} connects`);
   } finally {
     sb.close();
   }

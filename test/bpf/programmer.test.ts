@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { installSockLb, uninstall } from '../../src/datapath/sockLb';
 import { openSockLbMaps, type SockLbMaps } from '../../src/datapath/maps';
 import { LbProgrammer, type FrontendSpec } from '../../src/datapath/programmer';
-import { LB_SVC_FLAG_CLUSTER_IP, LB_SVC_FLAG_NODEPORT, SLUICE_MAP_SERVICES4, SLUICE_MAP_BACKENDS4 } from '../../src/abi/generated';
+import { LB_SVC_FLAG_CLUSTER_IP, LB_SVC_FLAG_NODEPORT, SLUICE_MAP_SERVICES4, SLUICE_MAP_BACKENDS4, SLUICE_MAP_RANGES4 } from '../../src/abi/generated';
 import { cgroup2Root, bpffsRoot } from '../helpers/sandbox';
 
 let bpffs: string;
@@ -45,17 +45,20 @@ function mapContents() {
   };
 }
 
-test('frontends of one batch that share backends share their ids; every slot names an existing backend', () => {
+test('frontends of one batch that share backends share their ids; every range entry names an existing backend', () => {
   const p = LbProgrammer.adopt(maps);
   const r = p.apply([fe('10.96.0.1', 80, backends(1, 2)), fe('198.18.0.1', 30080, backends(1, 2), LB_SVC_FLAG_NODEPORT)], { prune: true });
   assert.equal(r.failures.length, 0);
   assert.equal(r.backendsWritten, 2);
   const [a, b] = p.programmedFrontends();
   assert.deepEqual(a!.backendIds, b!.backendIds);
-  for (const [k, v] of maps.services.readAll()) {
-    if (k.backend_slot > 0) assert.ok(maps.backends.get(v.backend_id), `slot ${k.backend_slot} -> missing backend ${v.backend_id}`);
+  for (const [, v] of maps.services.readAll()) {
+    for (let i = 0; i < v.count; i++) {
+      const id = maps.ranges.get(v.backend_id + i)!;
+      assert.ok(maps.backends.get(id), `range entry ${v.backend_id + i} -> missing backend ${id}`);
+    }
   }
-  assert.deepEqual(mapContents(), { services: 6, backends: [[1, 1], [2, 2]], revNat: 2 });
+  assert.deepEqual(mapContents(), { services: 2, backends: [[1, 1], [2, 2]], revNat: 2 });
 });
 
 test('a restarted programmer adopts the maps: same ids, nothing rewritten, nothing flushed', () => {
@@ -71,36 +74,41 @@ test('a restarted programmer adopts the maps: same ids, nothing rewritten, nothi
   assert.deepEqual(mapContents(), before);
 });
 
-test('shrinking deletes the extra slots after the master; pruning removes frontends and orphaned backends', () => {
+test('shrinking writes a new range, then the master; pruning removes frontends and orphaned backends', () => {
   const p = LbProgrammer.adopt(maps);
   p.apply([fe('10.96.0.1', 80, backends(1, 2, 3)), fe('10.96.0.2', 80, backends(3, 4))], { prune: true });
+  const old = maps.services.get({ address: 0x0a600001, port: 80, proto: 6, scope: 0 })!;
+  const oldIds = [0, 1, 2].map((i) => maps.ranges.get(old.backend_id + i));
   const r = p.apply([fe('10.96.0.1', 80, backends(1))], { prune: true });
   assert.equal(r.frontendsDeleted, 1);
   assert.deepEqual(r.deletedBackendIds.sort(), [2, 3, 4]);
-  assert.deepEqual(mapContents(), { services: 2, backends: [[1, 1]], revNat: 1 });
-  const master = maps.services.get({ address: 0x0a600001, port: 80, proto: 6, scope: 0, backend_slot: 0 });
+  assert.deepEqual(mapContents(), { services: 1, backends: [[1, 1]], revNat: 1 });
+  const master = maps.services.get({ address: 0x0a600001, port: 80, proto: 6, scope: 0 });
   assert.equal(master?.count, 1);
+  assert.notEqual(master?.backend_id, old.backend_id, 'a new range: the old one may still be read through a copy of the old master');
+  assert.deepEqual([0, 1, 2].map((i) => maps.ranges.get(old.backend_id + i)), oldIds, 'the old range is left intact');
 });
 
-test('a full map is an error for the frontends that do not fit, reported each by name; the rest are programmed', () => {
+test('a full range array is an error for the frontends that do not fit, reported each by name; the rest are programmed', () => {
   maps.close();
   uninstall(bpffs);
   fs.rmdirSync(cgroup);
-  install({ [SLUICE_MAP_SERVICES4]: 8, [SLUICE_MAP_BACKENDS4]: 64 });
+  install({ [SLUICE_MAP_SERVICES4]: 8, [SLUICE_MAP_RANGES4]: 4, [SLUICE_MAP_BACKENDS4]: 64 });
   const p = LbProgrammer.adopt(maps);
   const specs = [1, 2, 3, 4].map((i) => ({ ...fe(`10.96.0.${i}`, 80, backends(i * 10, i * 10 + 1)), owner: `Service default/s${i}` }));
   const r = p.apply(specs, { prune: true });
-  // 8 entries hold two frontends of 1 master + 2 slots; the third and fourth do not fit.
+  // 4 range entries hold two frontends of 2 backends; the third and fourth do not fit.
   assert.equal(r.failures.length, 2, JSON.stringify(r.failures.map((f) => f.frontend)));
   for (const f of r.failures) {
-    assert.match(f.error.message, /E2BIG|full/);
+    assert.match(f.error.message, /backend range array \(4 entries\) is full: no 2 contiguous free entries/);
+    assert.equal(f.error.name, 'RangeArrayFull');
     assert.match(f.owner ?? '', /Service default\/s[34]/);
   }
   const programmed = p.programmedFrontends().map((f) => f.address).sort();
   assert.deepEqual(programmed, ['10.96.0.1', '10.96.0.2']);
-  // Never a frontend without its slots: every master's slots are present.
-  for (const [k, v] of maps.services.readAll()) {
-    if (k.backend_slot !== 0) continue;
-    for (let slot = 1; slot <= v.count; slot++) assert.ok(maps.services.get({ ...k, backend_slot: slot }), `slot ${slot} of a visible master`);
+  // Never a frontend without its range: every visible master's range names its backends.
+  for (const [, v] of maps.services.readAll()) {
+    for (let i = 0; i < v.count; i++) assert.ok(maps.backends.get(maps.ranges.get(v.backend_id + i)!), `range entry ${i} of a visible master`);
   }
+  assert.equal(p.rangeStats().full, 3, 'the batch, then the third and the fourth alone');
 });

@@ -120,13 +120,23 @@ test('service delete removes the frontend; CLI lists what the maps hold', async 
   assert.ok(results[0]?.error, 'deleted VIP must not be translated any more');
 });
 
-test('bpftool prints the pinned services map with named fields', () => {
+test('bpftool prints the pinned services map with named fields, and the master\'s range names its backend', () => {
   sluice(['service', 'upsert', '--frontend', `${VIP}:80/tcp`, '--backends', `${BACKENDS[0]}:8080`]);
   const dump = sh('bpftool', ['map', 'dump', 'pinned', path.join(sb.bpffs, 'sluice_svc4')]);
-  for (const field of ['"address"', '"port"', '"backend_slot"', '"backend_id"', '"count"', '"rev_nat_id"']) {
+  for (const field of ['"address"', '"port"', '"scope"', '"backend_id"', '"count"', '"rev_nat_id"']) {
     assert.ok(dump.includes(field), `bpftool output lacks ${field}:\n${dump.slice(0, 400)}`);
   }
+  assert.ok(!dump.includes('"backend_slot"'), 'the IPv4 services map is keyed without a slot');
+  // The master's backend_id is the first index of its range; that entry of
+  // sluice_rng4 is the backend's id in sluice_be4.
+  const entries = JSON.parse(sh('bpftool', ['-j', 'map', 'dump', 'pinned', path.join(sb.bpffs, 'sluice_svc4')])) as Array<{ formatted: { key: { address: number; port: number }; value: { backend_id: number; count: number } } }>;
+  const master = entries.find((e) => e.formatted.value.count === 1)!.formatted.value; // the one frontend upserted here (bpftool prints __be16 ports as host numbers)
+  const range = JSON.parse(sh('bpftool', ['-j', 'map', 'lookup', 'pinned', path.join(sb.bpffs, 'sluice_rng4'), 'key', ...u32Bytes(master.backend_id)])) as { formatted: { value: number } };
+  const backend = JSON.parse(sh('bpftool', ['-j', 'map', 'lookup', 'pinned', path.join(sb.bpffs, 'sluice_be4'), 'key', ...u32Bytes(range.formatted.value)])) as { formatted: { value: { port: number } } };
+  assert.equal(backend.formatted.value.port, ((8080 & 255) << 8) | (8080 >> 8), "port 8080 (network order, printed as a host number)");
 });
+
+const u32Bytes = (n: number) => [n & 255, (n >>> 8) & 255, (n >>> 16) & 255, n >>> 24].map(String);
 
 test('attach again swaps programs in place and keeps serving; detach stops translation', async () => {
   const before = JSON.parse(sluice(['status', '-o', 'json'])) as { attachments: Array<{ linkId: number; programId: number }> };

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { BpfObject, ensureBpffsDir, progTestRun } from '../../src/bpf';
 import type { BpfMap } from '../../src/bpf';
 import * as abi from '../../src/abi/generated';
-import { TypedMap, u32Codec } from '../../src/datapath/typedMap';
+import { idTable, TypedMap, u32Codec } from '../../src/datapath/typedMap';
 import { ip4ToNumber } from '../../src/datapath/addr';
 import { readCounter } from '../../src/datapath/maps';
 import { openTcMaps, type TcMaps } from '../../src/datapath/tc/maps';
@@ -44,7 +44,10 @@ export interface TcFrontend {
 
 export class TcHarness {
   readonly obj: BpfObject;
-  readonly services: TypedMap<abi.Lb4ServiceKey, abi.Lb4Service>;
+  readonly services: TypedMap<abi.Lb4FrontendKey, abi.Lb4Service>;
+  readonly ranges: TypedMap<number, number>;
+  /** Next free index of the range array: each upsert writes a new range (as the agent does). */
+  private nextRange = 0;
   readonly backends: TypedMap<number, abi.Lb4Backend>;
   readonly revNat: TypedMap<number, abi.Lb4ReverseNat>;
   readonly affinity: TypedMap<abi.Lb4AffinityKey, abi.LbAffinity>;
@@ -54,9 +57,10 @@ export class TcHarness {
   private constructor(readonly pinDir: string, object = TC_OBJECT) {
     this.obj = BpfObject.open(object, { pinDir });
     this.obj.load();
-    this.services = new TypedMap(this.obj.map(abi.SLUICE_MAP_SERVICES4), abi.lb4_service_keyCodec, abi.lb4_serviceCodec);
-    this.backends = new TypedMap(this.obj.map(abi.SLUICE_MAP_BACKENDS4), u32Codec, abi.lb4_backendCodec);
-    this.revNat = new TypedMap(this.obj.map(abi.SLUICE_MAP_REVNAT4), u32Codec, abi.lb4_reverse_natCodec);
+    this.services = new TypedMap(this.obj.map(abi.SLUICE_MAP_SERVICES4), abi.lb4_frontend_keyCodec, abi.lb4_serviceCodec);
+    this.ranges = new TypedMap(this.obj.map(abi.SLUICE_MAP_RANGES4), u32Codec, u32Codec);
+    this.backends = idTable(this.obj.map(abi.SLUICE_MAP_BACKENDS4), abi.lb4_backendCodec);
+    this.revNat = idTable(this.obj.map(abi.SLUICE_MAP_REVNAT4), abi.lb4_reverse_natCodec);
     this.affinity = new TypedMap(this.obj.map(abi.SLUICE_MAP_AFFINITY4), abi.lb4_affinity_keyCodec, abi.lb_affinityCodec);
     this.counters = this.obj.map(abi.SLUICE_MAP_COUNTERS);
     this.tc = openTcMaps(pinDir);
@@ -89,14 +93,16 @@ export class TcHarness {
 
   upsertFrontend(f: TcFrontend, scope = abi.LB_SCOPE_EXTERNAL): void {
     const proto = f.proto === 'tcp' ? abi.LB_PROTO_TCP : abi.LB_PROTO_UDP;
-    const key = (slot: number): abi.Lb4ServiceKey => ({ address: ip4ToNumber(f.address), port: f.port, proto, scope, backend_slot: slot });
+    const key: abi.Lb4FrontendKey = { address: ip4ToNumber(f.address), port: f.port, proto, scope };
     for (const b of f.backends) {
       this.backends.set(b.id, { address: ip4ToNumber(b.address), port: b.port, proto, flags: b.local ? abi.LB_BACKEND_FLAG_LOCAL : 0, zone: 0 });
     }
     this.revNat.set(f.revNatId, { address: ip4ToNumber(f.address), port: f.port });
-    f.backends.forEach((b, i) => this.services.set(key(i + 1), { backend_id: b.id, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 }));
-    this.services.set(key(0), {
-      backend_id: 0,
+    const start = this.nextRange;
+    this.nextRange += f.backends.length;
+    f.backends.forEach((b, i) => this.ranges.set(start + i, b.id));
+    this.services.set(key, {
+      backend_id: start,
       count: f.backends.length,
       flags: f.flags,
       rev_nat_id: f.revNatId,

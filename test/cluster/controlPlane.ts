@@ -1,7 +1,7 @@
 // The control plane: upstream etcd, kube-apiserver and kube-controller-manager
 // (only the EndpointSlice controllers) on 127.0.0.1 with free ports, using
 // locally generated certificates. Nothing is exposed beyond loopback.
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { join } from 'node:path';
@@ -60,6 +60,45 @@ function mustStayUp(p: ManagedProcess): () => void {
 }
 
 /**
+ * etcd on two free loopback ports. freePort() closes its probe before etcd
+ * binds, so another process (a parallel test, a helper's cluster) can take
+ * the port in between: etcd then exits with "address already in use" at
+ * once. Try again with new ports, at most three times.
+ */
+async function startEtcd(bin: Binaries, dir: string, processes: ManagedProcess[]): Promise<{ etcd: ManagedProcess; etcdClient: number }> {
+  const log = join(dir, 'logs', 'etcd.log');
+  for (let attempt = 1; ; attempt++) {
+    const etcdClient = await freePort();
+    const etcdPeer = await freePort();
+    // A data directory per attempt: a failed start may have written its peer URL into it.
+    const dataDir = join(dir, attempt === 1 ? 'etcd' : `etcd-${attempt}`);
+    const etcd = startProcess('etcd', [
+      bin.etcd, '--name=sluice-test', `--data-dir=${dataDir}`,
+      `--listen-client-urls=http://127.0.0.1:${etcdClient}`, `--advertise-client-urls=http://127.0.0.1:${etcdClient}`,
+      `--listen-peer-urls=http://127.0.0.1:${etcdPeer}`, `--initial-advertise-peer-urls=http://127.0.0.1:${etcdPeer}`,
+      `--initial-cluster=sluice-test=http://127.0.0.1:${etcdPeer}`,
+      '--listen-metrics-urls=', '--unsafe-no-fsync', '--quota-backend-bytes=1073741824', '--log-level=warn',
+    ], log);
+    processes.push(etcd);
+    const listening = await waitFor('etcd listening or exited', 30_000, async () => {
+      if (!isAlive(etcd.pid)) return false;
+      return (await canConnect(etcdClient)) ? true : undefined;
+    });
+    if (listening) return { etcd, etcdClient };
+    if (attempt >= 3 || !tailLog(log, 5).includes('address already in use')) return { etcd, etcdClient }; // mustStayUp reports it
+  }
+}
+
+/** Whether a TCP connection to 127.0.0.1:port is accepted. */
+function canConnect(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = connect({ host: '127.0.0.1', port }, () => { sock.destroy(); resolve(true); });
+    sock.on('error', () => resolve(false));
+    sock.setTimeout(1000, () => { sock.destroy(); resolve(false); });
+  });
+}
+
+/**
  * Start etcd, kube-apiserver and kube-controller-manager under `dir`. Each
  * started process is pushed into `processes` as soon as it exists, so the
  * caller can stop them even when a later step fails.
@@ -68,16 +107,7 @@ export async function startControlPlane(bin: Binaries, dir: string, processes: M
   mkdirSync(join(dir, 'logs'), { recursive: true });
   const pki = await generatePki(join(dir, 'pki'), KUBERNETES_SERVICE_IP);
 
-  const etcdClient = await freePort();
-  const etcdPeer = await freePort();
-  const etcd = startProcess('etcd', [
-    bin.etcd, '--name=sluice-test', `--data-dir=${join(dir, 'etcd')}`,
-    `--listen-client-urls=http://127.0.0.1:${etcdClient}`, `--advertise-client-urls=http://127.0.0.1:${etcdClient}`,
-    `--listen-peer-urls=http://127.0.0.1:${etcdPeer}`, `--initial-advertise-peer-urls=http://127.0.0.1:${etcdPeer}`,
-    `--initial-cluster=sluice-test=http://127.0.0.1:${etcdPeer}`,
-    '--listen-metrics-urls=', '--unsafe-no-fsync', '--quota-backend-bytes=1073741824', '--log-level=warn',
-  ], join(dir, 'logs', 'etcd.log'));
-  processes.push(etcd);
+  const { etcd, etcdClient } = await startEtcd(bin, dir, processes);
 
   const apiserverPort = await freePort();
   const apiserver = startProcess('kube-apiserver', [

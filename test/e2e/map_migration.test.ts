@@ -173,22 +173,51 @@ function dump(bpffs: string, name: string): string[] {
 }
 
 /**
- * A services-map dump (dump()) with its IPv4 NodePort frontends as one
- * wildcard group per port: key address 0, rev-NAT id of the master left out
- * (the wildcard gets its own). Key: address(4) port(2) proto scope slot(2)
- * pad(2); master value: backend_id(4) count(2) flags(2, LE) rev_nat_id(4).
+ * frontends() with its IPv4 NodePort frontends as one wildcard group per
+ * port: key address 0, rev-NAT id of the master left out (the wildcard gets
+ * its own). Master hex: count(2) flags(2, LE) rev_nat_id(4) ...
  */
 function nodePortsAsWildcard(entries: string[]): string[] {
-  const nodePorts = new Set(entries.filter((e) => {
-    const [k, v] = e.split('=') as [string, string];
-    return k.slice(16, 20) === '0000' && (parseInt(v.slice(14, 16) + v.slice(12, 14), 16) & abi.LB_SVC_FLAG_NODEPORT) !== 0;
-  }).map((e) => e.slice(0, 16)));
   return [...new Set(entries.map((e) => {
-    if (!nodePorts.has(e.slice(0, 16))) return e;
-    const [k, v] = e.split('=') as [string, string];
-    const value = k.slice(16, 20) === '0000' ? `${v.slice(0, 16)}--------${v.slice(24)}` : v;
-    return `00000000${k.slice(8)}=${value}`;
+    const [k, rest] = e.split('=') as [string, string];
+    const [m, ids] = rest.split(':') as [string, string];
+    if (!(parseInt(m.slice(6, 8) + m.slice(4, 6), 16) & abi.LB_SVC_FLAG_NODEPORT)) return e;
+    return `00000000${k.slice(8)}=${m.slice(0, 8)}--------${m.slice(16)}:${ids}`;
   }))].sort();
+}
+
+/**
+ * The IPv4 frontends as the programs see them, in either layout of
+ * sluice_svc4: frontend key (8 bytes, hex) -> master fields (range start
+ * aside) and backend ids in order. Layout 1: slot 0 the master, slots
+ * 1..count the ids; layout 2: the master's range in sluice_rng4.
+ */
+function frontends(bpffs: string): string[] {
+  const svc = BpfMap.fromPinned(path.join(bpffs, abi.SLUICE_MAP_SERVICES4));
+  try {
+    const all = [...svc.entries()];
+    const master = (v: Buffer) => v.subarray(4).toString('hex'); // count, flags, rev-NAT id, affinity, algorithm
+    if (svc.keySize === 12) {
+      const ids = new Map<string, number[]>();
+      for (const [k, v] of all) {
+        const slot = k.readUInt16LE(8);
+        if (slot === 0) continue;
+        const f = k.subarray(0, 8).toString('hex');
+        if (!ids.has(f)) ids.set(f, []);
+        ids.get(f)![slot - 1] = v.readUInt32LE(0);
+      }
+      return all.filter(([k]) => k.readUInt16LE(8) === 0).map(([k, v]) => `${k.subarray(0, 8).toString('hex')}=${master(v)}:${(ids.get(k.subarray(0, 8).toString('hex')) ?? []).join(',')}`).sort();
+    }
+    const rng = BpfMap.fromPinned(path.join(bpffs, abi.SLUICE_MAP_RANGES4));
+    try {
+      const at = (i: number) => { const k = Buffer.alloc(4); k.writeUInt32LE(i, 0); return rng.lookup(k)!.readUInt32LE(0); };
+      return all.map(([k, v]) => `${k.toString('hex')}=${master(v)}:${Array.from({ length: v.readUInt16LE(4) }, (_, i) => at(v.readUInt32LE(0) + i)).join(',')}`).sort();
+    } finally {
+      rng.close();
+    }
+  } finally {
+    svc.close();
+  }
 }
 
 before(async () => {
@@ -240,7 +269,7 @@ test(`upgrade from ${UPGRADE_FROM} (built from git) to this tree under traffic: 
     await waitFor('TC path programmed', () => outputSync(['tcp', ADDR.node1, '30091', '1']).includes(ADDR.pod1) || outputSync(['tcp', ADDR.node1, '30091', '1']).includes(ADDR.pod2), 15000);
     assert.equal(readLayouts(node.bpffs).size, 0, 'the old agent records no layout versions');
     const vip = clusterIP();
-    const before = dump(node.bpffs, abi.SLUICE_MAP_SERVICES4);
+    const before = frontends(node.bpffs);
     let upgraded: Agent | undefined;
     const r = await withTraffic(node.cgroup, vip, async () => {
       await agent!.stop();
@@ -249,8 +278,11 @@ test(`upgrade from ${UPGRADE_FROM} (built from git) to this tree under traffic: 
     });
     agent = upgraded;
     const summary = assertNoLoss(r, vip);
-    // This tree writes IPv4 NodePorts as one wildcard frontend per port (bpf/lib/nodeport.h): the rest unchanged.
-    assert.deepEqual(nodePortsAsWildcard(dump(node.bpffs, abi.SLUICE_MAP_SERVICES4)), nodePortsAsWildcard(before), 'the frontends were adopted as they were');
+    // The old version wrote the slot layout (sluice_svc4 layout 1); the new
+    // one migrated it into masters + ranges before swapping the programs.
+    // IPv4 NodePorts become one wildcard frontend per port (bpf/lib/nodeport.h).
+    assert.deepEqual(nodePortsAsWildcard(frontends(node.bpffs)), nodePortsAsWildcard(before), 'the frontends were adopted as they were (same masters, same backend ids in order)');
+    assert.equal(readLayouts(node.bpffs).get(abi.SLUICE_MAP_SERVICES4), 2, 'sluice_svc4 migrated to layout 2');
     assert.equal(readLayouts(node.bpffs).get(abi.SLUICE_MAP_CT4), 1, 'the new agent records the layouts it found');
     assert.ok(fs.existsSync(path.join(node.bpffs, abi.SLUICE_MAP_RR4)), 'the map the new version added exists');
     process.stdout.write(`# upgrade ${UPGRADE_FROM} -> this tree: ${summary}\n`);

@@ -45,17 +45,19 @@ function ctEntry(over: Partial<abi.Lb4CtEntry>): abi.Lb4CtEntry {
 
 function fakeMaps(opts: { snat?: string; ct?: Array<[abi.Lb4CtKey, abi.Lb4CtEntry]>; affinity?: Array<[abi.Lb4AffinityKey, abi.LbAffinity]> } = {}): TraceMaps {
   const svc = new Map<string, abi.Lb4Service>();
-  const k = (key: abi.Lb4ServiceKey) => `${key.address}/${key.port}/${key.proto}/${key.scope}/${key.backend_slot}`;
+  const ranges: number[] = [];
+  const k = (key: abi.Lb4FrontendKey) => `${key.address}/${key.port}/${key.proto}/${key.scope}`;
   for (const f of frontends) {
     const base = { address: ip(f.address), port: f.port, proto: f.proto ?? F.LB_PROTO_TCP, scope: f.scope ?? F.LB_SCOPE_EXTERNAL };
-    svc.set(k({ ...base, backend_slot: 0 }), { backend_id: 0, count: f.backends.length, flags: f.flags, rev_nat_id: f.revNat, affinity_timeout: f.affinity ?? 0, algorithm: F.LB_ALG_RANDOM });
-    f.backends.forEach((id, i) => svc.set(k({ ...base, backend_slot: i + 1 }), { backend_id: id, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 }));
+    svc.set(k(base), { backend_id: ranges.length, count: f.backends.length, flags: f.flags, rev_nat_id: f.revNat, affinity_timeout: f.affinity ?? 0, algorithm: F.LB_ALG_RANDOM });
+    ranges.push(...f.backends);
   }
   const ctKey = (c: abi.Lb4CtKey) => JSON.stringify(c);
   const ct = new Map((opts.ct ?? []).map(([key, e]) => [ctKey(key), e]));
   const aff = new Map((opts.affinity ?? []).map(([key, v]) => [JSON.stringify({ ...key, client_id: String(key.client_id) }), v]));
   return {
     service: (key) => svc.get(k(key)),
+    rangeEntry: (i) => ranges[i],
     backend: (id) => {
       const b = backends[id];
       return b && { address: ip(b.address), port: b.port, proto: F.LB_PROTO_TCP, flags: b.local ? F.LB_BACKEND_FLAG_LOCAL : 0, zone: 0 };
