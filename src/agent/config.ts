@@ -48,7 +48,7 @@ export interface AgentConfig {
   conntrackTcpSynSeconds: number;
   conntrackTcpCloseWaitSeconds: number;
   conntrackUdpSeconds: number;
-  /** Where healthCheckNodePort servers listen (kube-proxy: the nodePortAddresses; default all). */
+  /** Where healthCheckNodePort servers listen (kube-proxy: the nodePortAddresses; default all, both families). */
   healthCheckAddresses: string[];
   /**
    * Pin the pod-veth programs for the Sluice CNI plugin (per-packet ClusterIP
@@ -117,7 +117,7 @@ export function defaultConfig(): AgentConfig {
     conntrackTcpSynSeconds: 60, // a SYN flood's entries are reclaimable after a minute (Cilium: 60 s)
     conntrackTcpCloseWaitSeconds: 10, // FIN or RST seen: the SNAT port is free again soon (the kernel: 10 s for CLOSE)
     conntrackUdpSeconds: 30,
-    healthCheckAddresses: ['0.0.0.0'],
+    healthCheckAddresses: ['0.0.0.0', '::'], // both families, IPv6 with IPV6_V6ONLY (src/datapath/tc/healthcheck.ts)
     podVethPrograms: false,
     socketLB: 'all',
     destroyStaleSockets: true,
