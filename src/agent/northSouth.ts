@@ -4,14 +4,16 @@
 // Local Services. Off unless devices are configured.
 import { execFileSync } from 'node:child_process';
 import type { Logger } from 'pino';
-import type { AgentConfig } from './config';
+import { snatAddresses, type AgentConfig } from './config';
 import type { AgentMetrics } from './metrics';
 import type { HealthCheckService } from '../model/frontend';
 import { bpfObjectPath } from '../datapath/sockLb';
 import { attachLoaded, loadTcObject } from '../datapath/tc/attachMain';
 import { summarize } from '../datapath/migrate';
 import { detachTc, deviceIndex, UnsupportedDeviceError } from '../datapath/tc/attach';
-import { ip4ToNumber } from '../datapath/addr';
+import * as fs from 'node:fs';
+import { ip4ToNumber, ip6ToBytes } from '../datapath/addr';
+import { BpfMap } from '../bpf/map';
 import { readRoutes, routeFor, type Route } from '../datapath/tc/routes';
 import { openTcMaps, type TcMaps } from '../datapath/tc/maps';
 import { TC_DEFAULTS, writeTcConfig } from '../datapath/tc/config';
@@ -26,6 +28,8 @@ const CONNTRACK_GC_INTERVAL_MS = 10_000;
 export interface NorthSouth {
   devices: string[];
   snatAddress?: string;
+  /** The IPv6 twin (--snat-address's IPv6 value, else the first external device's global IPv6 address). */
+  snatAddress6?: string;
   /**
    * The addresses of this node's backends: their devices get the TC programs
    * too, so the reply of a flow SNATed to the node (externalTrafficPolicy
@@ -76,8 +80,35 @@ export function routeDevice(address: string): string | undefined {
 }
 
 export function firstIPv4(device: string): string | undefined {
-  const info = JSON.parse(execFileSync('ip', ['-j', '-4', 'addr', 'show', 'dev', device], { encoding: 'utf8' }) || '[]') as Array<{ addr_info?: Array<{ local?: string; scope?: string }> }>;
-  return info[0]?.addr_info?.find((a) => a.scope === 'global')?.local;
+  return firstAddress(device, '-4');
+}
+
+/** The device's first global IPv6 address (not link-local, not still in DAD). */
+export function firstIPv6(device: string): string | undefined {
+  return firstAddress(device, '-6');
+}
+
+function firstAddress(device: string, family: '-4' | '-6'): string | undefined {
+  const info = JSON.parse(execFileSync('ip', ['-j', family, 'addr', 'show', 'dev', device], { encoding: 'utf8' }) || '[]') as
+    Array<{ addr_info?: Array<{ local?: string; scope?: string; tentative?: boolean; dadfailed?: boolean }> }>;
+  return info[0]?.addr_info?.find((a) => a.scope === 'global' && !a.tentative && !a.dadfailed)?.local;
+}
+
+/**
+ * The IPv6 TC path's SNAT address: index 0 of its one-entry config array
+ * (sluice_tc_cfg6: 16 bytes, network order), written when the TC object
+ * pinned it. Returns whether it was written.
+ */
+function writeSnatAddress6(bpffs: string, address: string | undefined): boolean {
+  const pin = `${bpffs}/sluice_tc_cfg6`;
+  if (!fs.existsSync(pin)) return false;
+  const map = BpfMap.fromPinned(pin);
+  try {
+    map.update(Buffer.alloc(4), address ? ip6ToBytes(address) : Buffer.alloc(16));
+    return true;
+  } finally {
+    map.close();
+  }
 }
 
 export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => boolean, metrics: AgentMetrics, log: Logger): Promise<NorthSouth | undefined> {
@@ -93,7 +124,9 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
   });
   const attachments = attachExternal(tcObject, config.bpffs, devices, metrics, log);
   const served = [...new Set(attachments.map((a) => a.device))];
-  const snatAddress = config.snatAddress ?? (served[0] ? firstIPv4(served[0]) : undefined);
+  const wanted = snatAddresses(config.snatAddress);
+  const snatAddress = wanted.v4 ?? (served[0] ? firstIPv4(served[0]) : undefined);
+  const snatAddress6 = wanted.v6 ?? (served[0] ? firstIPv6(served[0]) : undefined);
   const maps: TcMaps = openTcMaps(config.bpffs);
   writeTcConfig(maps.config, {
     snatAddress,
@@ -110,7 +143,8 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
     log.error({ error: (err as Error).message }, `${(err as Error).message}: the node's own connections may pick a SNAT port`);
   }
   if (!snatAddress) log.warn({ devices }, 'no IPv4 address on the first device: flows to backends on other nodes will be dropped; set --snat-address');
-  log.info({ attachments, snatAddress }, 'TC attached to the external devices');
+  const snat6Written = writeSnatAddress6(config.bpffs, snatAddress6);
+  log.info({ attachments, snatAddress, snatAddress6, ...(snatAddress6 && !snat6Written ? { snatAddress6Unused: 'the TC object has no IPv6 config map' } : {}) }, 'TC attached to the external devices');
   const stopGc = startConntrackGc(tcObject.program(abi.SLUICE_PROG_CT_GC), CONNTRACK_GC_INTERVAL_MS);
   const stopSnatLog = startSnatExhaustionLog(tcObject.map(abi.SLUICE_MAP_COUNTERS), `${TC_DEFAULTS.snatPortMin}-${TC_DEFAULTS.snatPortMax}`, log);
   const health = new HealthCheckServer({
@@ -128,6 +162,7 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
   return {
     devices,
     snatAddress,
+    snatAddress6,
     localBackends(addresses) {
       for (const address of addresses) {
         if (deviceOf.has(address)) continue;
