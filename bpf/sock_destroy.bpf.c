@@ -34,5 +34,28 @@ int SLUICE_PROG_SOCKTERM_TCP(struct bpf_iter__tcp *ctx)
 	return lb4_sock_term(ctx->meta->seq, skc, LB_PROTO_TCP);
 }
 
+/* The IPv6 twins: AF_INET6 sockets connected to a backend in SLUICE_MAP_SOCKTERM6. */
+SEC("iter/udp")
+int SLUICE_PROG_SOCKTERM_UDP6(struct bpf_iter__udp *ctx)
+{
+	struct udp_sock *udp = ctx->udp_sk;
+
+	if (!udp)
+		return 0;
+	return lb6_sock_term(ctx->meta->seq, (struct sock_common *)udp, LB_PROTO_UDP);
+}
+
+SEC("iter/tcp")
+int SLUICE_PROG_SOCKTERM_TCP6(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+
+	if (!skc)
+		return 0;
+	if (!bpf_skc_to_tcp_sock(skc))
+		return 0;
+	return lb6_sock_term(ctx->meta->seq, skc, LB_PROTO_TCP);
+}
+
 /* bpf_sock_destroy() and the socket iterators are GPL-only. */
 char LICENSE[] SEC("license") = "GPL";

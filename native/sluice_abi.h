@@ -668,6 +668,37 @@ struct lb4_sock_term_event {
 
 _Static_assert(sizeof(struct lb4_sock_term_key) == 8, "lb4_sock_term_key layout");
 _Static_assert(sizeof(struct lb4_sock_term_event) == 24, "lb4_sock_term_event layout");
+
+/*
+ * IPv6 twins (issue 14). Deleted IPv6 backends go into SLUICE_MAP_SOCKTERM6
+ * and the *6 iterators end the AF_INET6 sockets the socket LB sent there (its
+ * sluice_sock6 pair names the backend). A dual-stack socket connected to an
+ * IPv4 backend (::ffff:a.b.c.d) is an IPv4 case: the IPv4 iterators above
+ * handle it (its state is in the IPv4 maps, lib/sock6.h).
+ */
+#define SLUICE_MAP_SOCKTERM6 sluice_sk_term6 /* lb6_sock_term_key -> __u8 (1); written by the agent only */
+#define SLUICE_MAX_SOCKTERM6 4096            /* backends terminated per iterator pass */
+#define SLUICE_PROG_SOCKTERM_UDP6 sluice_term_udp6 /* iter/udp */
+#define SLUICE_PROG_SOCKTERM_TCP6 sluice_term_tcp6 /* iter/tcp */
+
+struct lb6_sock_term_key {
+	__u8   address[16]; /* removed backend address */
+	__be16 port;        /* removed backend port */
+	__u8   proto;       /* LB_PROTO_TCP or LB_PROTO_UDP */
+	__u8   pad;
+} __attribute__((aligned(4)));
+
+struct lb6_sock_term_event {
+	__u64  cookie;      /* the socket's cookie */
+	__u8   address[16]; /* the backend it was connected to */
+	__be16 port;        /* the backend's port */
+	__u8   proto;       /* LB_PROTO_* */
+	__u8   pad;
+	__s32  result;      /* bpf_sock_destroy(): 0 or -errno */
+};
+
+_Static_assert(sizeof(struct lb6_sock_term_key) == 20, "lb6_sock_term_key layout");
+_Static_assert(sizeof(struct lb6_sock_term_event) == 32, "lb6_sock_term_event layout");
 /* ==== end of stale socket termination ============================================ */
 /* ==== Operator CLI: Service names and data-path events (issue 11 item 12) ===== */
 /*

@@ -21,9 +21,13 @@
 
 #include "common.h"
 #include "maps.h"
+#include "lb6.h"
 
 #ifndef AF_INET
 #define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
 #endif
 
 /* The kfunc (kernel >= 6.5); the loader fails on an older kernel, which is
@@ -38,9 +42,18 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } SLUICE_MAP_SOCKTERM4 SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb6_sock_term_key);
+	__type(value, __u8);
+	__uint(max_entries, SLUICE_MAX_SOCKTERM6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_SOCKTERM6 SEC(".maps");
+
 /* The last socket destroyed (bpftool map dump of the object's .bss); it also
  * keeps the event layout in the object's BTF for the ABI generator. */
 struct lb4_sock_term_event lb4_last_sock_term;
+struct lb6_sock_term_event lb6_last_sock_term;
 
 /* The socket LB sent this socket to the backend: a TCP socket's pair in
  * SLUICE_MAP_SOCK_TCP4 (keyed by its cookie and the backend), or one of the
@@ -89,8 +102,20 @@ static __always_inline int lb4_sock_term(struct seq_file *seq, struct sock_commo
 	struct lb4_sock_term_key term = {};
 	struct lb4_sock_term_event event = {};
 
-	if (skc->skc_family != AF_INET || skc->skc_daddr == 0)
-		return 0; /* not IPv4, or not connected */
+	if (skc->skc_family == AF_INET6) {
+		/* A dual-stack socket connected to ::ffff:a.b.c.d: the kernel keeps
+		 * the IPv4 peer in skc_daddr, and the socket LB kept its state in
+		 * the IPv4 maps (lib/sock6.h). Any other AF_INET6 peer: lb6_sock_term. */
+		__u8 peer[16];
+
+		lb6_addr_copy(peer, (const __u8 *)skc->skc_v6_daddr.in6_u.u6_addr32);
+		if (!lb6_addr_is_v4mapped(peer))
+			return 0;
+	} else if (skc->skc_family != AF_INET) {
+		return 0;
+	}
+	if (skc->skc_daddr == 0)
+		return 0; /* not connected */
 	term.address = skc->skc_daddr;
 	term.port = skc->skc_dport;
 	term.proto = proto;
@@ -105,6 +130,53 @@ static __always_inline int lb4_sock_term(struct seq_file *seq, struct sock_commo
 	event.result = bpf_sock_destroy(skc);
 	bpf_seq_write(seq, &event, sizeof(event));
 	lb4_last_sock_term = event;
+	return 0;
+}
+
+/* lb4_sock_was_translated for an AF_INET6 socket: a pair in its sluice_sock6 storage names the backend. */
+static __always_inline bool lb6_sock_was_translated(struct sock_common *skc, const __u8 *address, __be16 port)
+{
+	struct lb6_sock_state *st;
+	bool found = false;
+	int i;
+
+	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, skc, 0, 0);
+	if (!st)
+		return false;
+	bpf_spin_lock(&st->lock);
+	for (i = 0; i < SLUICE_SOCK_PAIRS; i++) {
+		if (st->pairs[i].used && st->pairs[i].backend_port == port &&
+		    lb6_addr_equal(st->pairs[i].backend_address, address))
+			found = true;
+	}
+	bpf_spin_unlock(&st->lock);
+	return found;
+}
+
+/* lb4_sock_term for AF_INET6 sockets connected to an IPv6 backend listed in SLUICE_MAP_SOCKTERM6. */
+static __always_inline int lb6_sock_term(struct seq_file *seq, struct sock_common *skc, __u8 proto)
+{
+	struct lb6_sock_term_key term = {};
+	struct lb6_sock_term_event event = {};
+
+	if (skc->skc_family != AF_INET6)
+		return 0;
+	lb6_addr_copy(term.address, (const __u8 *)skc->skc_v6_daddr.in6_u.u6_addr32);
+	if (lb6_addr_is_v4mapped(term.address))
+		return 0; /* IPv4 through a dual-stack socket: lb4_sock_term's */
+	term.port = skc->skc_dport;
+	term.proto = proto;
+	if (term.port == 0 || !bpf_map_lookup_elem(&SLUICE_MAP_SOCKTERM6, &term))
+		return 0; /* not connected (no peer port), or not a listed backend */
+	if (!lb6_sock_was_translated(skc, term.address, term.port))
+		return 0;
+	event.cookie = bpf_get_socket_cookie(skc);
+	lb6_addr_copy(event.address, term.address);
+	event.port = term.port;
+	event.proto = proto;
+	event.result = bpf_sock_destroy(skc);
+	bpf_seq_write(seq, &event, sizeof(event));
+	lb6_last_sock_term = event;
 	return 0;
 }
 

@@ -135,6 +135,7 @@ export const SLUICE_MAP_SNAT_DEV4 = "sluice_snatdev4";
 export const SLUICE_MAP_SOCK4 = "sluice_sock4";
 export const SLUICE_MAP_SOCK6 = "sluice_sock6";
 export const SLUICE_MAP_SOCKTERM4 = "sluice_sk_term4";
+export const SLUICE_MAP_SOCKTERM6 = "sluice_sk_term6";
 export const SLUICE_MAP_SOCK_CFG = "sluice_sock_cfg";
 export const SLUICE_MAP_SOCK_TCP4 = "sluice_sk_tcp4";
 export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
@@ -163,6 +164,7 @@ export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
 export const SLUICE_MAX_SNAT_DEV4 = 256;
 export const SLUICE_MAX_SOCKTERM4 = 4096;
+export const SLUICE_MAX_SOCKTERM6 = 4096;
 export const SLUICE_MAX_SOCK_TCP4 = 131072;
 export const SLUICE_MAX_SRCRANGE4 = 16384;
 export const SLUICE_MAX_SRCRANGE6 = 16384;
@@ -173,7 +175,9 @@ export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
 export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
 export const SLUICE_PROG_POD_INGRESS = "sluice_pod_ingress";
 export const SLUICE_PROG_SOCKTERM_TCP = "sluice_term_tcp4";
+export const SLUICE_PROG_SOCKTERM_TCP6 = "sluice_term_tcp6";
 export const SLUICE_PROG_SOCKTERM_UDP = "sluice_term_udp4";
+export const SLUICE_PROG_SOCKTERM_UDP6 = "sluice_term_udp6";
 export const SLUICE_PROG_XDP = "sluice_xdp";
 export const SLUICE_PROG_XDP_PASS = "sluice_xdp_pass";
 export const SLUICE_SOCK_PAIRS = 4;
@@ -1184,6 +1188,60 @@ export function decodeLb6SockState(buf: Buffer, off = 0): Lb6SockState {
 }
 export const lb6_sock_stateCodec: Codec<Lb6SockState> = { size: 200, encode: encodeLb6SockState, decode: decodeLb6SockState };
 
+/** struct lb6_sock_term_event (32 bytes) */
+export interface Lb6SockTermEvent {
+  cookie: bigint;
+  address: Buffer;
+  port: number; // network byte order in the map
+  proto: number;
+  result: number;
+}
+export const LB6_SOCK_TERM_EVENT_SIZE = 32;
+export const lb6_sock_term_eventLayout: StructLayout = {"name":"lb6_sock_term_event","size":32,"fields":[{"name":"cookie","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"address","kind":"bytes","offset":8,"size":16},{"name":"port","kind":"int","offset":24,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":26,"size":1,"bigEndian":false},{"name":"pad","kind":"int","offset":27,"size":1,"bigEndian":false},{"name":"result","kind":"int","offset":28,"size":4,"bigEndian":false}]};
+export function encodeLb6SockTermEvent(v: Lb6SockTermEvent, buf: Buffer = Buffer.alloc(32), off = 0): Buffer {
+  buf.fill(0, off, off + 32);
+  buf.writeBigUInt64LE(v.cookie, off + 0);
+  v.address.copy(buf, off + 8, 0, 16);
+  buf.writeUInt16BE(v.port & 0xffff, off + 24);
+  buf.writeUInt8(v.proto & 0xff, off + 26);
+  buf.writeUInt32LE(v.result >>> 0, off + 28);
+  return buf;
+}
+export function decodeLb6SockTermEvent(buf: Buffer, off = 0): Lb6SockTermEvent {
+  return {
+    cookie: buf.readBigUInt64LE(off + 0),
+    address: Buffer.from(buf.subarray(off + 8, off + 8 + 16)),
+    port: buf.readUInt16BE(off + 24),
+    proto: buf.readUInt8(off + 26),
+    result: buf.readUInt32LE(off + 28),
+  };
+}
+export const lb6_sock_term_eventCodec: Codec<Lb6SockTermEvent> = { size: 32, encode: encodeLb6SockTermEvent, decode: decodeLb6SockTermEvent };
+
+/** struct lb6_sock_term_key (20 bytes) */
+export interface Lb6SockTermKey {
+  address: Buffer;
+  port: number; // network byte order in the map
+  proto: number;
+}
+export const LB6_SOCK_TERM_KEY_SIZE = 20;
+export const lb6_sock_term_keyLayout: StructLayout = {"name":"lb6_sock_term_key","size":20,"fields":[{"name":"address","kind":"bytes","offset":0,"size":16},{"name":"port","kind":"int","offset":16,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":18,"size":1,"bigEndian":false},{"name":"pad","kind":"int","offset":19,"size":1,"bigEndian":false}]};
+export function encodeLb6SockTermKey(v: Lb6SockTermKey, buf: Buffer = Buffer.alloc(20), off = 0): Buffer {
+  buf.fill(0, off, off + 20);
+  v.address.copy(buf, off + 0, 0, 16);
+  buf.writeUInt16BE(v.port & 0xffff, off + 16);
+  buf.writeUInt8(v.proto & 0xff, off + 18);
+  return buf;
+}
+export function decodeLb6SockTermKey(buf: Buffer, off = 0): Lb6SockTermKey {
+  return {
+    address: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+    port: buf.readUInt16BE(off + 16),
+    proto: buf.readUInt8(off + 18),
+  };
+}
+export const lb6_sock_term_keyCodec: Codec<Lb6SockTermKey> = { size: 20, encode: encodeLb6SockTermKey, decode: decodeLb6SockTermKey };
+
 /** struct lb6_src_range_key (24 bytes) */
 export interface Lb6SrcRangeKey {
   prefixlen: number;
@@ -1637,6 +1695,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_rr4: {"name":"sluice_rr4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":65536},
   sluice_sk_tcp4: {"name":"sluice_sk_tcp4","type":9,"keyType":"lb4_sock_tcp_key","keySize":16,"valueType":"lb4_sock_tcp","valueSize":12,"maxEntries":131072},
   sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
+  sluice_sk_term6: {"name":"sluice_sk_term6","type":1,"keyType":"lb6_sock_term_key","keySize":20,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
   sluice_snatdev4: {"name":"sluice_snatdev4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_snat_device","valueSize":4,"maxEntries":256,"flags":1},
   sluice_sock4: {"name":"sluice_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb4_sock_state","valueSize":104,"maxEntries":0},
   sluice_sock6: {"name":"sluice_sock6","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb6_sock_state","valueSize":200,"maxEntries":0},

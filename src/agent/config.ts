@@ -1,5 +1,6 @@
 // Agent settings: defaults, then the --config YAML file (a ConfigMap in a
 // cluster, like kube-proxy's KubeProxyConfiguration), then flags.
+import { isIP } from 'node:net';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import YAML from 'yaml';
@@ -55,7 +56,7 @@ export interface AgentConfig {
   conntrackTcpSynSeconds: number;
   conntrackTcpCloseWaitSeconds: number;
   conntrackUdpSeconds: number;
-  /** Where healthCheckNodePort servers listen (kube-proxy: the nodePortAddresses; default all). */
+  /** Where healthCheckNodePort servers listen (kube-proxy: the nodePortAddresses; default all, both families). */
   healthCheckAddresses: string[];
   /**
    * Pin the pod-veth programs for the Sluice CNI plugin (per-packet ClusterIP
@@ -125,7 +126,7 @@ export function defaultConfig(): AgentConfig {
     conntrackTcpSynSeconds: 60, // a SYN flood's entries are reclaimable after a minute (Cilium: 60 s)
     conntrackTcpCloseWaitSeconds: 10, // FIN or RST seen: the SNAT port is free again soon (the kernel: 10 s for CLOSE)
     conntrackUdpSeconds: 30,
-    healthCheckAddresses: ['0.0.0.0'],
+    healthCheckAddresses: ['0.0.0.0', '::'], // both families, IPv6 with IPV6_V6ONLY (src/datapath/tc/healthcheck.ts)
     podVethPrograms: false,
     socketLB: 'all',
     destroyStaleSockets: true,
@@ -220,6 +221,30 @@ export function validateConfig(c: AgentConfig): void {
   if (c.nodePortAddresses.includes('primary') && c.nodePortAddresses.length > 1) {
     bad('nodePortAddresses', c.nodePortAddresses, "'primary' cannot be combined with CIDRs (as in kube-proxy)");
   }
+  if (c.snatAddress !== undefined) {
+    try {
+      snatAddresses(c.snatAddress);
+    } catch (err) {
+      bad('snatAddress (--snat-address)', c.snatAddress, (err as Error).message);
+    }
+  }
+}
+
+/**
+ * --snat-address per family: "198.18.0.1", "fd00::1" or "198.18.0.1,fd00::1"
+ * (at most one address of each family). A family left out is taken from the
+ * first external device (src/agent/northSouth.ts).
+ */
+export function snatAddresses(text: string | undefined): { v4?: string; v6?: string } {
+  const out: { v4?: string; v6?: string } = {};
+  for (const part of (text ?? '').split(',').map((p) => p.trim()).filter(Boolean)) {
+    const family = isIP(part);
+    if (family === 0) throw new Error(`${JSON.stringify(part)} is not an IP address`);
+    const key = family === 4 ? 'v4' : 'v6';
+    if (out[key]) throw new Error(`two IPv${family} addresses (${out[key]}, ${part}): give at most one per family`);
+    out[key] = part;
+  }
+  return out;
 }
 
 function positiveInt(name: string) {

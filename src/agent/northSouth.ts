@@ -4,7 +4,7 @@
 // Local Services. Off unless devices are configured.
 import { execFileSync } from 'node:child_process';
 import type { Logger } from 'pino';
-import type { AgentConfig } from './config';
+import { snatAddresses, type AgentConfig } from './config';
 import type { AgentMetrics } from './metrics';
 import type { HealthCheckService } from '../model/frontend';
 import { bpfObjectPath } from '../datapath/sockLb';
@@ -27,6 +27,8 @@ const CONNTRACK_GC_INTERVAL_MS = 10_000;
 export interface NorthSouth {
   devices: string[];
   snatAddress?: string;
+  /** The IPv6 twin (--snat-address's IPv6 value, else the first external device's global IPv6 address). */
+  snatAddress6?: string;
   /**
    * The addresses of this node's backends: their devices get the TC programs
    * too, so the reply of a flow SNATed to the node (externalTrafficPolicy
@@ -79,14 +81,18 @@ export function routeDevice(address: string): string | undefined {
 }
 
 export function firstIPv4(device: string): string | undefined {
-  const info = JSON.parse(execFileSync('ip', ['-j', '-4', 'addr', 'show', 'dev', device], { encoding: 'utf8' }) || '[]') as Array<{ addr_info?: Array<{ local?: string; scope?: string }> }>;
-  return info[0]?.addr_info?.find((a) => a.scope === 'global')?.local;
+  return firstAddress(device, '-4');
 }
 
-/** The device's first global IPv6 address (the IPv6 SNAT address of the TC path). */
+/** The device's first global IPv6 address (not link-local, not still in DAD). */
 export function firstIPv6(device: string): string | undefined {
-  const info = JSON.parse(execFileSync('ip', ['-j', '-6', 'addr', 'show', 'dev', device], { encoding: 'utf8' }) || '[]') as Array<{ addr_info?: Array<{ local?: string; scope?: string }> }>;
-  return info[0]?.addr_info?.find((a) => a.scope === 'global')?.local;
+  return firstAddress(device, '-6');
+}
+
+function firstAddress(device: string, family: '-4' | '-6'): string | undefined {
+  const info = JSON.parse(execFileSync('ip', ['-j', family, 'addr', 'show', 'dev', device], { encoding: 'utf8' }) || '[]') as
+    Array<{ addr_info?: Array<{ local?: string; scope?: string; tentative?: boolean; dadfailed?: boolean }> }>;
+  return info[0]?.addr_info?.find((a) => a.scope === 'global' && !a.tentative && !a.dadfailed)?.local;
 }
 
 export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => boolean, metrics: AgentMetrics, log: Logger): Promise<NorthSouth | undefined> {
@@ -102,7 +108,9 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
   });
   const attachments = attachExternal(tcObject, config.bpffs, devices, metrics, log);
   const served = [...new Set(attachments.map((a) => a.device))];
-  const snatAddress = config.snatAddress ?? (served[0] ? firstIPv4(served[0]) : undefined);
+  const wanted = snatAddresses(config.snatAddress);
+  const snatAddress = wanted.v4 ?? (served[0] ? firstIPv4(served[0]) : undefined);
+  const snatAddress6 = wanted.v6 ?? (served[0] ? firstIPv6(served[0]) : undefined);
   const maps: TcMaps = openTcMaps(config.bpffs);
   writeTcConfig(maps.config, {
     snatAddress,
@@ -111,8 +119,7 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
     tcpClosingTimeout: config.conntrackTcpCloseWaitSeconds,
     udpTimeout: config.conntrackUdpSeconds,
   });
-  // IPv6 flows SNAT to the first device's global IPv6 address (issue 14).
-  const snatAddress6 = served[0] ? firstIPv6(served[0]) : undefined;
+  // IPv6 flows SNAT to --snat-address's IPv6 value, else the first device's global IPv6 address (issue 14).
   if (maps.config6) writeTcConfig6(maps.config6, snatAddress6);
   try {
     const reserved = reserveSnatPorts(TC_DEFAULTS.snatPortMin, TC_DEFAULTS.snatPortMax);
@@ -149,6 +156,7 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
   return {
     devices,
     snatAddress,
+    snatAddress6,
     localBackends(addresses) {
       for (const address of addresses) {
         if (deviceOf.has(address)) continue;

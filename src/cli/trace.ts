@@ -8,7 +8,7 @@
 //  - north_south  (bpf/lib/tc_lb.h)  a packet arriving on an external device
 //  - pod          (bpf/lib/pod_lb.h) a packet from a pod whose socket LB is bypassed
 import * as abi from '../abi/generated';
-import { ip4ToNumber, numberToIp4, protoNumber, type ProtoName } from '../datapath/addr';
+import { bytesToIp6, hostPort, ip4ToNumber, ip6ToBytes, numberToIp4, protoNumber, type ProtoName } from '../datapath/addr';
 import { formatServiceName, type ServiceName } from '../datapath/serviceNames';
 import { counterName, COUNTERS } from '../datapath/counters';
 import { flagNames, backendFlagNames, ALGORITHMS } from './inspect';
@@ -304,6 +304,70 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
     reason,
     counter: counter(input.path === 'socket' ? abi.LB_CNT_SOCK_TRANSLATED : podPath ? abi.LB_CNT_TC_TRANSLATED + abi.LB_CNT_POD_OFFSET : abi.LB_CNT_TC_TRANSLATED),
   });
+}
+
+/** The IPv6 maps trace6 reads (socket path). */
+export interface TraceMaps6 {
+  service(key: abi.Lb6ServiceKey): abi.Lb4Service | undefined;
+  backend(id: number): abi.Lb6Backend | undefined;
+  serviceName(revNatId: number, proto: ProtoName): ServiceName | undefined;
+}
+
+/**
+ * The socket path for an IPv6 destination (lib/sock6.h lb6_sock_xlate_fwd):
+ * the internal-scope twin where there is one, the backends of every slot,
+ * and what connect()/sendmsg() get. The TC paths are IPv4 in this build.
+ * Affinity (keyed by the netns cookie in sluice_affin6) is not looked up.
+ */
+export function trace6(input: Omit<TraceInput, 'path' | 'netnsCookie'>, m: TraceMaps6): TraceResult {
+  const address = ip6ToBytes(input.address);
+  const proto = protoNumber(input.proto);
+  const result: TraceResult = {
+    path: 'socket',
+    packet: `${input.clientPort !== undefined ? hostPort(input.client, input.clientPort) : input.client} -> ${hostPort(input.address, input.port)}/${input.proto}`,
+    verdict: { action: 'pass', reason: '' },
+  };
+  const key = (scope: number, slot: number): abi.Lb6ServiceKey => ({ address, port: input.port, proto, scope, backend_slot: slot });
+  let scope: number = abi.LB_SCOPE_EXTERNAL;
+  let svc = m.service(key(scope, 0));
+  if (svc && svc.flags & abi.LB_SVC_FLAG_TWO_SCOPES) {
+    scope = abi.LB_SCOPE_INTERNAL;
+    svc = m.service(key(scope, 0));
+  }
+  if (!svc) {
+    result.verdict = { action: 'pass', reason: 'not a frontend: the call proceeds untouched' };
+    return result;
+  }
+  const backends: TraceBackend[] = [];
+  for (let slot = 1; slot <= svc.count; slot++) {
+    const s = m.service(key(scope, slot));
+    const b = s ? m.backend(s.backend_id) : undefined;
+    backends.push(b ? { slot, id: s!.backend_id, address: bytesToIp6(b.address), port: b.port, flags: backendFlagNames(b.flags) }
+      : { slot, id: s?.backend_id ?? 0, flags: [], missing: true });
+  }
+  const name = m.serviceName(svc.rev_nat_id, input.proto);
+  result.frontend = {
+    frontend: `${hostPort(input.address, input.port)}/${input.proto}`,
+    scope: scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external',
+    service: name ? formatServiceName(name) : undefined,
+    flags: flagNames(svc.flags),
+    revNatId: svc.rev_nat_id,
+    algorithm: ALGORITHMS[svc.algorithm] ?? `algorithm ${svc.algorithm}`,
+    affinityTimeoutSeconds: svc.affinity_timeout,
+    backends,
+  };
+  if (svc.count === 0) {
+    const drop = (svc.flags & abi.LB_SVC_FLAG_DROP_NO_BACKEND) !== 0;
+    result.verdict = { action: 'refuse', reason: `no backends: connect()/sendmsg() fail with ${drop ? 'EHOSTUNREACH' : 'ECONNREFUSED'}`, counter: counter(abi.LB_CNT_SOCK_NO_BACKEND) };
+    return result;
+  }
+  const missing = backends.filter((b) => b.missing).length;
+  result.verdict = {
+    action: 'translate',
+    reason: `to one of ${backends.length} backends (${result.frontend.algorithm})${missing ? `; ${missing} slot(s) missing, a pick of one fails (agent mid-update)` : ''}`,
+    counter: counter(abi.LB_CNT_SOCK_TRANSLATED),
+  };
+  return result;
 }
 
 /** The affinity entry the program would consult (lb4_affinity_backend_id). */

@@ -1,12 +1,12 @@
 // `sluice trace SRC DST:PORT/PROTO`: the pure trace (./trace.ts) over the
 // pinned maps, printed as text or JSON. Reads only; sends nothing.
 import * as fs from 'node:fs';
-import { isIPv4 } from 'node:net';
+import { isIPv4, isIPv6 } from 'node:net';
 import * as abi from '../abi/generated';
 import { UsageError, type ParsedArgs } from './args';
 import { withMaps } from './inspect';
-import { trace, type TraceMaps, type TracePath, type TraceResult } from './trace';
-import { checkPort, parseEndpoint } from '../datapath/addr';
+import { trace, trace6, type TraceMaps, type TracePath, type TraceResult } from './trace';
+import { canonicalIp6, checkPort, hostPort, isIp6, parseEndpoint } from '../datapath/addr';
 import { mapPinPath, type SockLbMaps } from '../datapath/maps';
 import { BpfMap } from '../bpf/map';
 import { TypedMap, u32Codec } from '../datapath/typedMap';
@@ -15,10 +15,15 @@ import { readMaglevTable } from '../datapath/maglev';
 
 const PATHS: Record<string, TracePath> = { socket: 'socket', 'north-south': 'north_south', north_south: 'north_south', pod: 'pod' };
 
-/** "198.18.0.9" or "198.18.0.9:40000". */
+/** "198.18.0.9", "198.18.0.9:40000", "fd00::9" or "[fd00::9]:40000". */
 export function parseClient(text: string): { address: string; port?: number } {
+  const v6 = /^\[([^\]]+)\](?::(\d+))?$/.exec(text) ?? (isIPv6(text) ? [text, text] : null);
+  if (v6 && isIPv6(v6[1]!)) {
+    const address = canonicalIp6(v6[1]!);
+    return v6[2] === undefined ? { address } : { address, port: checkPort(Number(v6[2]), `source ${text}`) };
+  }
   const m = /^([^:]+)(?::(\d+))?$/.exec(text);
-  if (!m || !isIPv4(m[1]!)) throw new UsageError(`source ${JSON.stringify(text)}: expected an IPv4 ADDRESS or ADDRESS:PORT`);
+  if (!m || !isIPv4(m[1]!)) throw new UsageError(`source ${JSON.stringify(text)}: expected an IPv4 ADDRESS or ADDRESS:PORT, or an IPv6 ADDRESS or [ADDRESS]:PORT`);
   return m[2] === undefined ? { address: m[1]! } : { address: m[1]!, port: checkPort(Number(m[2]), `source ${text}`) };
 }
 
@@ -60,7 +65,7 @@ export function renderTrace(r: TraceResult): string {
   const f = r.frontend;
   if (f) {
     lines.push(`frontend:  ${f.frontend} scope ${f.scope}; Service ${f.service ?? '-'}; ${f.flags.join(',') || 'no flags'}; rev-NAT ${f.revNatId}; ${f.algorithm}${f.affinityTimeoutSeconds ? `; affinity ${f.affinityTimeoutSeconds}s` : ''}`);
-    lines.push(`backends:  ${f.backends.map((b) => b.missing ? `slot ${b.slot}: missing` : `#${b.id} ${b.address}:${b.port}${b.flags.length ? ` (${b.flags.join(',')})` : ''}${b.snat ? ' snat' : ''}`).join(', ') || '(none)'}`);
+    lines.push(`backends:  ${f.backends.map((b) => b.missing ? `slot ${b.slot}: missing` : `#${b.id} ${hostPort(b.address!, b.port!)}${b.flags.length ? ` (${b.flags.join(',')})` : ''}${b.snat ? ' snat' : ''}`).join(', ') || '(none)'}`);
   }
   if (r.sourceRange?.applies) lines.push(`ranges:    loadBalancerSourceRanges ${r.sourceRange.allowed ? 'allow' : 'do not allow'} this source${r.sourceRange.enforced ? '' : ' (not enforced on this path)'}`);
   if (r.affinity) {
@@ -98,6 +103,24 @@ export const traceCommand = {
     if (cookie !== undefined && !/^\d+$/.test(cookie)) throw new UsageError(`--netns-cookie ${JSON.stringify(cookie)}: expected a number`);
     const output = a.flags.get('output') ?? 'table';
     if (output !== 'json' && output !== 'table') throw new UsageError(`-o ${output}: use json or table`);
+    if (isIp6(client.address) !== isIp6(destination.address)) {
+      throw new UsageError(`source ${src} and destination ${dst}: give both of the same family (a dual-stack socket's ::ffff:a.b.c.d is traced as IPv4)`);
+    }
+    if (isIp6(destination.address)) {
+      if (path !== 'socket') throw new UsageError(`--path ${a.flags.get('path')}: IPv6 is traced on the socket path only (the TC and pod-veth paths of this build are IPv4)`);
+      const result6 = withMaps(bpffs, (maps) => {
+        if (!maps.v6) throw new UsageError(`the maps under ${bpffs} have no IPv6 tables (pinned by an IPv4-only Sluice)`);
+        const v6 = maps.v6;
+        const names = maps.serviceNames ? readServiceNames(maps.serviceNames) : new Map();
+        return trace6({ client: client.address, clientPort: client.port, ...destination }, {
+          service: (k) => v6.services.get(k),
+          backend: (id) => v6.backends.get(id),
+          serviceName: (revNatId, proto) => serviceNameOf(names, revNatId, proto),
+        });
+      });
+      process.stdout.write(output === 'json' ? JSON.stringify(result6, null, 2) + '\n' : renderTrace(result6));
+      return 0;
+    }
     const result = withMaps(bpffs, (maps) => {
       const opened: BpfMap[] = [];
       try {

@@ -89,6 +89,7 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // sockets from user space: its layout must only ever grow compatibly.
   [abi.SLUICE_MAP_SOCK4]: { kind: 'drop', reason: 'per-socket state cannot be copied from user space: existing sockets lose their reverse translation (keep lb4_sock_state compatible instead)' },
   [abi.SLUICE_MAP_SOCKTERM4]: { kind: 'rebuild' },
+  [abi.SLUICE_MAP_SOCKTERM6]: { kind: 'rebuild' },
   // TCP's reverse pairs, keyed by socket cookie (never reused): carried, so
   // open connections keep showing their Service in getpeername.
   [abi.SLUICE_MAP_SOCK_TCP4]: { kind: 'carry' },

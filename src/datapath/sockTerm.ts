@@ -2,8 +2,9 @@
 // the socket LB connected to them (bpf/sock_destroy.bpf.c), so applications
 // reconnect and their new connect() lands on a live backend.
 //
-// How one pass works: the deleted backends go into SLUICE_MAP_SOCKTERM4, the
-// UDP (and, when enabled, TCP) iterator runs once in the agent's own network
+// How one pass works: the deleted backends go into SLUICE_MAP_SOCKTERM4 (IPv4)
+// and SLUICE_MAP_SOCKTERM6 (IPv6), the UDP (and, when enabled, TCP) iterators
+// of the families that have any run once in the agent's own network
 // namespace and once in every Pod namespace it is told about, then the map is
 // emptied. Socket iterators walk the namespace of the thread that created the
 // iterator fd, so for a Pod the agent enters the namespace for one
@@ -21,7 +22,7 @@ import { BpfObject } from '../bpf/object';
 import { BpfIterator, readIter } from '../bpf/iter';
 import { inNetns, netnsInode } from '../bpf/netns';
 import { ensureBpffsDir } from '../bpf/bpffs';
-import { ip4ToNumber, isIp6, numberToIp4, protoNumber, protoName, type ProtoName } from './addr';
+import { bytesToIp6, hostPort, ip4ToNumber, ip6ToBytes, isIp6, numberToIp4, protoNumber, protoName, type ProtoName } from './addr';
 import { TypedMap, u8Codec } from './typedMap';
 import { bpfObjectPath } from './sockLb';
 
@@ -33,7 +34,7 @@ export interface RemovedBackend {
 
 export interface DestroyedSocket {
   cookie: bigint;
-  backend: string; // address:port/proto
+  backend: string; // address:port/proto, [v6]:port/proto
   netns: string;
   /** bpf_sock_destroy()'s result: 0, or a negative errno. */
   result: number;
@@ -81,7 +82,9 @@ export class StaleSocketTerminator {
   private constructor(
     private readonly obj: BpfObject,
     private readonly filter: TypedMap<abi.Lb4SockTermKey, number>,
-    private readonly iterators: Map<ProtoName, BpfIterator>,
+    private readonly filter6: TypedMap<abi.Lb6SockTermKey, number>,
+    /** Per family: AF_INET6 sockets connected to ::ffff:a.b.c.d are the IPv4 iterators' (their state is IPv4). */
+    private readonly iterators: Record<Family, Map<ProtoName, BpfIterator>>,
     private readonly netnsSources: string[],
   ) {}
 
@@ -93,24 +96,27 @@ export class StaleSocketTerminator {
   /** Load the iterators next to the pinned socket-LB maps; throws (with the reason) where the kernel cannot. */
   static load(opts: StaleSocketOptions): StaleSocketTerminator {
     const obj = BpfObject.open(bpfObjectPath('sock_destroy.bpf.o'), { pinDir: opts.bpffs });
-    const iterators = new Map<ProtoName, BpfIterator>();
+    const iterators: Record<Family, Map<ProtoName, BpfIterator>> = { 4: new Map(), 6: new Map() };
     try {
       obj.load();
       const filter = new TypedMap(obj.map(abi.SLUICE_MAP_SOCKTERM4), abi.lb4_sock_term_keyCodec, u8Codec);
+      const filter6 = new TypedMap(obj.map(abi.SLUICE_MAP_SOCKTERM6), abi.lb6_sock_term_keyCodec, u8Codec);
       filter.deleteMany([...filter.entries()].map(([k]) => k)); // a crash mid-pass left these
+      filter6.deleteMany([...filter6.entries()].map(([k]) => k));
       const dir = sockTermDir(opts.bpffs);
       ensureBpffsDir(dir);
-      const wanted: Array<[ProtoName, string]> = [['udp', abi.SLUICE_PROG_SOCKTERM_UDP]];
-      if (opts.tcp) wanted.push(['tcp', abi.SLUICE_PROG_SOCKTERM_TCP]);
-      for (const proto of ['udp', 'tcp'] as const) fs.rmSync(path.join(dir, proto), { force: true });
-      for (const [proto, prog] of wanted) {
+      // Pinned as udp, tcp (IPv4) and udp6, tcp6.
+      const wanted: Array<[Family, ProtoName, string]> = [[4, 'udp', abi.SLUICE_PROG_SOCKTERM_UDP], [6, 'udp', abi.SLUICE_PROG_SOCKTERM_UDP6]];
+      if (opts.tcp) wanted.push([4, 'tcp', abi.SLUICE_PROG_SOCKTERM_TCP], [6, 'tcp', abi.SLUICE_PROG_SOCKTERM_TCP6]);
+      for (const pin of ['udp', 'tcp', 'udp6', 'tcp6']) fs.rmSync(path.join(dir, pin), { force: true });
+      for (const [family, proto, prog] of wanted) {
         const it = BpfIterator.attach(obj.program(prog));
-        iterators.set(proto, it);
-        it.pin(path.join(dir, proto));
+        iterators[family].set(proto, it);
+        it.pin(path.join(dir, family === 4 ? proto : `${proto}6`));
       }
-      return new StaleSocketTerminator(obj, filter, iterators, opts.netns);
+      return new StaleSocketTerminator(obj, filter, filter6, iterators, opts.netns);
     } catch (err) {
-      for (const it of iterators.values()) it.close();
+      for (const family of [4, 6] as const) for (const it of iterators[family].values()) it.close();
       obj.close();
       throw err;
     }
@@ -118,34 +124,44 @@ export class StaleSocketTerminator {
 
   /** Protocols whose sockets are ended. */
   get protocols(): ProtoName[] {
-    return [...this.iterators.keys()];
+    return [...this.iterators[4].keys()];
   }
 
   /** End the sockets connected (through the socket LB) to these deleted backends. */
   terminate(backends: RemovedBackend[]): TerminationReport {
     const report: TerminationReport = { destroyed: [], failed: [], namespaces: 0, namespaceErrors: [] };
-    const keys = backends
-      // IPv4 only: sockets connected to IPv6 backends are not ended yet (docs/design-ipv6.md).
-      .filter((b) => this.iterators.has(b.proto) && !isIp6(b.address))
-      .map((b): abi.Lb4SockTermKey => ({ address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto) }));
-    if (keys.length === 0) return report;
-    const protos = new Set(backends.map((b) => b.proto));
+    const wanted = backends.filter((b) => this.iterators[4].has(b.proto));
+    const v4 = wanted.filter((b) => !isIp6(b.address));
+    const v6 = wanted.filter((b) => isIp6(b.address));
+    const keys = v4.map((b): abi.Lb4SockTermKey => ({ address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto) }));
+    const keys6 = v6.map((b): abi.Lb6SockTermKey => ({ address: ip6ToBytes(b.address), port: b.port, proto: protoNumber(b.proto) }));
+    const walked = new Set<string>(); // a namespace walked for both families counts once
     // Larger sets are done in rounds of what the filter map holds.
     for (let i = 0; i < keys.length; i += abi.SLUICE_MAX_SOCKTERM4) {
       const round = keys.slice(i, i + abi.SLUICE_MAX_SOCKTERM4);
       this.filter.setMany(round.map((k) => [k, 1]));
       try {
-        this.walkNamespaces(protos, report);
+        this.walkNamespaces(4, new Set(v4.map((b) => b.proto)), report, walked);
       } finally {
         this.filter.deleteMany(round);
       }
     }
+    for (let i = 0; i < keys6.length; i += abi.SLUICE_MAX_SOCKTERM6) {
+      const round = keys6.slice(i, i + abi.SLUICE_MAX_SOCKTERM6);
+      this.filter6.setMany(round.map((k) => [k, 1]));
+      try {
+        this.walkNamespaces(6, new Set(v6.map((b) => b.proto)), report, walked);
+      } finally {
+        this.filter6.deleteMany(round);
+      }
+    }
+    report.namespaces = walked.size;
     return report;
   }
 
-  private walkNamespaces(protos: Set<ProtoName>, report: TerminationReport): void {
+  private walkNamespaces(family: Family, protos: Set<ProtoName>, report: TerminationReport, walked: Set<string>): void {
     const seen = new Set<bigint>([netnsInode('/proc/thread-self/ns/net')]);
-    this.runIn('host', undefined, protos, report);
+    this.runIn(family, 'host', undefined, protos, report, walked);
     if (this.podNamespacesOff) return;
     for (const ns of this.podNamespaces()) {
       let ino: bigint;
@@ -157,25 +173,25 @@ export class StaleSocketTerminator {
       }
       if (seen.has(ino)) continue;
       seen.add(ino);
-      this.runIn(ns, ns, protos, report);
+      this.runIn(family, ns, ns, protos, report, walked);
     }
   }
 
-  private runIn(label: string, nsPath: string | undefined, protos: Set<ProtoName>, report: TerminationReport): void {
+  private runIn(family: Family, label: string, nsPath: string | undefined, protos: Set<ProtoName>, report: TerminationReport, walked: Set<string>): void {
     try {
       // Create in the namespace, read back home: the walk is bound at create time.
       const fds: Array<[ProtoName, number]> = [];
       const create = () => {
-        for (const [proto, it] of this.iterators) if (protos.has(proto)) fds.push([proto, it.create()]);
+        for (const [proto, it] of this.iterators[family]) if (protos.has(proto)) fds.push([proto, it.create()]);
       };
       if (nsPath) inNetns(nsPath, create);
       else create();
-      report.namespaces++;
+      walked.add(label);
       for (const [proto, fd] of fds) {
-        for (const event of decodeEvents(readIter(fd, `${proto} sockets of ${label}`))) {
+        for (const event of decodeEvents(family, readIter(fd, `${proto} sockets of ${label}`))) {
           const socket: DestroyedSocket = {
             cookie: event.cookie,
-            backend: `${numberToIp4(event.address)}:${event.port}/${protoName(event.proto)}`,
+            backend: `${event.address}/${protoName(event.proto)}`,
             netns: label,
             result: event.result | 0,
           };
@@ -205,15 +221,21 @@ export class StaleSocketTerminator {
 
   /** Closes the object and the iterator links; the pins stay for the next agent to replace. */
   close(): void {
-    for (const it of this.iterators.values()) it.close();
+    for (const family of [4, 6] as const) for (const it of this.iterators[family].values()) it.close();
     this.obj.close();
   }
 }
 
-function decodeEvents(buf: Buffer): abi.Lb4SockTermEvent[] {
-  const events: abi.Lb4SockTermEvent[] = [];
-  for (let off = 0; off + abi.LB4_SOCK_TERM_EVENT_SIZE <= buf.length; off += abi.LB4_SOCK_TERM_EVENT_SIZE) {
-    events.push(abi.decodeLb4SockTermEvent(buf, off));
+type Family = 4 | 6;
+
+/** The iterator's records, the backend as `address:port` ([v6]:port). */
+function decodeEvents(family: Family, buf: Buffer): Array<{ cookie: bigint; address: string; proto: number; result: number }> {
+  const size = family === 4 ? abi.LB4_SOCK_TERM_EVENT_SIZE : abi.LB6_SOCK_TERM_EVENT_SIZE;
+  const events = [];
+  for (let off = 0; off + size <= buf.length; off += size) {
+    const e = family === 4 ? abi.decodeLb4SockTermEvent(buf, off) : abi.decodeLb6SockTermEvent(buf, off);
+    const address = typeof e.address === 'number' ? numberToIp4(e.address) : bytesToIp6(e.address);
+    events.push({ cookie: e.cookie, address: hostPort(address, e.port), proto: e.proto, result: e.result });
   }
   return events;
 }

@@ -100,7 +100,7 @@ test('UDP: only the socket the LB connected to the deleted backend is destroyed;
   const t = StaleSocketTerminator.load({ bpffs: sb.bpffs, tcp: false, netns: [`/run/netns/${sb.netns}`] });
   try {
     assert.deepEqual(staleSocketStatus(sb.bpffs).protocols, ['udp']);
-    // An IPv6 backend in the same pass (dual-stack Service) must not stop the IPv4 ones: IPv6 sockets are not ended yet (issue 14).
+    // An IPv6 backend in the same pass (dual-stack Service) must not stop the IPv4 ones (IPv6: sock_destroy6.test.ts).
     const report = t.terminate([{ address: GONE, port: 8080, proto: 'udp' }, { address: 'fd00:18::9', port: 8080, proto: 'udp' }, { address: GONE, port: 9090, proto: 'tcp' }]);
     assert.deepEqual(report.namespaceErrors, []);
     assert.equal(report.namespaces, 2, 'the agent\'s own namespace and the test namespace');

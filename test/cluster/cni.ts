@@ -129,6 +129,11 @@ export function podIPv4(result: CniResult): string {
   return ip.address.split('/')[0] ?? '';
 }
 
+/** The pod's IPv6 address (without prefix length), when the network gave it one (dual-stack). */
+export function podIPv6(result: CniResult): string | undefined {
+  return (result.ips ?? []).find((i) => i.address.includes(':'))?.address.split('/')[0];
+}
+
 /**
  * The node's pod network: the real `bridge` plugin (bridge = gateway, no
  * masquerade, no default route: only the service range and the cluster's pod
@@ -137,6 +142,8 @@ export function podIPv4(result: CniResult): string {
  */
 export function podNetworkConfList(opts: {
   name: string; bridge: string; podCidr: string; ipamDataDir: string; serviceCidr: string; clusterCidr: string; nodeCidr: string;
+  /** Dual-stack: the IPv6 twins (host-local with two ranges, as a dual-stack conflist has). */
+  podCidr6?: string; serviceCidr6?: string; clusterCidr6?: string; nodeCidr6?: string;
   extraPlugins?: PluginConf[];
 }): NetConfList {
   return {
@@ -148,10 +155,11 @@ export function podNetworkConfList(opts: {
         hairpinMode: true, promiscMode: false,
         ipam: {
           type: 'host-local',
-          ranges: [[{ subnet: opts.podCidr }]],
+          ranges: [[{ subnet: opts.podCidr }], ...(opts.podCidr6 ? [[{ subnet: opts.podCidr6 }]] : [])],
           // Service VIPs, the other nodes' pods and the node addresses (NodePorts) go via the
           // bridge (the node); nothing else is routed.
-          routes: [{ dst: opts.serviceCidr }, { dst: opts.clusterCidr }, { dst: opts.nodeCidr }],
+          routes: [opts.serviceCidr, opts.clusterCidr, opts.nodeCidr, opts.serviceCidr6, opts.clusterCidr6, opts.nodeCidr6]
+            .filter((dst): dst is string => !!dst).map((dst) => ({ dst })),
           dataDir: opts.ipamDataDir,
         },
       },

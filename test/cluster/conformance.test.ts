@@ -34,6 +34,9 @@ const EXT_IP_LOCAL = '198.18.100.21';
 const EXT_IP_CLUSTER = '198.18.100.22';
 const LB = { cluster: '198.18.200.21', local: '198.18.200.22', noNodePorts: '198.18.200.23', ranges: '198.18.200.24', morph: '198.18.200.25' };
 const MODES: KubeProxyMode[] = ['iptables', 'nftables'];
+/** Dual-stack scenarios (issue 14): an IPv6 ExternalIP and LoadBalancer IP (fd00::/8, only inside the test namespaces). */
+const EXT_IP6 = 'fd00:100::21';
+const LB6 = 'fd00:200::21';
 /** How long the two proxies get to agree after kube-proxy's first sync (Sluice may still be applying the last change). */
 const SETTLE_MS = 20_000;
 
@@ -71,6 +74,14 @@ const SCENARIOS: Record<string, string> = {
   'alg-mh-lb': 'annotated mh (IPVS name; LoadBalancer-less NodePort + ExternalIP)',
   'alg-rr': 'annotated round-robin (ClusterIP)',
   'alg-sh': 'annotated source-hash (NodePort eTP Local)',
+  // Dual-stack (issue 14): the API server has an IPv4 and an IPv6 Service CIDR, pods have both families.
+  'ds-prefer': 'dual-stack PreferDualStack (NodePort + IPv4/IPv6 ExternalIPs)',
+  'ds-require-v6-primary': 'dual-stack RequireDualStack, IPv6 primary (TCP+UDP)',
+  'ds-etp-local': 'dual-stack PreferDualStack NodePort eTP Local',
+  'v6-single': 'IPv6 SingleStack (NodePort)',
+  'v6-lb': 'IPv6 SingleStack LoadBalancer (IPv6 ingress IP)',
+  'v6-no-endpoints': 'IPv6 SingleStack, no endpoints',
+  'ds-affinity': 'dual-stack RequireDualStack, sessionAffinity ClientIP',
 };
 
 interface PhaseResult { phase: string; mode: KubeProxyMode; rows: ConformanceRow[] }
@@ -164,7 +175,7 @@ async function compareNode(c: Cluster, node: ClusterNode, mode: KubeProxyMode): 
     const services = await listServices(c);
     const owner = frontendOwners(services, node);
     const localETP = new Set(services.filter((s) => s.spec?.externalTrafficPolicy === 'Local').map((s) => s.metadata?.name ?? ''));
-    const opts = { serviceCidrs: [c.serviceCidr], loadBalancerIPs: Object.values(LB) };
+    const opts = { serviceCidrs: [c.serviceCidr, c.serviceCidr6], loadBalancerIPs: [...Object.values(LB), LB6] };
     const view = await sluiceServices(node);
     rows = [];
     for (const path of ['external', 'internal'] as TrafficPath[]) {
@@ -235,7 +246,8 @@ async function affinityRows(node: ClusterNode, mode: KubeProxyMode, services: V1
     const addresses = [...(s.spec?.clusterIPs ?? []), ...(s.spec?.externalIPs ?? []),
       ...(s.status?.loadBalancer?.ingress ?? []).map((i) => i.ip).filter((ip): ip is string => !!ip)];
     const vips = new Set(addresses.flatMap((ip) => (s.spec?.ports ?? []).map((p) => frontendKey(ip, p.port, p.protocol ?? 'TCP'))));
-    const nodePorts = new Set((s.spec?.ports ?? []).filter((p) => p.nodePort).map((p) => frontendKey(node.ip, p.nodePort!, p.protocol ?? 'TCP')));
+    const nodePorts = new Set((s.spec?.ports ?? []).filter((p) => p.nodePort)
+      .flatMap((p) => nodeAddressesOf(s, node).map((ip) => frontendKey(ip, p.nodePort!, p.protocol ?? 'TCP'))));
     const sl = new Set(view.filter((v) => vips.has(v.frontend) || nodePorts.has(v.frontend))
       .map((v) => (v.affinityTimeoutSeconds ? `timeout ${v.affinityTimeoutSeconds}s` : 'none')));
     const a = [...kp].sort();
@@ -277,10 +289,16 @@ function expectedFrontends(services: V1Service[], node: ClusterNode): Map<string
       for (const ip of s.spec?.clusterIPs ?? []) if (ip !== 'None') owner.set(`clusterIP ${frontendKey(ip, p.port, proto)}`, name);
       for (const ip of s.spec?.externalIPs ?? []) owner.set(`externalIP ${frontendKey(ip, p.port, proto)}`, name);
       for (const ip of ingress) owner.set(`loadBalancerIP ${frontendKey(ip, p.port, proto)}`, name);
-      if (p.nodePort) owner.set(`nodePort ${frontendKey(node.ip, p.nodePort, proto)}`, name);
+      if (p.nodePort) for (const ip of nodeAddressesOf(s, node)) owner.set(`nodePort ${frontendKey(ip, p.nodePort, proto)}`, name);
     }
   }
   return owner;
+}
+
+/** The node addresses a Service's NodePorts open on: the node's primary address of each of the Service's families. */
+function nodeAddressesOf(s: V1Service, node: ClusterNode): string[] {
+  const families = s.spec?.ipFamilies ?? ['IPv4'];
+  return families.map((f) => (f === 'IPv6' ? node.ip6 : node.ip));
 }
 
 /** Frontends the morph Service had in earlier phases: a proxy still programming one is a stale rule. */
@@ -392,6 +410,25 @@ async function createScenarios(c: Cluster): Promise<void> {
   await annotated('alg-mh-lb', 'mh', { type: 'NodePort', externalIPs: [EXT_IP_CLUSTER], selector: web, ports: [http(8087)] });
   await annotated('alg-rr', 'rr', { selector: web, ports: [http(8088)] });
   await annotated('alg-sh', 'sh', { type: 'NodePort', externalTrafficPolicy: 'Local', selector: web, ports: [http(8089)] });
+
+  // Dual-stack and IPv6 Services: the EndpointSlice controller writes one slice per family.
+  await svc(c, 'ds-prefer', {
+    type: 'NodePort', ipFamilyPolicy: 'PreferDualStack', externalIPs: [EXT_IP_CLUSTER, EXT_IP6], selector: web, ports: [http(8090)],
+  });
+  await svc(c, 'ds-require-v6-primary', {
+    ipFamilyPolicy: 'RequireDualStack', ipFamilies: ['IPv6', 'IPv4'], selector: web,
+    ports: [http(8091), { name: 'dns', port: 53, targetPort: 'dns' as never, protocol: 'UDP' }],
+  });
+  await svc(c, 'ds-etp-local', { type: 'NodePort', ipFamilyPolicy: 'PreferDualStack', externalTrafficPolicy: 'Local', selector: web, ports: [http(8092)] });
+  await svc(c, 'v6-single', { type: 'NodePort', ipFamilyPolicy: 'SingleStack', ipFamilies: ['IPv6'], selector: web, ports: [http(8093)] });
+  await svc(c, 'v6-lb', {
+    // No loadBalancerSourceRanges: IPv6 source ranges are not programmed yet (docs/design-ipv6.md).
+    type: 'LoadBalancer', ipFamilyPolicy: 'SingleStack', ipFamilies: ['IPv6'], selector: web, ports: [http(8094)],
+  }, LB6);
+  await svc(c, 'v6-no-endpoints', { ipFamilyPolicy: 'SingleStack', ipFamilies: ['IPv6'], selector: { app: 'nothing' }, ports: [http(8095)] });
+  await svc(c, 'ds-affinity', {
+    ipFamilyPolicy: 'RequireDualStack', sessionAffinity: 'ClientIP', sessionAffinityConfig: { clientIP: { timeoutSeconds: 900 } }, selector: web, ports: [http(8096)],
+  });
 
   // Selector-less: an Endpoints object the mirroring controller turns into a slice.
   await svc(c, 'selectorless-endpoints', { ports: [{ name: 'http', port: 80, targetPort: 8080 as never, protocol: 'TCP' }] });

@@ -12,6 +12,8 @@ import { FatalWaitError, startProcess, tailLog, waitFor, isAlive, type ManagedPr
 /** Service VIPs are only ever allocated by the API server; they exist as addresses only inside test namespaces. */
 export const SERVICE_CIDR = '10.96.0.0/16';
 export const KUBERNETES_SERVICE_IP = '10.96.0.1';
+/** The second Service CIDR (issue 14): the API server is dual-stack, IPv4 primary, like --service-cluster-ip-range=v4,v6. */
+export const SERVICE_CIDR6 = 'fd00:10:96::/112';
 
 export interface ControlPlane {
   dir: string;
@@ -123,7 +125,7 @@ export async function startControlPlane(bin: Binaries, dir: string, processes: M
     `--service-account-key-file=${pki.serviceAccountPub}`,
     `--service-account-signing-key-file=${pki.serviceAccountKey}`,
     '--service-account-issuer=https://kubernetes.default.svc',
-    `--service-cluster-ip-range=${SERVICE_CIDR}`,
+    `--service-cluster-ip-range=${SERVICE_CIDR},${SERVICE_CIDR6}`,
     '--authorization-mode=Node,RBAC',
     // Pods here have no service account token to mount (there is no kubelet).
     '--disable-admission-plugins=ServiceAccount',

@@ -11,9 +11,9 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { ensureBinaries, type Binaries } from './binaries';
 import { podNetworkConfList, type PluginConf } from './cni';
-import { SERVICE_CIDR, startControlPlane, type ControlPlane } from './controlPlane';
+import { SERVICE_CIDR, SERVICE_CIDR6, startControlPlane, type ControlPlane } from './controlPlane';
 import { cleanupKubeProxyRules, startKubeProxy, type KubeProxy, type KubeProxyMode } from './kubeProxy';
-import { CLUSTER_POD_CIDR, NODE_CIDR, createFabric, createFabricClient, createNode, waitForApiInNode, type ClusterNode } from './nodes';
+import { CLUSTER_POD_CIDR, CLUSTER_POD_CIDR6, NODE_CIDR, NODE_CIDR6, createFabric, createFabricClient, createNode, waitForApiInNode, type ClusterNode } from './nodes';
 import { createPod, serveHttp, type ClusterPod, type Place, type PodSpec } from './pods';
 import { cgroup2Mount, createCgroup, inCgroupAndNetns } from './cgroup';
 import { run, startProcess, stopPid, waitFor, type ManagedProcess } from './proc';
@@ -42,6 +42,8 @@ export interface Cluster {
   kubeconfigPath: string;
   server: string;
   serviceCidr: string;
+  /** The IPv6 Service CIDR (the API server is dual-stack, IPv4 primary). */
+  serviceCidr6: string;
   clusterPodCidr: string;
   kc: KubeConfig;
   core: CoreV1Api;
@@ -145,13 +147,14 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<StartResu
     const conflistFor = (node: ClusterNode) => podNetworkConfList({
       name: `sluice-test-${node.name}`, bridge: node.bridge, podCidr: node.podCidr,
       ipamDataDir: join(dir, 'ipam', node.name), serviceCidr: SERVICE_CIDR, clusterCidr: CLUSTER_POD_CIDR, nodeCidr: NODE_CIDR,
+      podCidr6: node.podCidr6, serviceCidr6: SERVICE_CIDR6, clusterCidr6: CLUSTER_POD_CIDR6, nodeCidr6: NODE_CIDR6,
       extraPlugins: opts.extraCniPlugins,
     });
     let closed = false;
 
     const cluster: Cluster = {
       dir, prefix, cgroupRoot, binaries, kubeconfigPath: cp.kubeconfigPath, server: cp.server,
-      serviceCidr: SERVICE_CIDR, clusterPodCidr: CLUSTER_POD_CIDR,
+      serviceCidr: SERVICE_CIDR, serviceCidr6: SERVICE_CIDR6, clusterPodCidr: CLUSTER_POD_CIDR,
       kc, core, discovery, nodes, pods, kubeProxies,
 
       async addPod(spec) {

@@ -6,7 +6,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Binaries } from './binaries';
 import { inNetns } from './netns';
-import { CLUSTER_POD_CIDR, type ClusterNode } from './nodes';
+import { CLUSTER_POD_CIDR, CLUSTER_POD_CIDR6, type ClusterNode } from './nodes';
 import { FatalWaitError, isAlive, startProcess, tailLog, waitFor, type ManagedProcess } from './proc';
 
 export type KubeProxyMode = 'iptables' | 'nftables';
@@ -38,7 +38,8 @@ export function kubeProxyConfig(node: ClusterNode, mode: KubeProxyMode): string 
     `hostnameOverride: ${node.name}`,
     'clientConnection:',
     `  kubeconfig: ${node.kubeconfigPath}`,
-    `clusterCIDR: ${CLUSTER_POD_CIDR}`,
+    // Dual-stack: kube-proxy runs an IPv4 and an IPv6 proxier (ip6tables / table ip6 kube-proxy).
+    `clusterCIDR: ${CLUSTER_POD_CIDR},${CLUSTER_POD_CIDR6}`,
     'detectLocalMode: ClusterCIDR',
     // NodePorts on the node's own (Node object) addresses, so the rules name them.
     'nodePortAddresses: ["primary"]',
@@ -74,19 +75,36 @@ export async function startKubeProxy(bin: Binaries, node: ClusterNode, mode: Kub
   return { node, mode, process: proc, configPath };
 }
 
+/** Both families' proxiers have written a full sync. */
 async function hasSynced(node: ClusterNode, mode: KubeProxyMode): Promise<boolean> {
   if (mode === 'iptables') {
-    const out = await inNetns(node.netns, ['iptables-save', '-t', 'nat']);
-    // A full sync always ends KUBE-SERVICES with the jump to KUBE-NODEPORTS (for the node's address).
-    return /^-A KUBE-SERVICES .*-j KUBE-NODEPORTS$/m.test(out);
+    for (const save of ['iptables-save', 'ip6tables-save']) {
+      const out = await inNetns(node.netns, [save, '-t', 'nat']);
+      // A full sync always ends KUBE-SERVICES with the jump to KUBE-NODEPORTS (for the node's address).
+      if (!/^-A KUBE-SERVICES .*-j KUBE-NODEPORTS$/m.test(out)) return false;
+    }
+    return true;
   }
-  const out = await inNetns(node.netns, ['nft', 'list', 'table', 'ip', 'kube-proxy']).catch(() => '');
-  return out.includes('service-ips');
+  for (const family of ['ip', 'ip6']) {
+    const out = await inNetns(node.netns, ['nft', 'list', 'table', family, 'kube-proxy']).catch(() => '');
+    if (!out.includes('service-ips')) return false;
+  }
+  return true;
 }
 
-/** The rules kube-proxy wrote in the node's namespace, in the text form the oracle parses. */
+/**
+ * Between the IPv4 and the IPv6 half of an iptables dump: kube-proxy names
+ * its chains alike in both families (the hash is of the Service port), so
+ * the oracle parses each half on its own.
+ */
+export const IP6TABLES_SEPARATOR = '# ---- ip6tables-save ----';
+
+/** The rules kube-proxy wrote in the node's namespace (both families), in the text form the oracle parses. */
 export async function dumpRules(node: ClusterNode, mode: KubeProxyMode): Promise<string> {
-  if (mode === 'iptables') return inNetns(node.netns, ['iptables-save']);
+  if (mode === 'iptables') {
+    return `${await inNetns(node.netns, ['iptables-save'])}\n${IP6TABLES_SEPARATOR}\n${await inNetns(node.netns, ['ip6tables-save'])}`;
+  }
+  // Both tables (ip and ip6 kube-proxy); the parser keeps the families apart.
   return inNetns(node.netns, ['nft', '-j', 'list', 'ruleset']);
 }
 

@@ -21,8 +21,9 @@
 //
 // Keys are "<address>:<port>/<proto>" ("[v6]:port/proto"), backends
 // "podIP:port", sorted; one record per frontend kind.
+import { BlockList, isIP } from 'node:net';
 import type { ClusterNode } from './nodes';
-import { dumpRules, type KubeProxyMode } from './kubeProxy';
+import { dumpRules, IP6TABLES_SEPARATOR, type KubeProxyMode } from './kubeProxy';
 
 export type FrontendKind = 'clusterIP' | 'externalIP' | 'loadBalancerIP' | 'nodePort';
 export const FRONTEND_KINDS: FrontendKind[] = ['clusterIP', 'externalIP', 'loadBalancerIP', 'nodePort'];
@@ -84,7 +85,7 @@ export function toBackendSets(frontends: OracleFrontend[]): BackendSets {
 /** Read the rules kube-proxy wrote in `node`'s namespace and return its backend sets. */
 export async function kubeProxyBackendSets(node: ClusterNode, mode: KubeProxyMode, opts: ParseOptions = {}): Promise<BackendSets> {
   const text = await dumpRules(node, mode);
-  const withNode: ParseOptions = { ...opts, nodeAddresses: opts.nodeAddresses ?? [node.ip] };
+  const withNode: ParseOptions = { ...opts, nodeAddresses: opts.nodeAddresses ?? [node.ip, node.ip6] };
   return toBackendSets(mode === 'iptables' ? parseIptablesSave(text, withNode) : parseNftJson(text, withNode));
 }
 
@@ -94,21 +95,19 @@ function stripPrefixLen(cidr: string): string {
   return cidr.replace(/\/(32|128)$/, '');
 }
 
-function ipv4ToInt(a: string): number | undefined {
-  const p = a.split('.').map(Number);
-  if (p.length !== 4 || p.some((x) => !Number.isInteger(x) || x < 0 || x > 255)) return undefined;
-  return (((p[0]! << 24) >>> 0) + (p[1]! << 16) + (p[2]! << 8) + p[3]!) >>> 0;
-}
-
+/** Either family (a dual-stack cluster has an IPv4 and an IPv6 Service CIDR). */
 function inCidr(address: string, cidr: string): boolean {
   const [net, lenText] = cidr.split('/');
-  const a = ipv4ToInt(address);
-  const n = ipv4ToInt(net ?? '');
-  const len = Number(lenText);
-  if (a === undefined || n === undefined || !Number.isInteger(len)) return false;
-  if (len === 0) return true;
-  const mask = (~0 << (32 - len)) >>> 0;
-  return ((a & mask) >>> 0) === ((n & mask) >>> 0);
+  const family = isIP(address);
+  if (family === 0 || isIP(net ?? '') !== family) return false;
+  const list = new BlockList();
+  list.addSubnet(net!, Number(lenText), family === 6 ? 'ipv6' : 'ipv4');
+  return list.check(address, family === 6 ? 'ipv6' : 'ipv4');
+}
+
+/** The address families of a node's address list, for "every local address" NodePorts of one family's rules. */
+function ofFamily(addresses: string[] | undefined, family: 4 | 6): string[] | undefined {
+  return addresses?.filter((a) => (isIP(a) === 6) === (family === 6));
 }
 
 function kindOfAddress(address: string, opts: ParseOptions): FrontendKind {
@@ -232,8 +231,20 @@ function commentService(comment: string | undefined): string | undefined {
   return comment.split(' ')[0];
 }
 
-/** Parse `iptables-save` output (nat and filter tables) into frontends with their backend sets. */
+/**
+ * Parse `iptables-save` output (nat and filter tables) into frontends with
+ * their backend sets. A dual-stack dump (kubeProxy.ts dumpRules) is the
+ * iptables-save output, IP6TABLES_SEPARATOR, then the ip6tables-save output:
+ * each half is parsed on its own (kube-proxy names both families' chains alike).
+ */
 export function parseIptablesSave(text: string, opts: ParseOptions = {}): OracleFrontend[] {
+  const [v4, v6] = text.split(IP6TABLES_SEPARATOR);
+  const out = parseIptablesFamily(v4 ?? '', { ...opts, nodeAddresses: ofFamily(opts.nodeAddresses, 4) });
+  if (v6 !== undefined) out.push(...parseIptablesFamily(v6, { ...opts, nodeAddresses: ofFamily(opts.nodeAddresses, 6) }));
+  return out;
+}
+
+function parseIptablesFamily(text: string, opts: ParseOptions): OracleFrontend[] {
   const { nat, filter } = parseIptTables(text);
   const out: OracleFrontend[] = [];
   const nodePortAddresses: string[] = [];
@@ -315,11 +326,12 @@ function asRecord(v: Json): Record<string, Json> | undefined {
   return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, Json>) : undefined;
 }
 
-function parseNftRuleset(text: string): NftRuleset {
+/** kube-proxy's table of one family ('ip' or 'ip6'): both name their chains, maps and sets alike. */
+function parseNftRuleset(text: string, family: 'ip' | 'ip6'): NftRuleset {
   const doc = asRecord(JSON.parse(text));
   const items = Array.isArray(doc?.nftables) ? (doc.nftables as Json[]) : [];
   const rs: NftRuleset = { chains: new Map(), maps: new Map(), sets: new Map() };
-  const ours = (o: Record<string, Json>): boolean => o.table === 'kube-proxy' && (o.family === 'ip' || o.family === 'ip6');
+  const ours = (o: Record<string, Json>): boolean => o.table === 'kube-proxy' && o.family === family;
   for (const item of items) {
     const rec = asRecord(item);
     if (!rec) continue;
@@ -413,9 +425,15 @@ function setAddresses(elems: Json[]): string[] {
   }).filter((a) => a !== '');
 }
 
-/** Parse `nft -j list ruleset` (kube-proxy's ip/ip6 tables) into frontends with their backend sets. */
+/** Parse `nft -j list ruleset` (kube-proxy's ip and ip6 tables, each on its own) into frontends with their backend sets. */
 export function parseNftJson(text: string, opts: ParseOptions = {}): OracleFrontend[] {
-  const rs = parseNftRuleset(text);
+  return [
+    ...parseNftFamily(parseNftRuleset(text, 'ip'), { ...opts, nodeAddresses: ofFamily(opts.nodeAddresses, 4) }),
+    ...parseNftFamily(parseNftRuleset(text, 'ip6'), { ...opts, nodeAddresses: ofFamily(opts.nodeAddresses, 6) }),
+  ];
+}
+
+function parseNftFamily(rs: NftRuleset, opts: ParseOptions): OracleFrontend[] {
   const out: OracleFrontend[] = [];
   const classify = (address: string, target: string): FrontendKind =>
     target.startsWith('external-') ? (kindOfAddress(address, opts) === 'loadBalancerIP' ? 'loadBalancerIP' : 'externalIP')
@@ -483,10 +501,22 @@ function serviceFromChain(chain: string): string | undefined {
  * entries (any address of opts.loadBalancerIPs, as /32) are left out.
  */
 export function parseSourceRanges(text: string, mode: KubeProxyMode, opts: ParseOptions = {}): Record<string, string[]> {
-  const lbHosts = new Set((opts.loadBalancerIPs ?? []).map((ip) => `${ip}/32`));
-  const clean = (cidrs: string[]): string[] => sortedUnique(cidrs.map((c) => (c.includes('/') ? c : `${c}/32`)).filter((c) => !lbHosts.has(c)));
+  const host = (ip: string): string => `${ip}/${isIP(ip) === 6 ? 128 : 32}`;
+  const lbHosts = new Set((opts.loadBalancerIPs ?? []).map(host));
+  const clean = (cidrs: string[]): string[] => sortedUnique(cidrs.map((c) => (c.includes('/') ? c : host(c))).filter((c) => !lbHosts.has(c)));
   const out: Record<string, string[]> = {};
   if (mode === 'iptables') {
+    // Frontend keys differ by family: the two halves (see parseIptablesSave) can go into one record.
+    for (const half of text.split(IP6TABLES_SEPARATOR)) Object.assign(out, iptSourceRanges(half, clean));
+    return out;
+  }
+  for (const family of ['ip', 'ip6'] as const) Object.assign(out, nftSourceRanges(parseNftRuleset(text, family), clean));
+  return out;
+}
+
+function iptSourceRanges(text: string, clean: (cidrs: string[]) => string[]): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  {
     const { nat } = parseIptTables(text);
     for (const r of nat.get('KUBE-SERVICES') ?? []) {
       if (!r.target?.startsWith('KUBE-FW-')) continue;
@@ -498,9 +528,12 @@ export function parseSourceRanges(text: string, mode: KubeProxyMode, opts: Parse
         .map((x) => x.opts.get('-s')!).filter((s) => !s.startsWith('!'));
       out[frontendKey(stripPrefixLen(d), port, proto)] = clean(ranges);
     }
-    return out;
   }
-  const rs = parseNftRuleset(text);
+  return out;
+}
+
+function nftSourceRanges(rs: NftRuleset, clean: (cidrs: string[]) => string[]): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
   for (const elem of rs.maps.get('firewall-ips') ?? []) {
     const entry = mapEntry(elem);
     const [addr, proto, port] = entry?.key ?? [];

@@ -15,6 +15,8 @@ export async function inNetns(name: string, argv: string[], timeoutMs = 30_000):
 
 export async function createNetns(name: string): Promise<void> {
   await ip('netns', 'add', name);
+  // IPv6 on whatever the host's defaults: the cluster is dual-stack (fd00::/8 only).
+  await inNetns(name, ['sysctl', '-q', '-w', 'net.ipv6.conf.all.disable_ipv6=0', 'net.ipv6.conf.default.disable_ipv6=0']);
   await ip('-n', name, 'link', 'set', 'lo', 'up');
 }
 

@@ -2,7 +2,10 @@
 // bridge inside its own namespace) on 198.18.0.0/24, each with a pod CIDR
 // 198.19.<i>.0/24 routed to it by the other nodes, and a Node object whose
 // InternalIP is its fabric address. There is no link to the machine and no
-// default route anywhere.
+// default route anywhere. Dual-stack (issue 14): every node also has an IPv6
+// fabric address fd00:18::<10+i>/64 and pod CIDR fd00:19:<i>::/64, both in
+// its Node object, so pods get both families and the EndpointSlice
+// controller writes IPv4 and IPv6 slices.
 import type { CoreV1Api, V1Node } from '@kubernetes/client-node';
 import { join } from 'node:path';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -14,6 +17,8 @@ import { run, startProcess, waitFor, type ManagedProcess } from './proc';
 export const FABRIC_CIDR_PREFIX = '198.18.0';
 export const CLUSTER_POD_CIDR = '198.19.0.0/16';
 export const NODE_CIDR = `${FABRIC_CIDR_PREFIX}.0/24`;
+export const CLUSTER_POD_CIDR6 = 'fd00:19::/48';
+export const NODE_CIDR6 = 'fd00:18::/64';
 /** The API server's address as seen from inside a node namespace (see forwarder.ts). */
 export const API_IN_NODE = '127.0.0.1:6443';
 
@@ -25,8 +30,11 @@ export interface ClusterNode {
   netns: string;
   /** InternalIP, on the fabric device `eth0` inside netns. */
   ip: string;
+  /** The IPv6 InternalIP, on `eth0` too. */
+  ip6: string;
   zone: string;
   podCidr: string;
+  podCidr6: string;
   /** The pod bridge the CNI bridge plugin creates inside netns. */
   bridge: string;
   /** Admin kubeconfig whose server is https://127.0.0.1:6443, valid inside netns. */
@@ -43,6 +51,14 @@ export function nodeAddress(index: number): string {
 
 export function nodePodCidr(index: number): string {
   return `198.19.${index}.0/24`;
+}
+
+export function nodeAddress6(index: number): string {
+  return `fd00:18::${10 + index}`;
+}
+
+export function nodePodCidr6(index: number): string {
+  return `fd00:19:${index}::/64`;
 }
 
 /** The fabric: a namespace holding one bridge that every node's eth0 plugs into. */
@@ -68,8 +84,10 @@ export async function createNode(opts: {
     index,
     netns: `${opts.prefix}-node-${index}`,
     ip: nodeAddress(index),
+    ip6: nodeAddress6(index),
     zone: index % 2 === 1 ? 'zone-a' : 'zone-b',
     podCidr: nodePodCidr(index),
+    podCidr6: nodePodCidr6(index),
     bridge: 'cni0',
     kubeconfigPath: join(opts.dir, `node-${index}.kubeconfig`),
     cgroup: createCgroup(join(opts.cgroupRoot, `node-${index}`)),
@@ -80,9 +98,12 @@ export async function createNode(opts: {
   await createVethPair(node.netns, 'eth0', opts.fabricNetns, `n${index}`);
   await ip('-n', opts.fabricNetns, 'link', 'set', `n${index}`, 'master', 'fabric0');
   await ip('-n', node.netns, 'addr', 'add', `${node.ip}/24`, 'dev', 'eth0');
+  await ip('-n', node.netns, 'addr', 'add', `${node.ip6}/64`, 'dev', 'eth0', 'nodad');
   await sysctl(node.netns, 'net.ipv4.ip_forward', '1');
+  await sysctl(node.netns, 'net.ipv6.conf.all.forwarding', '1');
   for (let j = 1; j <= opts.count; j++) {
     if (j !== index) await ip('-n', node.netns, 'route', 'add', nodePodCidr(j), 'via', nodeAddress(j));
+    if (j !== index) await ip('-n', node.netns, '-6', 'route', 'add', nodePodCidr6(j), 'via', nodeAddress6(j));
   }
 
   writeKubeconfig(node.kubeconfigPath, `https://${API_IN_NODE}`, opts.pki);
@@ -108,13 +129,13 @@ export async function registerNode(core: CoreV1Api, node: ClusterNode): Promise<
           'sluice.test/netns': node.netns,
         },
       },
-      spec: { podCIDR: node.podCidr, podCIDRs: [node.podCidr] },
+      spec: { podCIDR: node.podCidr, podCIDRs: [node.podCidr, node.podCidr6] },
     },
   });
   const now = new Date();
   const current = await core.readNode({ name: node.name });
   current.status = {
-    addresses: [{ type: 'InternalIP', address: node.ip }, { type: 'Hostname', address: node.name }],
+    addresses: [{ type: 'InternalIP', address: node.ip }, { type: 'InternalIP', address: node.ip6 }, { type: 'Hostname', address: node.name }],
     conditions: [{
       type: 'Ready', status: 'True', reason: 'SluiceTestHarness', message: 'node namespace is up',
       lastHeartbeatTime: now, lastTransitionTime: now,

@@ -4,7 +4,7 @@
 // kubelet would do — so the real EndpointSlice controller writes the slices.
 import type { CoreV1Api, V1ContainerPort, V1Pod } from '@kubernetes/client-node';
 import { join } from 'node:path';
-import { cniAdd, cniDel, podIPv4, type CniResult, type NetConfList } from './cni';
+import { cniAdd, cniDel, podIPv4, podIPv6, type CniResult, type NetConfList } from './cni';
 import { createCgroup, inCgroupAndNetns } from './cgroup';
 import { createNetns, deleteNetns, netnsPath } from './netns';
 import type { ClusterNode } from './nodes';
@@ -26,6 +26,8 @@ export interface ClusterPod {
   node: ClusterNode;
   netns: string;
   ip: string;
+  /** The IPv6 address (dual-stack network), else undefined. */
+  ip6?: string;
   containerId: string;
   cniResult: CniResult;
   conflist: NetConfList;
@@ -56,7 +58,7 @@ export async function createPod(opts: {
   };
   const cniResult = await cniAdd(opts.conflist, inv);
   const pod: ClusterPod = {
-    name: spec.name, namespace, node: spec.node, netns, ip: podIPv4(cniResult), containerId, cniResult, conflist: opts.conflist, cgroup,
+    name: spec.name, namespace, node: spec.node, netns, ip: podIPv4(cniResult), ip6: podIPv6(cniResult), containerId, cniResult, conflist: opts.conflist, cgroup,
   };
   opts.track(pod);
 
@@ -84,9 +86,9 @@ export async function setPodStatus(core: CoreV1Api, pod: ClusterPod, ready: bool
   current.status = {
     phase: 'Running',
     hostIP: pod.node.ip,
-    hostIPs: [{ ip: pod.node.ip }],
+    hostIPs: [{ ip: pod.node.ip }, { ip: pod.node.ip6 }],
     podIP: pod.ip,
-    podIPs: [{ ip: pod.ip }],
+    podIPs: [{ ip: pod.ip }, ...(pod.ip6 ? [{ ip: pod.ip6 }] : [])],
     startTime: now,
     conditions: [
       cond('PodScheduled', true), cond('Initialized', true),

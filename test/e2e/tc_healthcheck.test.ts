@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import * as http from 'node:http';
 import * as net from 'node:net';
 import { HealthCheckServer } from '../../src/datapath/tc/healthcheck';
+import { Sandbox } from '../helpers/sandbox';
 
 const hc = new HealthCheckServer({ addresses: ['127.0.0.1'] });
 after(() => hc.close());
@@ -67,5 +68,28 @@ test('an unhealthy proxy answers 503 even with endpoints', async () => {
     assert.equal(JSON.parse(r.body).serviceProxyHealthy, false);
   } finally {
     await sick.close();
+  }
+});
+
+test('with the agent\'s default addresses a healthCheckNodePort answers on IPv4 and IPv6 (kube-proxy listens on both families)', async () => {
+  // In a throwaway namespace: the server and the probes run there, never in the root namespace.
+  const sb = Sandbox.create('sluice-hc6');
+  try {
+    const script = `
+const http = require('http');
+const { HealthCheckServer } = require(${JSON.stringify(require.resolve('../../src/datapath/tc/healthcheck'))});
+const { defaultConfig } = require(${JSON.stringify(require.resolve('../../src/agent/config'))});
+const get = (host) => new Promise((r) => http.get({ host, port: 10997, agent: false }, (res) => { res.resume(); r(res.statusCode); }).on('error', (e) => r(e.code)));
+(async () => {
+  const hc = new HealthCheckServer({ addresses: defaultConfig().healthCheckAddresses });
+  await hc.syncServices([{ namespace: 'v6', name: 'web', port: 10997 }]);
+  hc.syncEndpoints({ 'v6/web': 1 });
+  const out = { ipv4: await get('127.0.0.1'), ipv6: await get('::1') };
+  await hc.close();
+  process.stdout.write(JSON.stringify(out));
+})();`;
+    assert.deepEqual(JSON.parse(sb.execInNetns(['node', '-e', script])), { ipv4: 200, ipv6: 200 });
+  } finally {
+    sb.close();
   }
 });

@@ -10,6 +10,7 @@ import {
   parseIptablesSave, parseNftJson, parseSourceRanges, splitIptablesWords, toBackendSets, type ParseOptions,
 } from '../cluster/kubeProxyOracle';
 import { compareBackendSets, formatConformanceTable, missingOnBothSides, withSourceRanges } from '../cluster/conformance';
+import { IP6TABLES_SEPARATOR } from '../cluster/kubeProxy';
 import { sluiceSourceRanges } from '../cluster/sluiceSets';
 
 const fixtures = resolve(__dirname, '..', '..', '..', 'test', 'cluster', 'fixtures');
@@ -187,4 +188,62 @@ test('a frontend the Service should have that both sides lack is a mismatch row'
   assert.deepEqual(missing.map((r) => [r.kind, r.frontend, r.kubeProxy, r.sluice, r.match]),
     [['nodePort', '198.18.0.11:30080/tcp', undefined, undefined, false]]);
   assert.match(formatConformanceTable([...rows, ...missing]), /\(absent\) +\(absent\) +MISMATCH/);
+});
+
+// Dual-stack (issue 14): kube-proxy runs one proxier per family and names the
+// chains of a Service port alike in both (the hash is of the port's name), so
+// the families must be parsed apart or an IPv4 frontend gets IPv6 backends.
+test('nft dual-stack: table ip and table ip6 with the same chain names keep their own backends', () => {
+  const table = (family: 'ip' | 'ip6', vip: string, backend: string, nodeIp: string) => [
+    { map: { family, table: 'kube-proxy', name: 'service-ips', elem: [[{ concat: [vip, 'tcp', 80] }, { goto: { target: 'service-DS-conf/ds/tcp/http' } }]] } },
+    { map: { family, table: 'kube-proxy', name: 'service-nodeports', elem: [[{ concat: ['tcp', 30080] }, { goto: { target: 'external-DS-conf/ds/tcp/http' } }]] } },
+    { set: { family, table: 'kube-proxy', name: 'nodeport-ips', elem: [nodeIp] } },
+    { rule: { family, table: 'kube-proxy', chain: 'external-DS-conf/ds/tcp/http', expr: [{ goto: { target: 'service-DS-conf/ds/tcp/http' } }] } },
+    { rule: { family, table: 'kube-proxy', chain: 'service-DS-conf/ds/tcp/http', expr: [{ goto: { target: `endpoint-1-conf/ds/tcp/http__${backend}/8080` } }] } },
+    { rule: { family, table: 'kube-proxy', chain: `endpoint-1-conf/ds/tcp/http__${backend}/8080`, expr: [{ dnat: { addr: backend, port: 8080, family } }] } },
+    { map: { family, table: 'kube-proxy', name: 'no-endpoint-services', elem: [[{ concat: [family === 'ip' ? '10.96.0.99' : 'fd00:10:96::99', 'tcp', 81] }, { goto: { target: 'reject-chain' } }]] } },
+  ];
+  const doc = { nftables: [...table('ip', '10.96.0.50', '198.19.1.5', '198.18.0.11'), ...table('ip6', 'fd00:10:96::50', 'fd00:19:1::5', 'fd00:18::11')] };
+  const sets = toBackendSets(parseNftJson(JSON.stringify(doc), { serviceCidrs: ['10.96.0.0/16', 'fd00:10:96::/112'] }));
+  assert.deepEqual(sorted(sets), sorted({
+    clusterIP: {
+      '10.96.0.50:80/tcp': ['198.19.1.5:8080'], '[fd00:10:96::50]:80/tcp': ['[fd00:19:1::5]:8080'],
+      '10.96.0.99:81/tcp': ['<reject>'], '[fd00:10:96::99]:81/tcp': ['<reject>'],
+    },
+    externalIP: {}, loadBalancerIP: {},
+    nodePort: { '198.18.0.11:30080/tcp': ['198.19.1.5:8080'], '[fd00:18::11]:30080/tcp': ['[fd00:19:1::5]:8080'] },
+  }));
+});
+
+test('iptables dual-stack: iptables-save and ip6tables-save halves with the same chain names keep their own backends', () => {
+  const half = (vip: string, len: number, backend: string, nodeIp: string) => `*nat
+:KUBE-SERVICES - [0:0]
+-A KUBE-SERVICES -d ${vip}/${len} -p tcp -m comment --comment "conf/ds:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-DS
+-A KUBE-SERVICES -d ${nodeIp}/${len} -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -j KUBE-NODEPORTS
+-A KUBE-NODEPORTS -p tcp -m comment --comment "conf/ds:http" -m tcp --dport 30080 -j KUBE-EXT-DS
+-A KUBE-EXT-DS -j KUBE-SVC-DS
+-A KUBE-SVC-DS -j KUBE-SEP-DS1
+-A KUBE-SEP-DS1 -p tcp -m tcp -j DNAT --to-destination ${backend}
+COMMIT
+*filter
+:KUBE-SERVICES - [0:0]
+-A KUBE-SERVICES -d ${vip.replace(/50$/, '99')}/${len} -p tcp -m comment --comment "conf/none:http has no endpoints" -m tcp --dport 81 -j REJECT
+COMMIT
+`;
+  const text = `${half('10.96.0.50', 32, '198.19.1.5:8080', '198.18.0.11')}\n${IP6TABLES_SEPARATOR}\n${half('fd00:10:96::50', 128, '[fd00:19:1::5]:8080', 'fd00:18::11')}`;
+  const sets = toBackendSets(parseIptablesSave(text, { serviceCidrs: ['10.96.0.0/16', 'fd00:10:96::/112'] }));
+  assert.deepEqual(sorted(sets), sorted({
+    clusterIP: {
+      '10.96.0.50:80/tcp': ['198.19.1.5:8080'], '[fd00:10:96::50]:80/tcp': ['[fd00:19:1::5]:8080'],
+      '10.96.0.99:81/tcp': ['<reject>'], '[fd00:10:96::99]:81/tcp': ['<reject>'],
+    },
+    externalIP: {}, loadBalancerIP: {},
+    nodePort: { '198.18.0.11:30080/tcp': ['198.19.1.5:8080'], '[fd00:18::11]:30080/tcp': ['[fd00:19:1::5]:8080'] },
+  }));
+});
+
+test('an IPv6 address inside the IPv6 Service CIDR is a cluster IP where the rules do not say the kind', () => {
+  const doc = { nftables: [{ map: { family: 'ip6', table: 'kube-proxy', name: 'no-endpoint-services', elem: [[{ concat: ['fd00:10:96::7', 'udp', 53] }, { goto: { target: 'reject-chain' } }]] } }] };
+  const [f] = parseNftJson(JSON.stringify(doc), { serviceCidrs: ['10.96.0.0/16', 'fd00:10:96::/112'] });
+  assert.equal(f?.kind, 'clusterIP');
 });

@@ -20,13 +20,20 @@ export interface HealthCheckService {
 }
 
 export interface HealthCheckOptions {
-  /** Addresses to listen on (kube-proxy: nodePortAddresses); default all IPv4. */
+  /**
+   * Addresses to listen on (kube-proxy: nodePortAddresses); default both
+   * families, as kube-proxy's `:port`. `::` listens on IPv6 only (IPV6_V6ONLY)
+   * so that it and `0.0.0.0` can both be given; a node without IPv6 skips it.
+   */
   addresses?: string[];
   /** The proxy's own health (kube-proxy answers 503 when its healthz fails). */
   proxyHealthy?: () => boolean;
   /** Errors of listeners (port in use, ...); default: ignored after close. */
   onError?: (service: string, err: Error) => void;
 }
+
+/** kube-proxy's default: every address of both families. */
+export const ALL_ADDRESSES = ['0.0.0.0', '::'];
 
 const serviceKey = (s: { namespace: string; name: string }) => `${s.namespace}/${s.name}`;
 
@@ -42,7 +49,7 @@ export class HealthCheckServer {
   private readonly proxyHealthy: () => boolean;
 
   constructor(private readonly opts: HealthCheckOptions = {}) {
-    this.addresses = opts.addresses ?? ['0.0.0.0'];
+    this.addresses = opts.addresses ?? ALL_ADDRESSES;
     this.proxyHealthy = opts.proxyHealthy ?? (() => true);
   }
 
@@ -111,11 +118,13 @@ export class HealthCheckServer {
     });
     pending.push(
       new Promise<void>((resolve, reject) => {
-        server.once('error', (err) => {
+        server.once('error', (err: NodeJS.ErrnoException) => {
+          // `::` on a node whose kernel has IPv6 off: IPv4 is served, nothing to say.
+          if (address === '::' && (err.code === 'EAFNOSUPPORT' || err.code === 'EADDRNOTAVAIL')) return resolve();
           const e = new Error(`healthCheckNodePort ${s.port} of Service ${serviceKey(s)} on ${address}: ${err.message}`);
           if (this.opts.onError) { this.opts.onError(serviceKey(s), e); resolve(); } else reject(e);
         });
-        server.listen(s.port, address, () => resolve());
+        server.listen({ port: s.port, host: address, ipv6Only: address === '::' }, () => resolve());
       }),
     );
     return server;
