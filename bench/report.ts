@@ -11,6 +11,7 @@ import type { UpstreamResult, UpstreamSide } from './upstream';
 import type { ControlPlaneResult } from './controlplane';
 import type { NodePortResult } from './nodeport';
 import type { RuleUpdateResult } from './ruleupdates';
+import { PROGRAM_TARGETS, type ProgStatRow } from './progstats';
 
 export interface SeriesResult {
   mode: string;
@@ -53,6 +54,8 @@ export interface BenchReport {
   upstream?: UpstreamResult;
   /** h-maglev: algorithms (bench/algorithms.ts). */
   algorithms?: AlgorithmBenchResult;
+  /** Program time per run under each series' traffic (bench/progstats.ts). */
+  programs?: { rows: ProgStatRow[]; notes: string[] };
 }
 
 const SLUICE_MODES = ['sluice-sock', 'sluice-tc'];
@@ -184,7 +187,56 @@ export function evaluateTargets(rep: BenchReport): TargetResult[] {
       : 'socket LB not loaded at this scale',
   });
   out.push(...controlPlaneTargets(rep));
+  out.push(...programTargets(rep));
   return out;
+}
+
+/** Issue 12's program-time targets: every series a target covers must be within it. */
+export function programTargets(rep: BenchReport): TargetResult[] {
+  const rows = rep.programs?.rows ?? [];
+  return PROGRAM_TARGETS.map((t) => {
+    const mine = rows.filter((r) => r.program === t.program && t.series.test(r.series));
+    return {
+      target: `${t.what}: <= ${t.maxNs} ns per run (kernel.bpf_stats_enabled run_time_ns / run_cnt)`,
+      verdict: mine.length === 0 ? 'n/a' : mine.every((r) => r.nsPerRun <= t.maxNs) ? 'PASS' : 'FAIL',
+      detail: mine.length === 0 ? 'not measured' : mine.map((r) => `${r.series}: ${r.nsPerRun.toFixed(0)} ns (${r.runs} runs)`).join('; '),
+    } as TargetResult;
+  });
+}
+
+/** Short column names of the programs the bench times. */
+const PROGRAM_COLUMNS: Array<[string, string]> = [
+  ['sluice_connect4', 'connect4'], ['sluice_getpeer4', 'getpeername4'], ['sluice_sendmsg4', 'sendmsg4'], ['sluice_recvmsg4', 'recvmsg4'],
+  ['sluice_release4', 'sock_release'], ['sluice_pod_ingr', 'pod ingress'], ['sluice_pod_egre', 'pod egress'], ['sluice_tc_ingre', 'tc ingress'], ['sluice_tc_egres', 'tc egress'],
+];
+
+function programMarkdown(rep: BenchReport): string[] {
+  const rows = rep.programs?.rows ?? [];
+  if (!rows.length) return rep.programs?.notes.length ? ['## Program time per run', '', ...rep.programs.notes.map((n) => `- ${n}`), ''] : [];
+  const lines = ['## Program time per run (ns, kernel.bpf_stats_enabled=1 during the bench: run_time_ns / run_cnt, stats overhead included)', ''];
+  const seriesNames = [...new Set(rows.map((r) => r.series))];
+  const cols = PROGRAM_COLUMNS.filter(([p]) => rows.some((r) => r.program === p));
+  const ratioOf = (series: string): string => {
+    const sr = rep.scales.find((x) => series.includes(`, ${x.services} Services,`));
+    const mode = series.startsWith('socket LB') ? 'sluice-sock' : series.startsWith('per-packet') ? 'sluice-tc' : undefined;
+    if (!sr || !mode) return '';
+    const proto = series.endsWith('UDP') ? 'udp' : 'tcp';
+    return f3(pairedRatio(sr, find(sr, mode, proto), 'p50_us'));
+  };
+  lines.push(`| traffic | p50 ratio to direct | ${cols.map(([, c]) => c).join(' | ')} |`);
+  lines.push(`|---|---:|${cols.map(() => '---:').join('|')}|`);
+  for (const name of seriesNames) {
+    const cell = (p: string) => {
+      const r = rows.find((x) => x.series === name && x.program === p);
+      return r ? r.nsPerRun.toFixed(0) : '';
+    };
+    lines.push(`| ${name} | ${ratioOf(name)} | ${cols.map(([p]) => cell(p)).join(' | ')} |`);
+  }
+  lines.push('');
+  lines.push(`Targets (issue 12): ${PROGRAM_TARGETS.map((t) => `${t.what} <= ${t.maxNs} ns`).join(', ')}. Only the programs this run attached are read, before and after each series' rounds.`);
+  for (const n of rep.programs?.notes ?? []) lines.push(`- ${n}`);
+  lines.push('');
+  return lines;
 }
 
 export function markdown(rep: BenchReport): string {
@@ -233,6 +285,7 @@ export function markdown(rep: BenchReport): string {
     }
     lines.push('');
   }
+  lines.push(...programMarkdown(rep));
   lines.push(...controlPlaneMarkdown(rep));
   lines.push(...algorithmMarkdown(rep.algorithms)); // h-maglev
   lines.push(...upstreamMarkdown(rep.upstream));
