@@ -58,7 +58,7 @@ function plan(quick: boolean): Plan {
       nodePort: { services: 1000, rounds: 2, roundMs: 1500, budgetMs: 40_000 }, upstream: { services: 0, changes: 0 } }
     : { quick, scales: [1, 1000, 10000, 100000], rounds: 9, perRound: 5000, warmup: 200, roundMaxMs: 6000, taxScale: 10000, cpuScale: 10000, totalBudgetMs: 840_000, loadBudgetMs: 150_000, reservePerScaleMs: 60_000,
       cp: { services: 10000, changes: 100, settleMs: 3000, budgetMs: 60_000 }, rules: { changes: 8, fullChanges: 0, writeTimeoutMs: 30_000, budgetMs: 120_000 },
-      nodePort: { services: 10000, rounds: 5, roundMs: 2000, budgetMs: 180_000 }, upstream: { services: 1000, changes: 20 } };
+      nodePort: { services: 10000, rounds: 5, roundMs: 2000, budgetMs: 180_000 }, upstream: { services: 10000, changes: 20 } };
 }
 
 const PROTOS: Proto[] = ['tcp', 'udp'];
@@ -298,7 +298,7 @@ async function main(): Promise<void> {
     // The real thing: upstream kube-proxy's own sync against the agent's, on the cluster tier's control plane.
     report.upstream = p.upstream.services > 0
       ? await measureUpstream({ root: ROOT, ...p.upstream, log })
-      : { services: 0, endpointsPerService: 0, skipped: 'full run only (QUICK=1 keeps to 2 minutes; `node dist/bench/part.js upstream` runs it alone)', notes: [] };
+      : { services: 0, endpointsPerService: 0, rows: [], skipped: 'full run only (QUICK=1 keeps to 2 minutes; `make bench-kubeproxy` runs it alone)', notes: [] };
   } finally {
     progStats.restore();
     report.programs = { rows: progStats.rows(), notes: progStats.notes };
