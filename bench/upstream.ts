@@ -34,7 +34,7 @@ import * as path from 'node:path';
 import { startCluster, type Cluster } from '../test/cluster/harness';
 import { kubeProxyConfig, type KubeProxyMode } from '../test/cluster/kubeProxy';
 import { startProcess, stopPid, type ManagedProcess } from '../test/cluster/proc';
-import { pinnedVersions } from '../test/cluster/binaries';
+import { pinnedVersions, type Binaries } from '../test/cluster/binaries';
 import type { ClusterNode } from '../test/cluster/nodes';
 import { openSockLbMaps, type SockLbMaps } from '../src/datapath/maps';
 import { ip4ToNumber } from '../src/datapath/addr';
@@ -119,17 +119,24 @@ async function holdLock(file: string, timeoutS: number): Promise<{ release(): vo
   return { release: () => child.stdin!.end() };
 }
 
-/** Prometheus text -> value of `name` (summed over its label sets). */
-export function metricValue(text: string, name: string): number | undefined {
-  let sum: number | undefined;
+/**
+ * Prometheus text -> value of `name`, summed (or the max) over its label sets,
+ * leaving out the lines `skip` matches. kube-proxy v1.34 runs an IPv6 proxier
+ * beside the IPv4 one when ip6tables works, and labels its sync metrics
+ * ip_family: the bench's objects are IPv4, so its IPv6 lines are left out.
+ */
+export function metricValue(text: string, name: string, how: 'sum' | 'max' = 'sum', skip?: RegExp): number | undefined {
+  let out: number | undefined;
   for (const line of text.split('\n')) {
     if (!line.startsWith(name)) continue;
     const rest = line.slice(name.length);
     if (rest[0] !== ' ' && rest[0] !== '{') continue;
+    if (skip?.test(line)) continue;
     const v = Number(line.slice(line.lastIndexOf(' ') + 1));
-    if (Number.isFinite(v)) sum = (sum ?? 0) + v;
+    if (!Number.isFinite(v)) continue;
+    out = out === undefined ? v : how === 'sum' ? out + v : Math.max(out, v);
   }
-  return sum;
+  return out;
 }
 
 async function scrape(node: ClusterNode, port: number): Promise<string> {
@@ -140,10 +147,11 @@ async function scrape(node: ClusterNode, port: number): Promise<string> {
 interface SyncState { lastTs: number; count: number; sum: number }
 async function syncState(node: ClusterNode, port: number): Promise<SyncState> {
   const t = await scrape(node, port);
+  const v6 = /ip_family="IPv6"/;
   return {
-    lastTs: metricValue(t, 'kubeproxy_sync_proxy_rules_last_timestamp_seconds') ?? 0,
-    count: metricValue(t, 'kubeproxy_sync_proxy_rules_duration_seconds_count') ?? 0,
-    sum: metricValue(t, 'kubeproxy_sync_proxy_rules_duration_seconds_sum') ?? 0,
+    lastTs: metricValue(t, 'kubeproxy_sync_proxy_rules_last_timestamp_seconds', 'max', v6) ?? 0,
+    count: metricValue(t, 'kubeproxy_sync_proxy_rules_duration_seconds_count', 'sum', v6) ?? 0,
+    sum: metricValue(t, 'kubeproxy_sync_proxy_rules_duration_seconds_sum', 'sum', v6) ?? 0,
   };
 }
 
@@ -190,8 +198,8 @@ async function kubeProxyServices(node: ClusterNode, mode: KubeProxyMode, legacy:
     const r = await run(['nsenter', `--net=/run/netns/${node.netns}`, legacy ? 'iptables-legacy-save' : 'iptables-save', '-t', 'nat'], { timeoutMs: 120_000 });
     return new Set([...r.stdout.matchAll(/^-A (KUBE-SVC-\S+) .*-j KUBE-SEP-/gm)].map((m) => m[1])).size;
   }
-  const r = await run(['nsenter', `--net=/run/netns/${node.netns}`, 'nft', 'list', 'chains', 'ip', 'kube-proxy'], { timeoutMs: 120_000 });
-  return [...r.stdout.matchAll(/chain service-\S+-default\/up-\d+\/tcp\/http/g)].length;
+  const r = await run(['nsenter', `--net=/run/netns/${node.netns}`, 'nft', 'list', 'table', 'ip', 'kube-proxy'], { timeoutMs: 120_000 });
+  return new Set([...r.stdout.matchAll(/chain (service-\S+-default\/up-\d+\/tcp\/http) /g)].map((m) => m[1])).size;
 }
 
 interface Run {
@@ -255,6 +263,7 @@ async function measureKubeProxy(r: Run, mode: KubeProxyMode, minSync: string | u
     }
     row.coldCpuS = procCpuS(proc.pid);
     row.coldStartMs = Math.round(first.lastTs * 1000 - t0);
+    r.log(`upstream: ${row.label}: its sync metrics: ${(await scrape(node, METRICS_PORT)).split('\n').filter((l) => l.startsWith('kubeproxy_sync_proxy_rules_last_timestamp')).join(' / ')}`);
     row.firstSyncS = first.sum / first.count;
     const seen = await kubeProxyServices(node, mode, legacy);
     if (seen < r.services) {
@@ -347,25 +356,33 @@ const ROWS: Array<{ id: string; label: string; mode?: KubeProxyMode; minSync?: s
   { id: 'sluice', label: 'Sluice agent' },
 ];
 
-/** The k8s binaries are built by scripts/k8s-binaries.sh (the lead's job): never started from here. */
-function binariesMissing(): string | undefined {
+/**
+ * The k8s binaries scripts/k8s-binaries.sh built (the lead's job), by path:
+ * never started from here (the script waits on its build lock while another
+ * build, e.g. the node tier's kubelet, runs).
+ */
+function cachedBinaries(): Binaries | string {
   const v = pinnedVersions();
   const dir = path.join(process.env.SLUICE_CACHE ?? '/var/cache/sluice', `k8s-${v.kubernetes}`, 'bin');
   const missing = ['etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-proxy'].filter((b) => !fs.existsSync(path.join(dir, b)));
-  return missing.length ? `${missing.join(', ')} not built yet in ${dir} (scripts/k8s-binaries.sh)` : undefined;
+  if (missing.length) return `${missing.join(', ')} not built yet in ${dir} (scripts/k8s-binaries.sh)`;
+  return {
+    binDir: dir, etcd: path.join(dir, 'etcd'), kubeApiserver: path.join(dir, 'kube-apiserver'), kubeControllerManager: path.join(dir, 'kube-controller-manager'),
+    kubeProxy: path.join(dir, 'kube-proxy'), kubernetesVersion: v.kubernetes, etcdVersion: v.etcd,
+  };
 }
 
 export async function measureUpstream(opts: UpstreamOptions): Promise<UpstreamResult> {
   const rows = ROWS.filter((r) => !opts.only || opts.only.includes(r.id));
   const coldBudgetS = opts.coldBudgetS ?? 300;
   const result: UpstreamResult = { services: opts.services, endpointsPerService: ENDPOINTS, coldBudgetS, rows: [], notes: [], kubernetesVersion: pinnedVersions().kubernetes };
-  const missing = binariesMissing();
-  if (missing) return { ...result, skipped: missing };
+  const binaries = cachedBinaries();
+  if (typeof binaries === 'string') return { ...result, skipped: binaries };
   if (opts.services > 65000) return { ...result, skipped: `${opts.services} Services do not fit the cluster tier's Service CIDR (10.96.0.0/16: 65 534 ClusterIPs)` };
   const lock = await holdLock('/tmp/sluice-cluster.lock', 900);
   if (!lock) return { ...result, skipped: 'the cluster lock (/tmp/sluice-cluster.lock) was not free within 15 min' };
   try {
-    const started = await startCluster({ nodes: rows.length });
+    const started = await startCluster({ nodes: rows.length, binaries });
     if (!started.ok) return { ...result, skipped: started.skip };
     const c = started.cluster;
     try {

@@ -48,3 +48,16 @@ test('program-time targets: PASS only when every series a target covers is withi
   assert.equal(t.find((x) => x.target.startsWith('getpeername4'))!.verdict, 'PASS', 'non-Service rows are not judged');
   assert.equal(t.find((x) => x.target.startsWith('sendmsg4'))!.verdict, 'n/a');
 });
+
+test('metricValue: kube-proxy v1.34 labels its sync metrics by ip_family; the IPv6 proxier\'s lines can be left out, a timestamp taken as the max', () => {
+  const text = [
+    'kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} 1.7e+09',
+    'kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv6"} 1.8e+09',
+    'kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} 2',
+    'kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv6"} 5',
+  ].join('\n');
+  const v6 = /ip_family="IPv6"/;
+  assert.equal(metricValue(text, 'kubeproxy_sync_proxy_rules_last_timestamp_seconds', 'max', v6), 1.7e9);
+  assert.equal(metricValue(text, 'kubeproxy_sync_proxy_rules_duration_seconds_count', 'sum', v6), 2);
+  assert.equal(metricValue(text, 'kubeproxy_sync_proxy_rules_last_timestamp_seconds', 'max'), 1.8e9);
+});
