@@ -4,7 +4,7 @@
 //   node dist/bench/part.js controlplane [--services N] [--changes N] [--bench-shaped]
 //   node dist/bench/part.js nodeport [--services N] [--rounds N]
 //   node dist/bench/part.js ruleupdates [--services N] [--changes N]
-//   node dist/bench/part.js upstream [--services N] [--changes N] [--cold-budget-s N] [--only id,id]   (make bench-kubeproxy)
+//   node dist/bench/part.js upstream [--services N] [--changes N] [--cold-budget-s N] [--create-budget-s N] [--only id,id]   (make bench-kubeproxy)
 //   node dist/bench/part.js statememory [--services N]   (no root needed)
 //   node dist/bench/part.js lc [--services N] [--rounds N] [--per-round N]   (least-connection connect ratio)
 //   node dist/bench/part.js maglev [--services N]        (Maglev table build time and memory)
@@ -56,7 +56,7 @@ async function main(): Promise<void> {
     } else if (part === 'upstream') {
       const only = process.argv.indexOf('--only');
       result = await measureUpstream({
-        root: ROOT, services: flag('services', 10000), changes: flag('changes', 20), coldBudgetS: flag('cold-budget-s', 300), log,
+        root: ROOT, services: flag('services', 10000), changes: flag('changes', 20), coldBudgetS: flag('cold-budget-s', 300), createBudgetS: flag('create-budget-s', 900), log,
         ...(only > 0 ? { only: process.argv[only + 1]!.split(',') } : {}),
       });
       const up = result as Awaited<ReturnType<typeof measureUpstream>>;

@@ -387,7 +387,7 @@ export async function measureUpstream(opts: UpstreamOptions): Promise<UpstreamRe
     const c = started.cluster;
     try {
       let t = Date.now();
-      const vips = await createServices(c, opts.services, 32, t + (opts.createBudgetS ?? 600) * 1000);
+      const vips = await createServices(c, opts.services, 32, t + (opts.createBudgetS ?? 900) * 1000);
       result.createMs = Date.now() - t;
       opts.log(`upstream: ${opts.services} Services x ${ENDPOINTS} endpoints created in the real API server in ${(result.createMs / 1000).toFixed(1)} s (32 requests in flight)`);
       for (const [k, spec] of rows.entries()) {
