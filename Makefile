@@ -9,7 +9,7 @@ BPF_HDRS := $(wildcard bpf/lib/*.h) native/sluice_abi.h
 TS_SRCS := $(shell find src test bench -name '*.ts' 2>/dev/null)
 NATIVE_BINS := $(patsubst native/%.c,$(BUILD)/%,$(wildcard native/*.c))
 
-.PHONY: all deps build bpf ts native test-helpers abi abi-check test test-unit demo bench clean soak
+.PHONY: all deps build bpf ts native test-helpers abi abi-check test test-unit demo bench bench-kubeproxy clean soak
 
 all: build
 
@@ -76,6 +76,13 @@ demo: build
 
 bench: build
 	@node dist/bench/main.js $(if $(QUICK),--quick,)
+
+# Upstream kube-proxy (iptables, nftables; defaults and tuned) vs the agent on
+# the real kube-apiserver, alone (bench/upstream.ts): 10 000 Services, or
+# QUICK=1 for 300 Services and 5 changes. SERVICES=N overrides.
+bench-kubeproxy: build
+	@flock /tmp/sluice-bench.lock node dist/bench/part.js upstream \
+	  --services $(or $(SERVICES),$(if $(QUICK),300,10000)) --changes $(if $(QUICK),5,20) --cold-budget-s $(if $(QUICK),60,300)
 
 clean:
 	rm -rf $(BUILD) dist

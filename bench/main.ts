@@ -25,6 +25,7 @@ import { measureNodePort } from './nodeport';
 import { measureRuleUpdates } from './ruleupdates';
 import { measureUpstream } from './upstream';
 import { ALGORITHM_ROWS, markAlgorithm, measureMaglevBuild, type AlgorithmBenchResult } from './algorithms';
+import { ProgStats, type ProgRef } from './progstats';
 
 interface Plan {
   quick: boolean;
@@ -57,7 +58,7 @@ function plan(quick: boolean): Plan {
       nodePort: { services: 1000, rounds: 2, roundMs: 1500, budgetMs: 40_000 }, upstream: { services: 0, changes: 0 } }
     : { quick, scales: [1, 1000, 10000, 100000], rounds: 9, perRound: 5000, warmup: 200, roundMaxMs: 6000, taxScale: 10000, cpuScale: 10000, totalBudgetMs: 840_000, loadBudgetMs: 150_000, reservePerScaleMs: 60_000,
       cp: { services: 10000, changes: 100, settleMs: 3000, budgetMs: 60_000 }, rules: { changes: 8, fullChanges: 0, writeTimeoutMs: 30_000, budgetMs: 120_000 },
-      nodePort: { services: 10000, rounds: 5, roundMs: 2000, budgetMs: 180_000 }, upstream: { services: 1000, changes: 20 } };
+      nodePort: { services: 10000, rounds: 5, roundMs: 2000, budgetMs: 180_000 }, upstream: { services: 10000, changes: 20 } };
 }
 
 const PROTOS: Proto[] = ['tcp', 'udp'];
@@ -117,8 +118,11 @@ async function main(): Promise<void> {
   const report: BenchReport = {
     quick, machine, plan: { ...p }, scales: [], targets: [], notes: [], startedAt: new Date(started).toISOString(), durationS: 0, commit: measuredCommit(),
   };
+  // Program time per run (kernel.bpf_stats_enabled=1 for this run only; bench/progstats.ts).
+  const progStats = new ProgStats();
   try {
     await h.setup();
+    progStats.enable();
     const direct = new DirectMode(await h.addClient('direct'));
     const [legacy, nftBackend, nftables] = makeBaselineModes({
       legacy: await h.addClient('ipt-legacy'), nft: await h.addClient('ipt-nft'), nftables: await h.addClient('nft'),
@@ -188,6 +192,12 @@ async function main(): Promise<void> {
         }
       }
       log(`scale ${scale}: ${p.rounds} rounds over ${series.length} series x ${PROTOS.length} protocols`);
+      // The Sluice programs of this scale (a larger scale may have attached new ones).
+      const progs = new Map<Mode, ProgRef[]>();
+      if (loaded.includes(sock) && sock.cgroup) progs.set(sock, await ProgStats.cgroupPrograms(sock.cgroup));
+      if (loaded.includes(tc) && tc.bpffs) progs.set(tc, ProgStats.linkPrograms(tc.bpffs, /^pod-/));
+      const progSeries = (s: Series, proto: Proto) =>
+        `${s.kind === 'non-service' ? 'non-Service traffic, ' : ''}${s.mode === sock ? 'socket LB' : 'per-packet (pod veth)'}, ${scale} Services, ${proto.toUpperCase()}`;
       for (let r = 0; r < p.rounds; r++) {
         if (Date.now() > deadline - 30_000) {
           report.notes.push(`scale ${scale}: stopped after ${r} rounds: the run's time budget is spent`);
@@ -196,7 +206,9 @@ async function main(): Promise<void> {
         const order = r % 2 === 0 ? series : [...series].reverse();
         for (const proto of PROTOS) {
           for (const s of order) {
-            s.rounds[proto].push(await runRound(s.mode, proto, s.targetFile[proto], p, 1000 * scale + 17 * r + 1, h.serverPid));
+            const round = () => runRound(s.mode, proto, s.targetFile[proto], p, 1000 * scale + 17 * r + 1, h.serverPid);
+            const sp = progs.get(s.mode);
+            s.rounds[proto].push(await (sp ? progStats.measure(progSeries(s, proto), sp, round, scale) : round()));
           }
         }
       }
@@ -282,12 +294,14 @@ async function main(): Promise<void> {
       alg.addedS += (Date.now() - t0) / 1000;
     }
     report.controlPlane = await measureControlPlane({ root: ROOT, ...p.cp, makeCgroup, makeBpffs, log });
-    report.nodePort = await measureNodePort({ root: ROOT, ...p.nodePort, suffix: h.suffix, makeCgroup, makeBpffs, log });
+    report.nodePort = await measureNodePort({ root: ROOT, ...p.nodePort, suffix: h.suffix, makeCgroup, makeBpffs, log, progStats });
     // The real thing: upstream kube-proxy's own sync against the agent's, on the cluster tier's control plane.
     report.upstream = p.upstream.services > 0
       ? await measureUpstream({ root: ROOT, ...p.upstream, log })
-      : { services: 0, endpointsPerService: 0, skipped: 'full run only (QUICK=1 keeps to 2 minutes; `node dist/bench/part.js upstream` runs it alone)', notes: [] };
+      : { services: 0, endpointsPerService: 0, rows: [], skipped: 'full run only (QUICK=1 keeps to 2 minutes; `make bench-kubeproxy` runs it alone)', notes: [] };
   } finally {
+    progStats.restore();
+    report.programs = { rows: progStats.rows(), notes: progStats.notes };
     const problems = await h.destroy();
     fs.rmSync(tmp, { recursive: true, force: true });
     for (const pr of problems) report.notes.push(`cleanup: ${pr}`);

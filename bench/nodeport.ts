@@ -40,6 +40,7 @@ import { BENCH_NAMESPACE, BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, nodePortOf, 
 import { iptablesRestoreInput, portProtoHash, svcChain } from './kube-iptables';
 import { BACKEND_COUNT, BACKEND_PORT, backendAddress, makeServicePorts, ServicePort } from './services';
 import { median } from './stats';
+import { ProgStats, type ProgRef } from './progstats';
 
 export interface NodePortOptions {
   root: string;
@@ -51,6 +52,8 @@ export interface NodePortOptions {
   makeCgroup: (tag: string) => string;
   makeBpffs: (tag: string) => string;
   log: (msg: string) => void;
+  /** Program time of the agent's tc_lb under each series' traffic (make bench; bench/progstats.ts). */
+  progStats?: ProgStats;
 }
 
 export interface NodePortRound {
@@ -209,6 +212,7 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
   const topo = new Topology(o.suffix);
   let api: ApiServerHandle | undefined;
   let agent: AgentProcess | undefined;
+  let agentBpffs: string | undefined;
   let maps: SockLbMaps | undefined;
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-bench-np-'));
   try {
@@ -248,6 +252,7 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       topo.spawn(['nsenter', `--net=/run/netns/${sl.node}`, process.execPath, FORWARDER(o.root), 'tcp-to-unix', '127.0.0.1:6443', sock]);
       await tick(200);
       const bpffs = o.makeBpffs('np');
+      agentBpffs = bpffs;
       // A NodePort Service has ClusterIP and NodePort frontends: 4 per Service
       // here, one master each, and x 10 backend ids in the range array =
       // 400 000 at 10 000 Services (the default holds 524 288).
@@ -276,7 +281,11 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       o.log(`nodeport: Sluice: ${ports.length} node ports programmed by the agent in ${(modes['sluice-tc']!.loadMs! / 1000).toFixed(1)} s (API preload included)`);
     }
 
-    // Interleaved rounds.
+    // Interleaved rounds. tc_lb's run time: TCP (a new connection per
+    // request: SYNs, new flows) apart from UDP (8 flows: known flows).
+    const tcProgs: ProgRef[] = agentBpffs ? ProgStats.linkPrograms(agentBpffs, /^tc-/) : [];
+    const timed = <T>(id: string, series: string, fn: () => Promise<T>) =>
+      (id === 'sluice-tc' && o.progStats ? o.progStats.measure(`NodePort (tc_lb on the node veths), ${o.services} Services, ${series}`, tcProgs, fn, o.services) : fn());
     const sides = topo.sides.filter((s) => modes[s.id]!.loadMs !== undefined);
     const targets: Record<string, { tcp: string; udp: string }> = {};
     for (const s of sides) {
@@ -295,8 +304,8 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       const order = r % 2 === 0 ? sides : [...sides].reverse();
       for (const s of order) {
         const ns = ['nsenter', `--net=/run/netns/${s.client}`, npbench];
-        const rr = await run([...ns, 'rr', '--targets', targets[s.id]!.tcp, '--max-ms', String(o.roundMs), '--timeout-ms', '1000', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 });
-        const pps = await run([...ns, 'pps', '--targets', targets[s.id]!.udp, '--max-ms', String(o.roundMs), '--flows', '8', '--window', '16', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 });
+        const rr = await timed(s.id, 'TCP, a new connection per request', () => run([...ns, 'rr', '--targets', targets[s.id]!.tcp, '--max-ms', String(o.roundMs), '--timeout-ms', '1000', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 }));
+        const pps = await timed(s.id, 'UDP, 8 known flows', () => run([...ns, 'pps', '--targets', targets[s.id]!.udp, '--max-ms', String(o.roundMs), '--flows', '8', '--window', '16', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 }));
         modes[s.id]!.rounds.push({ rr: JSON.parse(rr.stdout) as NodePortRound['rr'], pps: JSON.parse(pps.stdout) as NodePortRound['pps'] });
       }
     }

@@ -4,7 +4,7 @@
 //   node dist/bench/part.js controlplane [--services N] [--changes N] [--bench-shaped]
 //   node dist/bench/part.js nodeport [--services N] [--rounds N]
 //   node dist/bench/part.js ruleupdates [--services N] [--changes N]
-//   node dist/bench/part.js upstream [--services N] [--changes N]
+//   node dist/bench/part.js upstream [--services N] [--changes N] [--cold-budget-s N] [--create-budget-s N] [--only id,id]   (make bench-kubeproxy)
 //   node dist/bench/part.js statememory [--services N]   (no root needed)
 //   node dist/bench/part.js lc [--services N] [--rounds N] [--per-round N]   (least-connection connect ratio)
 //   node dist/bench/part.js maglev [--services N]        (Maglev table build time and memory)
@@ -16,6 +16,7 @@ import { Harness } from './harness';
 import { measureControlPlane } from './controlplane';
 import { measureNodePort } from './nodeport';
 import { measureUpstream } from './upstream';
+import { upstreamMarkdown, upstreamTargets } from './report';
 import { measureRuleUpdates } from './ruleupdates';
 import { makeBaselineModes } from './modes';
 import { makeServicePorts } from './services';
@@ -53,7 +54,13 @@ async function main(): Promise<void> {
         makeCgroup: (t) => h.makeCgroup(t), makeBpffs: (t) => h.makeBpffsDir(t), log, realistic: !process.argv.includes('--bench-shaped'),
       });
     } else if (part === 'upstream') {
-      result = await measureUpstream({ root: ROOT, services: flag('services', 1000), changes: flag('changes', 20), log });
+      const only = process.argv.indexOf('--only');
+      result = await measureUpstream({
+        root: ROOT, services: flag('services', 10000), changes: flag('changes', 20), coldBudgetS: flag('cold-budget-s', 300), createBudgetS: flag('create-budget-s', 900), log,
+        ...(only > 0 ? { only: process.argv[only + 1]!.split(',') } : {}),
+      });
+      const up = result as Awaited<ReturnType<typeof measureUpstream>>;
+      process.stderr.write([...upstreamMarkdown(up), ...upstreamTargets(up).map((t) => `- ${t.verdict}: ${t.target}: ${t.detail}`), ''].join('\n'));
     } else if (part === 'nodeport') {
       result = await measureNodePort({
         root: ROOT, services: flag('services', 1000), rounds: flag('rounds', 3), roundMs: flag('round-ms', 2000), budgetMs: flag('budget-s', 120) * 1000,

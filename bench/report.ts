@@ -7,10 +7,11 @@ import type { MachineInfo } from './machine';
 import type { LoadOutcome } from './modes';
 import { median, RoundResult, Summary } from './stats';
 import { controlPlaneMarkdown, controlPlaneTargets } from './report-controlplane';
-import type { UpstreamResult, UpstreamSide } from './upstream';
+import type { UpstreamResult } from './upstream';
 import type { ControlPlaneResult } from './controlplane';
 import type { NodePortResult } from './nodeport';
 import type { RuleUpdateResult } from './ruleupdates';
+import { PROGRAM_TARGETS, type ProgStatRow } from './progstats';
 
 export interface SeriesResult {
   mode: string;
@@ -53,6 +54,8 @@ export interface BenchReport {
   upstream?: UpstreamResult;
   /** h-maglev: algorithms (bench/algorithms.ts). */
   algorithms?: AlgorithmBenchResult;
+  /** Program time per run under each series' traffic (bench/progstats.ts). */
+  programs?: { rows: ProgStatRow[]; notes: string[] };
 }
 
 const SLUICE_MODES = ['sluice-sock', 'sluice-tc'];
@@ -184,7 +187,57 @@ export function evaluateTargets(rep: BenchReport): TargetResult[] {
       : 'socket LB not loaded at this scale',
   });
   out.push(...controlPlaneTargets(rep));
+  out.push(...programTargets(rep));
+  out.push(...upstreamTargets(rep.upstream));
   return out;
+}
+
+/** Issue 12's program-time targets: every series a target covers must be within it. */
+export function programTargets(rep: BenchReport): TargetResult[] {
+  const rows = rep.programs?.rows ?? [];
+  return PROGRAM_TARGETS.map((t) => {
+    const mine = rows.filter((r) => r.program === t.program && t.series.test(r.series));
+    return {
+      target: `${t.what}: <= ${t.maxNs} ns per run (kernel.bpf_stats_enabled run_time_ns / run_cnt)`,
+      verdict: mine.length === 0 ? 'n/a' : mine.every((r) => r.nsPerRun <= t.maxNs) ? 'PASS' : 'FAIL',
+      detail: mine.length === 0 ? 'not measured' : mine.map((r) => `${r.series}: ${r.nsPerRun.toFixed(0)} ns (${r.runs} runs)`).join('; '),
+    } as TargetResult;
+  });
+}
+
+/** Short column names of the programs the bench times. */
+const PROGRAM_COLUMNS: Array<[string, string]> = [
+  ['sluice_connect4', 'connect4'], ['sluice_getpeer4', 'getpeername4'], ['sluice_sendmsg4', 'sendmsg4'], ['sluice_recvmsg4', 'recvmsg4'],
+  ['sluice_release4', 'sock_release'], ['sluice_pod_ingr', 'pod ingress'], ['sluice_pod_egre', 'pod egress'], ['sluice_tc_ingre', 'tc ingress'], ['sluice_tc_egres', 'tc egress'],
+];
+
+function programMarkdown(rep: BenchReport): string[] {
+  const rows = rep.programs?.rows ?? [];
+  if (!rows.length) return rep.programs?.notes.length ? ['## Program time per run', '', ...rep.programs.notes.map((n) => `- ${n}`), ''] : [];
+  const lines = ['## Program time per run (ns, kernel.bpf_stats_enabled=1 during the bench: run_time_ns / run_cnt, stats overhead included)', ''];
+  const seriesNames = [...new Set(rows.map((r) => r.series))];
+  const cols = PROGRAM_COLUMNS.filter(([p]) => rows.some((r) => r.program === p));
+  const ratioOf = (series: string): string => {
+    const sr = rep.scales.find((x) => series.includes(`, ${x.services} Services,`));
+    const mode = series.startsWith('socket LB') ? 'sluice-sock' : series.startsWith('per-packet') ? 'sluice-tc' : undefined;
+    if (!sr || !mode) return '';
+    const proto = series.endsWith('UDP') ? 'udp' : 'tcp';
+    return f3(pairedRatio(sr, find(sr, mode, proto), 'p50_us'));
+  };
+  lines.push(`| traffic | p50 ratio to direct | ${cols.map(([, c]) => c).join(' | ')} |`);
+  lines.push(`|---|---:|${cols.map(() => '---:').join('|')}|`);
+  for (const name of seriesNames) {
+    const cell = (p: string) => {
+      const r = rows.find((x) => x.series === name && x.program === p);
+      return r ? r.nsPerRun.toFixed(0) : '';
+    };
+    lines.push(`| ${name} | ${ratioOf(name)} | ${cols.map(([p]) => cell(p)).join(' | ')} |`);
+  }
+  lines.push('');
+  lines.push(`Targets (issue 12): ${PROGRAM_TARGETS.map((t) => `${t.what} <= ${t.maxNs} ns`).join(', ')}. Only the programs this run attached are read, before and after each series' rounds.`);
+  for (const n of rep.programs?.notes ?? []) lines.push(`- ${n}`);
+  lines.push('');
+  return lines;
 }
 
 export function markdown(rep: BenchReport): string {
@@ -233,6 +286,7 @@ export function markdown(rep: BenchReport): string {
     }
     lines.push('');
   }
+  lines.push(...programMarkdown(rep));
   lines.push(...controlPlaneMarkdown(rep));
   lines.push(...algorithmMarkdown(rep.algorithms)); // h-maglev
   lines.push(...upstreamMarkdown(rep.upstream));
@@ -328,28 +382,50 @@ export function writeReport(rep: BenchReport, dir: string, docsDir?: string): st
 }
 
 /** Upstream kube-proxy and the Sluice agent, measured alike on one real API server. */
-function upstreamMarkdown(u: UpstreamResult | undefined): string[] {
+export function upstreamMarkdown(u: UpstreamResult | undefined): string[] {
   if (!u) return [];
-  const lines = [`## Upstream kube-proxy v1.34.4 and the Sluice agent on one real API server (${u.services} Services x ${u.endpointsPerService} endpoints)`, ''];
+  const lines = [`## Upstream kube-proxy ${u.kubernetesVersion ?? ''} and the Sluice agent on one real API server (${u.services} Services x ${u.endpointsPerService} endpoints)`, ''];
   if (u.skipped) return [...lines, `Not measured: ${u.skipped}`, ''];
   const pct = (xs: number[], q: number) => {
     const s = [...xs].sort((a, b) => a - b);
     return s.length ? s[Math.min(s.length - 1, Math.floor(q * s.length))]! : undefined;
   };
-  const row = (label: string, side: UpstreamSide | undefined) => {
-    if (!side) return `| ${label} | – | – | – | – | – |`;
-    const f = (v: number | undefined) => (v === undefined ? '–' : String(v));
-    return `| ${label} | ${f(side.coldStartMs)} | ${f(pct(side.changeMs, 0.5))} | ${f(pct(side.changeMs, 0.99))} | ${side.changeMs.length} | ${side.timeouts} |`;
-  };
-  lines.push('Both watch the same etcd-backed kube-apiserver, each on its own node; cold start = process start to every Service programmed; a change = one EndpointSlice replaced (10 -> 9 endpoints) until the rules (iptables-save, polled every 20 ms) or the map (polled every 0.5 ms) show it.');
+  const sl = u.rows.find((r) => r.id === 'sluice');
+  const f = (v: number | undefined, d = 0) => (v === undefined || !Number.isFinite(v) ? '–' : v.toFixed(d));
+  const x = (mine: number | undefined, theirs: number | undefined) => (mine !== undefined && theirs !== undefined && theirs > 0 ? ` (${(mine / theirs).toFixed(2)}x)` : '');
+  lines.push('Each proxy on its own node namespace, one after the other, on the same objects of one etcd-backed kube-apiserver. Cold start: process start to every Service programmed. A change: one EndpointSlice replaced, the next written once the previous is visible. CPU: user + system of the process and its waited-for children (iptables-restore, nft) from start to programmed. Own metrics: kubeproxy_sync_proxy_rules_duration_seconds (the agent exports the same name). Ratios in parentheses: Sluice / that row.');
   lines.push('');
-  lines.push('| proxy | cold start ms | change p50 ms | change p99 ms | changes | timeouts |');
-  lines.push('|---|---:|---:|---:|---:|---:|');
-  lines.push(row('upstream kube-proxy (iptables mode)', u.kubeProxy));
-  lines.push(row('Sluice agent', u.sluice));
+  lines.push('| proxy | minSyncPeriod | cold start ms | CPU to programmed s | first (full) sync s | change p50 ms | change p99 ms | sync mean ms (changes) | RSS MiB (peak) | changes (timeouts) | stopped |');
+  lines.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|');
+  for (const r of u.rows) {
+    const vs = r === sl || !sl ? { cold: '', cpu: '', rss: '', p50: '' } : {
+      cold: x(sl.coldStartMs, r.coldStartMs), cpu: x(sl.coldCpuS, r.coldCpuS), rss: x(sl.rssMiB, r.rssMiB), p50: x(pct(sl.changeMs, 0.5), pct(r.changeMs, 0.5)),
+    };
+    lines.push(`| ${r.label} | ${r.minSyncPeriod ?? ''} | ${f(r.coldStartMs)}${vs.cold} | ${f(r.coldCpuS, 2)}${vs.cpu} | ${f(r.firstSyncS, 3)} | ${f(pct(r.changeMs, 0.5), 1)}${vs.p50} | ${f(pct(r.changeMs, 0.99), 1)} | ${f(r.changeSyncMeanMs, 1)} | ${f(r.rssMiB, 1)} (${f(r.peakRssMiB, 1)})${vs.rss} | ${r.changeMs.length} (${r.timeouts}) | ${r.stopped ?? ''} |`);
+  }
   lines.push('');
-  if (u.createMs !== undefined) lines.push(`Creating the objects in the API server took ${u.createMs} ms.`);
+  if (u.createMs !== undefined) lines.push(`Creating the objects in the API server took ${(u.createMs / 1000).toFixed(1)} s; each proxy's cold start had a ${u.coldBudgetS ?? '?'} s budget.`);
   for (const n of u.notes) lines.push(`- ${n}`);
   lines.push('');
   return lines;
+}
+
+/** Issue 12: the agent against upstream kube-proxy on the same objects (real kube-apiserver). */
+export function upstreamTargets(u: UpstreamResult | undefined): TargetResult[] {
+  if (!u || u.skipped || !u.rows.length) return [];
+  const sl = u.rows.find((r) => r.id === 'sluice');
+  const kps = u.rows.filter((r) => r.id !== 'sluice' && r.rssMiB !== undefined);
+  const out: TargetResult[] = [];
+  out.push({
+    target: `Sluice agent RSS <= 0.5x upstream kube-proxy's on the same API objects (${u.services} Services x ${u.endpointsPerService}, real kube-apiserver)`,
+    verdict: !sl?.rssMiB || !kps.length ? 'n/a' : kps.every((k) => sl.rssMiB! <= 0.5 * k.rssMiB!) ? 'PASS' : 'FAIL',
+    detail: !sl?.rssMiB ? (sl?.stopped ?? 'agent not measured') : `agent ${sl.rssMiB.toFixed(1)} MiB; ` + kps.map((k) => `${k.label} ${k.rssMiB!.toFixed(1)} MiB (${(sl.rssMiB! / k.rssMiB!).toFixed(2)}x)`).join('; '),
+  });
+  const coldMax = u.services >= 100000 ? 10_000 : u.services >= 10000 ? 1000 : undefined;
+  out.push({
+    target: `Sluice cold start (agent start -> every frontend programmed) on the real kube-apiserver <= ${coldMax !== undefined ? coldMax / 1000 : '1 (at 10 000) / 10 (at 100 000)'} s at ${u.services} Services`,
+    verdict: sl?.coldStartMs === undefined || coldMax === undefined ? 'n/a' : sl.coldStartMs <= coldMax ? 'PASS' : 'FAIL',
+    detail: sl?.coldStartMs === undefined ? (sl?.stopped ?? 'not measured') : `${sl.coldStartMs} ms` + (coldMax === undefined ? ' (the target is set at 10 000 and 100 000)' : ''),
+  });
+  return out;
 }

@@ -225,6 +225,11 @@ export class SluiceTcMode implements Mode {
     return this.maps.fill(ports, budgetMs);
   }
 
+  /** The pinned maps' and links' directory (the bench reads pod_lb's run time through its links). */
+  get bpffs(): string | undefined {
+    return this.maps.bpffs;
+  }
+
   /** As SluiceSockMode: the next scale overwrites; everything goes with the bpffs directory and the namespaces. */
   async unload(): Promise<void> {}
 }

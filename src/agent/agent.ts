@@ -7,6 +7,7 @@ import pino, { type Logger } from 'pino';
 import type { AgentConfig } from './config';
 import { parseHostPort } from './config';
 import { installSockLb, bpfObjectPath } from '../datapath/sockLb';
+import { mapCapacities, nodeServesIpv6 } from './mapSizing';
 import { summarize } from '../datapath/migrate';
 import { netnsCookieOf, ownNetnsCookie } from '../datapath/netnsCookie';
 import { syncNodeAddresses, syncNodeAddresses6 } from '../datapath/sockConfig';
@@ -41,7 +42,12 @@ export function makeLogger(level: string): Logger {
 export async function startAgent(config: AgentConfig, log: Logger = makeLogger(config.logLevel)): Promise<AgentHandle> {
   const hostNetnsCookie = config.hostNetns ? netnsCookieOf(config.hostNetns) : ownNetnsCookie();
   const socketLb = { mode: config.socketLB, hostNetnsCookie };
-  const install = installSockLb({ bpffs: config.bpffs, cgroupPath: config.cgroupPath, maxEntries: config.maxEntries, socketLb });
+  // The IPv6 tables' capacity follows whether this node serves IPv6 (mapSizing.ts).
+  const api = await connectToApi(config.kubeconfig, config.k8sApiServer);
+  const v6 = await nodeServesIpv6(config.ipv6Maps, api, config.nodeName);
+  const maxEntries = mapCapacities(config.maxEntries, config.bpffs, v6.ipv6);
+  log.info({ ipv6Tables: v6.ipv6 ? 'full' : 'small', why: v6.why }, 'IPv6 table capacity');
+  const install = installSockLb({ bpffs: config.bpffs, cgroupPath: config.cgroupPath, maxEntries, socketLb });
   const { migrated, ...links } = install;
   if (migrated.length > 0) log.info({ migrated: summarize(migrated) }, 'pinned maps migrated to their new capacity or layout; programs switched in place');
   log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, socketLB: config.socketLB, hostNetns: config.hostNetns ?? 'own', ...links }, 'socket load balancer attached');
@@ -117,7 +123,6 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   const metricsAddress = await listen('--metrics-bind-address', config.metricsBindAddress, (h, p) => startMetricsServer(metrics, h, p, scrape));
 
   log.info({ healthz: healthAddress, metrics: metricsAddress }, 'serving /healthz, /livez and /metrics');
-  const api = await connectToApi(config.kubeconfig, config.k8sApiServer);
   const watch = new ClusterWatch(api, config.nodeName, state, metrics, log);
   const synced = new Promise<void>((resolve) => {
     watch.start((timing) => {

@@ -14,6 +14,7 @@ import { parseDefaultLbAlgorithm } from '../translate/algorithm';
 import { DEFAULT_MAGLEV_TABLE_SIZE, checkMaglevTableSize } from '../datapath/maglevTable';
 import type { LbAlgorithm } from '../model/frontend';
 import { parseXdpMode, type XdpModeSetting } from '../datapath/xdp/xdp';
+import type { Ipv6Maps } from './mapSizing';
 
 export interface AgentConfig {
   kubeconfig?: string; // absent: in-cluster config
@@ -105,6 +106,11 @@ export interface AgentConfig {
   // ---- end h-alg ----
   /** h-maglev: Maglev table size M (a prime; docs/algorithms.md). */
   maglevTableSize: number;
+  /**
+   * Capacity of the IPv6 tables (src/agent/mapSizing.ts): auto (small unless
+   * this node's Node object has an IPv6 pod CIDR or address), small or full.
+   */
+  ipv6Maps: Ipv6Maps;
 }
 
 export function defaultConfig(): AgentConfig {
@@ -136,6 +142,7 @@ export function defaultConfig(): AgentConfig {
     localhostNodePorts: true,
     lbAlgorithm: 'random', // h-alg
     maglevTableSize: DEFAULT_MAGLEV_TABLE_SIZE, // h-maglev
+    ipv6Maps: 'auto',
   };
 }
 
@@ -181,7 +188,13 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   master: { field: 'k8sApiServer', parse: String },
   'lb-algorithm': { field: 'lbAlgorithm', parse: (v) => parseDefaultLbAlgorithm(v, '--lb-algorithm') }, // h-alg
   'maglev-table-size': { field: 'maglevTableSize', parse: (v) => checkMaglevTableSize(Number(v), '--maglev-table-size') }, // h-maglev
+  'ipv6-maps': { field: 'ipv6Maps', parse: (v) => parseIpv6Maps(v, '--ipv6-maps') },
 };
+
+function parseIpv6Maps(v: string, what: string): Ipv6Maps {
+  if (v === 'auto' || v === 'small' || v === 'full') return v;
+  throw new Error(`invalid config: ${what} ${JSON.stringify(v)}: must be auto, small or full`);
+}
 
 /** A duration flag: Go syntax (30s, 1m, 500ms) or, as before, a bare number of `bareUnitMs`. */
 function durationFlag(name: string, v: string, bareUnitMs: number): number {
@@ -306,6 +319,7 @@ export function resolveConfigWithNotes(flags: Map<string, string>): { config: Ag
     config.lbAlgorithm = parseDefaultLbAlgorithm(String(config.lbAlgorithm), `config file ${file}: lbAlgorithm`); // h-alg
     config.maglevTableSize = checkMaglevTableSize(Number(config.maglevTableSize), `config file ${file}: maglevTableSize`); // h-maglev
     config.xdpMode = parseXdpMode(String(config.xdpMode), `config file ${file}: xdpMode`); // h-xdp
+    config.ipv6Maps = parseIpv6Maps(String(config.ipv6Maps), `config file ${file}: ipv6Maps`);
   }
   for (const [flag, value] of flags) {
     const spec = FLAGS[flag];

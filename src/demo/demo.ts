@@ -94,7 +94,7 @@ export async function runDemo(opts: DemoOptions = {}): Promise<void> {
     step(5, `A live endpoint change: ${BACKENDS[2]} becomes not ready`);
     const maps = openSockLbMaps(sb.bpffs);
     try {
-      const master = { address: ip4ToNumber(web), port: 80, proto: LB_PROTO_TCP, scope: 0, backend_slot: 0 };
+      const master = { address: ip4ToNumber(web), port: 80, proto: LB_PROTO_TCP, scope: 0 };
       const t0 = process.hrtime.bigint();
       api.store.update('endpointslices', endpointSlice('web', 'http', 8080, 'TCP', BACKENDS.slice(0, 2)));
       // Poll the map itself (not the CLI): this is API write -> watch event -> map.

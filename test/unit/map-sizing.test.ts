@@ -1,0 +1,39 @@
+// src/agent/mapSizing.ts: which IPv6 capacities the agent asks for.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { IPV6_SMALL_ENTRIES, mapCapacities, nodeHasIpv6, nodeServesIpv6 } from '../../src/agent/mapSizing';
+
+test('nodeHasIpv6: an IPv6 pod CIDR or address on the Node', () => {
+  assert.equal(nodeHasIpv6({ spec: { podCIDRs: ['10.0.0.0/24'] }, status: { addresses: [{ address: '10.1.0.1' }] } }), false);
+  assert.equal(nodeHasIpv6({ spec: { podCIDRs: ['10.0.0.0/24', 'fd00::/64'] } }), true);
+  assert.equal(nodeHasIpv6({ status: { addresses: [{ address: '10.1.0.1' }, { address: 'fd00::1' }] } }), true);
+  assert.equal(nodeHasIpv6({ spec: { podCIDR: 'fd00::/64' } }), true);
+  assert.equal(nodeHasIpv6({}), false);
+});
+
+test('mapCapacities: small IPv6 tables only when IPv4-only, never over the config or an existing pin', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mapsz-'));
+  try {
+    assert.deepEqual(mapCapacities({ sluice_svc4: 1000 }, dir, true), { sluice_svc4: 1000 });
+    const small = mapCapacities({ sluice_be6: 77 }, dir, false);
+    assert.equal(small.sluice_be6, 77, 'maxEntries wins');
+    assert.equal(small.sluice_svc6, IPV6_SMALL_ENTRIES.sluice_svc6);
+    fs.writeFileSync(path.join(dir, 'sluice_affin6'), '');
+    assert.equal(mapCapacities({}, dir, false).sluice_affin6, undefined, 'a pinned map keeps its size');
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('nodeServesIpv6: the config decides when not auto; unknown counts as IPv6', async () => {
+  assert.deepEqual((await nodeServesIpv6('small', undefined, 'n')).ipv6, false);
+  assert.deepEqual((await nodeServesIpv6('full', undefined, 'n')).ipv6, true);
+  assert.deepEqual((await nodeServesIpv6('auto', undefined, 'n')).ipv6, true);
+  const failing = { server: 'x', get: () => Promise.reject(new Error('refused')) };
+  const r = await nodeServesIpv6('auto', failing, 'n');
+  assert.equal(r.ipv6, true);
+  assert.match(r.why, /refused/);
+});
