@@ -164,6 +164,8 @@ export class Syncer {
   ) {
     // A restart cleans what a crash left before anything else is written.
     const { programmer, repaired } = LbProgrammer.adoptAndRepair(maps);
+    // Removed IPv4 backends stay readable for 1 s (the range grace period): see LbProgrammer.setBackendGrace.
+    programmer.setBackendGrace(1000);
     this.programmer = programmer;
     if (Object.values(repaired).some((n) => n > 0)) log.info({ ...repaired }, 'removed entries a previous agent left half-written');
   }

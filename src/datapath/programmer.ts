@@ -170,6 +170,20 @@ export class LbProgrammer {
   /** Frontends the next apply must write even if unchanged (adopted without a range of their own). */
   private readonly rewrite = new Set<string>();
 
+  /**
+   * IPv4 backends no frontend names any more, kept intact for
+   * backendGraceMs before their entry is zeroed and their id freed. The
+   * backends map is an ARRAY: a delete zeroes the entry in place, at once,
+   * so a program that copied the master just before a shrink (it then reads
+   * the old range, which names these ids) could check an entry, see it
+   * zeroed, and connect to 0.0.0.0:0. (A hash delete left the element
+   * readable until the RCU grace period.) A backend added again meanwhile
+   * takes its id back: the entry still holds it.
+   */
+  private backendGraceMs = 0;
+  private readonly retiring = new Map<number, { key: number | string; at: number }>();
+  private readonly retiringByKey = new Map<number | string, number>();
+
   private constructor(private readonly maps: SockLbMaps, opts: { rangeGraceMs?: number } = {}) {
     // IPv4 backends and rev-NAT entries are ARRAYs indexed by id: ids stay below their capacity.
     this.backendIds = new IdAllocator('backend', maps.backends.map.maxEntries - 1);
@@ -342,6 +356,31 @@ export class LbProgrammer {
    * by the programmer itself, conntrack flows by the owner of the TC path
    * (the syncer's onBackendsDeleted) right after the apply that freed them.
    */
+  /** Keep removed IPv4 backends' entries readable this long (the agent: after adoption, which removes leftovers at once). */
+  setBackendGrace(ms: number): void {
+    this.backendGraceMs = ms;
+  }
+
+  /** Retiring backends whose grace period is over: zero their entries, free their ids. */
+  private retireExpired(now: number): void {
+    for (const [id, r] of this.retiring) {
+      if (r.at > now - this.backendGraceMs) break; // insertion order is time order
+      this.maps.backends.delete(id);
+      this.backendIds.release(id);
+      this.retiring.delete(id);
+      this.retiringByKey.delete(r.key);
+    }
+  }
+
+  /** A retiring backend added again: its id (and intact entry) come back. */
+  private takeRetiring(key: number | string): number | undefined {
+    const id = this.retiringByKey.get(key);
+    if (id === undefined) return undefined;
+    this.retiringByKey.delete(key);
+    this.retiring.delete(id);
+    return id;
+  }
+
   recycleIds(): void {
     this.backendIds.recycle();
     this.revNatIds.recycle();
@@ -488,7 +527,7 @@ export class LbProgrammer {
         const flags = backendFlags(b);
         const zone = b.zone ?? 0;
         if (!known || known.flags !== flags || known.zone !== zone) {
-          const id = known?.id ?? this.backendIds.allocate();
+          const id = known?.id ?? this.takeRetiring(key) ?? this.backendIds.allocate();
           known = { id, address: b.address, port: b.port, proto: b.proto, flags, zone };
           if (typeof key === 'string') backend6Writes.set(id, { address: ip6ToBytes(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone });
           else if (!pending.has(key)) backendWrites.push([id, { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone }]);
@@ -716,15 +755,25 @@ export class LbProgrammer {
   /** Backends no frontend points at any more are deleted last. */
   private collectGarbage(): number[] {
     const deleted: number[] = [];
+    const now = Date.now();
+    this.retireExpired(now);
     for (const id of this.orphans) {
       if ((this.backendRefs[id] ?? 0) > 0) continue;
       const b = this.backendById(id);
       if (b) {
-        if (isIp6(b.address)) this.v6().backends.delete(id);
-        else this.maps.backends.delete(id);
-        this.backends.delete(backendKeyOf(b));
+        const key = backendKeyOf(b);
+        if (isIp6(b.address)) {
+          this.v6().backends.delete(id);
+          this.backendIds.release(id);
+        } else if (this.backendGraceMs > 0) {
+          this.retiring.set(id, { key, at: now });
+          this.retiringByKey.set(key, id);
+        } else {
+          this.maps.backends.delete(id);
+          this.backendIds.release(id);
+        }
+        this.backends.delete(key);
         this.backendsById.delete(id);
-        this.backendIds.release(id);
         deleted.push(id);
         this.deletedBackends.push(b);
       }

@@ -89,6 +89,26 @@ test('shrinking writes a new range, then the master; pruning removes frontends a
   assert.deepEqual([0, 1, 2].map((i) => maps.ranges.get(old.backend_id + i)), oldIds, 'the old range is left intact');
 });
 
+test('with a backend grace period, removed backends stay readable until it ends (ARRAY entries change in place); one added again takes its id back', async () => {
+  const p = LbProgrammer.adopt(maps);
+  p.setBackendGrace(200);
+  p.apply([fe('10.96.0.1', 80, backends(1, 2, 3))], { prune: true });
+  const old = maps.services.get({ address: 0x0a600001, port: 80, proto: 6, scope: 0 })!;
+  const oldIds = [0, 1, 2].map((i) => maps.ranges.get(old.backend_id + i)!);
+  const r = p.apply([fe('10.96.0.1', 80, backends(1))], { prune: true });
+  assert.deepEqual(r.deletedBackendIds.sort(), oldIds.slice(1).sort(), 'removed from the programmer at once');
+  // A program that copied the old master reads the old range: every id it names is still a whole backend.
+  for (const id of oldIds) assert.equal(maps.backends.get(id)?.port, 8080, `backend ${id} readable through the old range`);
+  // Added again within the grace period: the same id, the entry never zeroed.
+  p.apply([fe('10.96.0.1', 80, backends(1, 2))], { prune: true });
+  const now = maps.services.get({ address: 0x0a600001, port: 80, proto: 6, scope: 0 })!;
+  assert.equal(maps.ranges.get(now.backend_id + 1), oldIds[1], '198.18.1.2 got its id back');
+  await new Promise((res) => setTimeout(res, 250));
+  p.apply([fe('10.96.0.1', 80, backends(1, 2))], { prune: true }); // any apply retires what is due
+  assert.equal(maps.backends.get(oldIds[2]!)?.proto ?? 0, 0, 'after the grace period the entry is zeroed');
+  assert.equal(maps.backends.get(oldIds[1]!)?.port, 8080, 'the backend in use again is kept');
+});
+
 test('a full range array is an error for the frontends that do not fit, reported each by name; the rest are programmed', () => {
   maps.close();
   uninstall(bpffs);

@@ -151,6 +151,7 @@ test('item 3: backends grow and shrink in a tight loop while clients connect: 0 
   const maps = openSockLbMaps(sb.bpffs);
   try {
     const programmer = LbProgrammer.adopt(maps);
+    programmer.setBackendGrace(1000); // as the agent runs it (src/agent/syncer.ts)
     const frontend = (n: number): FrontendSpec => ({
       address: VIP, port: 5300, proto: 'udp', scope: 'external', flags: LB_SVC_FLAG_CLUSTER_IP, affinityTimeout: 0,
       backends: Array.from({ length: n }, (_, i) => ({ address: `198.18.14.${i + 1}`, port: 5353, proto: 'udp' as const })),
