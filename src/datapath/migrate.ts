@@ -400,8 +400,13 @@ function plan(bpffs: string, declared: MapDescription[], requested: Record<strin
       fs.closeSync(fd);
     }
     const policy = policies[d.name] ?? DEFAULT_POLICY;
-    const pinnedLayout = layouts.get(d.name) ?? 1;
     const ourLayout = policy.layout ?? 1;
+    // No record: pinned before layouts were recorded (layout 1), or by a tool
+    // or test harness that pins the object's maps itself. Every layout change
+    // so far changed the map's type or sizes, so a map of exactly this build's
+    // shape is taken as this build's layout; any other shape is layout 1.
+    const sameShape = info.type === d.type && info.keySize === d.keySize && info.valueSize === d.valueSize;
+    const pinnedLayout = layouts.get(d.name) ?? (sameShape ? ourLayout : 1);
     if (pinnedLayout > ourLayout) {
       refusals.push(`map ${d.name} at ${pin} has layout version ${pinnedLayout}, newer than this agent's ${ourLayout} (pinned by a newer Sluice): downgrading it is not supported`);
       continue;
