@@ -350,7 +350,7 @@ lb4_xdp_new_flow(struct xdp_md *ctx, struct lb4_xdp_packet *p, const struct lb4_
 	__u32 backend_id = 0;
 	int action;
 
-	svc = lb4_lookup_service(&skey, false);
+	svc = lb4_lookup_frontend(&skey, false); /* exact, then the NodePort wildcard (nodeport.h) */
 	if (!svc || !lb_svc_is_north_south(svc))
 		return XDP_PASS; /* e.g. a reply to the SNAT address: TC's */
 	p->service = true;

@@ -53,11 +53,18 @@ export function startXdp(mode: XdpModeSetting, bpffs: string, devices: string[],
       attachments,
       frontends(list) {
         const items = [...list];
-        const key = items.map((f) => `${f.address}/${f.flags}`).sort().join(',');
+        let nodePorts: number[] = [];
+        try {
+          nodePorts = [...opened.nodeIps.entries()].map(([a]) => a);
+        } catch {
+          // read again at the next sync
+        }
+        // Node addresses change without any frontend changing: they are part of the key.
+        const key = `${items.map((f) => `${f.address}/${f.flags}`).sort().join(',')}|${nodePorts.sort().join(',')}`;
         if (key === lastKey) return;
         lastKey = key;
         try {
-          const r = syncFrontendAddresses(opened.frontends, items);
+          const r = syncFrontendAddresses(opened.frontends, items, nodePorts);
           if (r.added || r.removed) log.debug(r, 'XDP frontend addresses updated');
         } catch (err) {
           lastKey = '';

@@ -18,6 +18,7 @@ import { loadMigrated, type MigratedMap } from '../migrate';
 import { execFileSync } from 'node:child_process';
 import { checkEthernetDevice, deviceIndex } from '../tc/attach';
 import { TypedMap, u32Codec, u8Codec } from '../typedMap';
+import { nodeIpMap } from '../sockConfig';
 
 const { ENOLINK, EOPNOTSUPP, EINVAL } = os.constants.errno;
 
@@ -213,6 +214,8 @@ export interface XdpMaps {
   frontends: TypedMap<number, number>;
   /** Devices XDP may redirect to (DEVMAP_HASH: ifindex -> ifindex). */
   targets: TypedMap<number, number>;
+  /** The node's NodePort addresses (sluice_nodeip4, shared with the socket and TC objects). */
+  nodeIps: TypedMap<number, number>;
   stats: BpfMap;
   close(): void;
 }
@@ -232,6 +235,7 @@ export function openXdpMaps(bpffs: string): XdpMaps {
     return {
       frontends: new TypedMap(open(abi.SLUICE_MAP_XDP_FE4), be32Codec, u8Codec),
       targets: new TypedMap(open(abi.SLUICE_MAP_XDP_TX), u32Codec, u32Codec),
+      nodeIps: nodeIpMap(open(abi.SLUICE_MAP_NODEIP4)),
       stats: open(abi.SLUICE_MAP_XDP_STATS),
       close: () => opened.forEach((m) => m.close()),
     };
@@ -247,9 +251,19 @@ const NORTH_SOUTH = abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi
  * Make the frontend-address set hold exactly the IPv4 addresses of the
  * north-south frontends given. Returns what changed.
  */
-export function syncFrontendAddresses(map: TypedMap<number, number>, frontends: Iterable<{ address: string; flags: number }>): { added: number; removed: number } {
+/**
+ * The frontend-address set XDP checks first. An IPv4 NodePort is one
+ * wildcard frontend, 0.0.0.0:<port> (bpf/lib/nodeport.h): the node's
+ * NodePort addresses stand for it.
+ */
+export function syncFrontendAddresses(map: TypedMap<number, number>, frontends: Iterable<{ address: string; flags: number }>, nodePortAddresses: Iterable<number> = []): { added: number; removed: number } {
   const wanted = new Set<number>();
-  for (const f of frontends) if (f.flags & NORTH_SOUTH && !f.address.includes(':')) wanted.add(ip4ToNumber(f.address));
+  for (const f of frontends) {
+    if (!(f.flags & NORTH_SOUTH) || f.address.includes(':')) continue;
+    const a = ip4ToNumber(f.address);
+    if (a !== 0) wanted.add(a);
+    else for (const n of nodePortAddresses) wanted.add(n);
+  }
   const present = new Set([...map.entries()].map(([k]) => k));
   let added = 0;
   let removed = 0;
