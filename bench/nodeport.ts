@@ -275,7 +275,8 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
         '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--healthcheck-addresses', sl.nodeAddr,
       ], { prefix: ['nsenter', `--net=/run/netns/${sl.node}`] });
       maps = await openWhenPinned(bpffs, agent, deadline);
-      const keys = ports.map((sp) => masterKey(sl.nodeAddr, nodePort(sp), sp.proto === 'tcp' ? LB_PROTO_TCP : LB_PROTO_UDP));
+      // IPv4 NodePorts are one wildcard master per port (0.0.0.0, bpf/lib/nodeport.h).
+      const keys = ports.map((sp) => masterKey('0.0.0.0', nodePort(sp), sp.proto === 'tcp' ? LB_PROTO_TCP : LB_PROTO_UDP));
       await waitMastersProgrammed(maps, keys, BACKEND_COUNT, agent, Math.min(deadline, Date.now() + 120_000));
       modes['sluice-tc']!.loadMs = Date.now() - t0;
       o.log(`nodeport: Sluice: ${ports.length} node ports programmed by the agent in ${(modes['sluice-tc']!.loadMs! / 1000).toFixed(1)} s (API preload included)`);
@@ -319,7 +320,7 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       for (let i = 0; i < o.services; i++) {
         api.store.patch('services', serviceName(i), { metadata: { annotations: { 'sluice.io/lb-algorithm': 'maglev' } } }, { namespace: BENCH_NAMESPACE, contentType: 'application/merge-patch+json' });
       }
-      const keys = ports.map((sp) => masterKey(slSide.nodeAddr, nodePort(sp), sp.proto === 'tcp' ? LB_PROTO_TCP : LB_PROTO_UDP));
+      const keys = ports.map((sp) => masterKey('0.0.0.0', nodePort(sp), sp.proto === 'tcp' ? LB_PROTO_TCP : LB_PROTO_UDP));
       const until = Math.min(deadline - 3 * (o.roundMs + 2000), Date.now() + 120_000);
       while (Date.now() < until && !keys.every((k) => maps!.services.get(k)?.algorithm === abi.LB_ALG_MAGLEV)) await tick(200);
       const switchS = (Date.now() - t0) / 1000;
