@@ -7,6 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { Sandbox, sh, sluiceBin, waitFor } from '../helpers/sandbox';
+import { REPORT_ON_SIGUSR1, askReport } from '../helpers/heldSockets';
 import { StaleSocketTerminator } from '../../src/datapath/sockTerm';
 
 const VIP6 = 'fd00:96::13';
@@ -46,14 +47,7 @@ const tcpClient = (name, addr, port) => new Promise((r) => {
   await tcpClient('tcp6ViaVip', '${VIP6}', 90);
   await tcpClient('tcp6Direct', '${GONE6}', 9090);
   await tcpClient('tcpMappedViaVip4', '::ffff:${VIP4}', 90);
-  process.stdout.write('ready\\n');
-  process.on('SIGUSR1', async () => {
-    for (const [name, s] of Object.entries(state)) if (name.startsWith('udp') && s.status === 'ok') s.sock.send('again', () => {});
-    await new Promise((r) => setTimeout(r, 300));
-    const out = {};
-    for (const [name, s] of Object.entries(state)) out[name] = s.status;
-    process.stdout.write(JSON.stringify(out) + '\\n');
-  });
+${REPORT_ON_SIGUSR1}
 })();
 `;
 
@@ -65,11 +59,8 @@ function sluice(args: string[]): string {
   return sh(sluiceBin, [...args, '--bpffs', sb.bpffs]);
 }
 
-async function check(): Promise<Record<string, string>> {
-  const before = lines.length;
-  client.kill('SIGUSR1');
-  await waitFor('client report', () => lines.length > before, 5000);
-  return JSON.parse(lines[lines.length - 1]!) as Record<string, string>;
+function check(): Promise<Record<string, string>> {
+  return askReport(client, lines);
 }
 
 before(async () => {
