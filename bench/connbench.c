@@ -7,7 +7,7 @@
  * and prints one JSON object with latency percentiles and the rate.
  *
  *   connbench --proto tcp|udp --targets FILE --count N --max-ms MS [--seed S]
- *             [--timeout-ms MS] [--warmup N] [--check-peer]
+ *             [--timeout-ms MS] [--warmup N] [--check-peer] [--diag]
  *
  * TCP: the time from connect() to "established" (non-blocking connect, then
  * poll for writability, so a SYN that goes nowhere costs at most timeout-ms
@@ -23,6 +23,11 @@
  * reply's source (UDP) or getpeername() (TCP) must equal the target the
  * client addressed: a service translation that leaks the backend address is
  * counted as wrong_peer.
+ *
+ * --diag (TCP; not for the bench's rounds: one more syscall per connect):
+ * also prints to stderr how many connects were still in progress when
+ * connect() returned (the handshake left to another context) and the p50 of
+ * each kind (docs/bench.md, "Why the pairing and the fixed CPUs").
  *
  * Both loops are bounded by COUNT and by MS of wall time.
  */
@@ -54,6 +59,7 @@ struct options {
 	long warmup;
 	uint64_t seed;
 	int check_peer;
+	int diag;
 };
 
 struct counters {
@@ -63,6 +69,7 @@ struct counters {
 	long refused;
 	long other_errors;
 	long wrong_peer;
+	long waited; /* --diag: connects still in progress when connect() returned */
 	int last_errno;
 };
 
@@ -142,7 +149,7 @@ static int same_peer(const struct sockaddr_in *a, const struct sockaddr_in *b)
 }
 
 /* One TCP connection; returns latency in ns, or 0 on failure (counted). */
-static uint64_t tcp_once(const struct target *t, const struct options *o, struct counters *c)
+static uint64_t tcp_once(const struct target *t, const struct options *o, struct counters *c, int *waited)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -158,6 +165,17 @@ static uint64_t tcp_once(const struct target *t, const struct options *o, struct
 	}
 	if (rc < 0) {
 		struct pollfd p = { .fd = fd, .events = POLLOUT };
+		if (o->diag) {
+			/* Off the bench's path: one more syscall per connect. Was
+			 * the handshake done inside connect() (the SYN, the SYN-ACK
+			 * and the ACK all processed in this thread's softirq), or
+			 * must the client wait for another context to run it? */
+			struct pollfd q = p;
+			if (poll(&q, 1, 0) == 0) {
+				c->waited++;
+				*waited = 1;
+			}
+		}
 		int pr = poll(&p, 1, (int)o->timeout_ms);
 		if (pr == 0) {
 			note_error(c, ETIMEDOUT);
@@ -234,7 +252,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: connbench --proto tcp|udp --targets FILE --count N --max-ms MS\n"
-		"                 [--seed S] [--timeout-ms MS] [--warmup N] [--check-peer]\n");
+		"                 [--seed S] [--timeout-ms MS] [--warmup N] [--check-peer] [--diag]\n");
 	exit(2);
 }
 
@@ -250,6 +268,10 @@ static void parse(int argc, char **argv, struct options *o)
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--check-peer")) {
 			o->check_peer = 1;
+			continue;
+		}
+		if (!strcmp(a, "--diag")) {
+			o->diag = 1;
 			continue;
 		}
 		if (!v)
@@ -287,7 +309,10 @@ int main(int argc, char **argv)
 	long n_targets;
 	struct target *targets = load_targets(o.targets_path, &n_targets);
 	uint64_t *lat = calloc((size_t)o.count, sizeof(*lat));
-	if (!lat)
+	uint64_t *lat_w = calloc((size_t)o.count, sizeof(*lat_w)); /* --diag: waited */
+	uint64_t *lat_i = calloc((size_t)o.count, sizeof(*lat_i)); /* --diag: inline */
+	long n_w = 0, n_i = 0;
+	if (!lat || !lat_w || !lat_i)
 		die("samples", "out of memory");
 	struct counters c = { 0 }, warm = { 0 };
 	struct rusage ru_start;
@@ -296,7 +321,8 @@ int main(int argc, char **argv)
 	/* Warm-up: fill caches, ARP/neighbour entries and the listen queues. */
 	for (long i = 0; i < o.warmup; i++) {
 		const struct target *t = &targets[rng_next() % (uint64_t)n_targets];
-		(void)(o.udp ? udp_once(t, &o, &warm) : tcp_once(t, &o, &warm));
+		int w = 0;
+		(void)(o.udp ? udp_once(t, &o, &warm) : tcp_once(t, &o, &warm, &w));
 	}
 
 	struct rusage ru0, ru1;
@@ -309,16 +335,23 @@ int main(int argc, char **argv)
 			break;
 		const struct target *t = &targets[rng_next() % (uint64_t)n_targets];
 		c.attempted++;
-		uint64_t l = o.udp ? udp_once(t, &o, &c) : tcp_once(t, &o, &c);
+		int w = 0;
+		uint64_t l = o.udp ? udp_once(t, &o, &c) : tcp_once(t, &o, &c, &w);
 		if (l) {
 			lat[n_ok++] = l;
 			c.ok++;
+			if (w)
+				lat_w[n_w++] = l;
+			else
+				lat_i[n_i++] = l;
 		}
 	}
 	uint64_t elapsed = now_ns() - start;
 	getrusage(RUSAGE_SELF, &ru1);
 
 	qsort(lat, (size_t)n_ok, sizeof(*lat), cmp_u64);
+	qsort(lat_w, (size_t)n_w, sizeof(*lat_w), cmp_u64);
+	qsort(lat_i, (size_t)n_i, sizeof(*lat_i), cmp_u64);
 	double sum = 0;
 	for (long i = 0; i < n_ok; i++)
 		sum += (double)lat[i];
@@ -337,6 +370,11 @@ int main(int argc, char **argv)
 	       secs > 0 ? (double)c.ok / secs : 0.0, PCT(0.50), PCT(0.90), PCT(0.99),
 	       n_ok ? (double)lat[n_ok - 1] / 1000.0 : 0.0, n_ok ? sum / (double)n_ok / 1000.0 : 0.0,
 	       cpu_s, c.attempted + o.warmup, cpu_total_s);
+	if (o.diag && !o.udp)
+		fprintf(stderr, "{\"waited\":%ld,\"inline\":%ld,\"p50_waited_us\":%.2f,\"p50_inline_us\":%.2f}\n",
+			n_w, n_i, n_w ? (double)lat_w[n_w / 2] / 1000.0 : 0.0, n_i ? (double)lat_i[n_i / 2] / 1000.0 : 0.0);
+	free(lat_w);
+	free(lat_i);
 	free(lat);
 	free(targets);
 	return 0;

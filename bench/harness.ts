@@ -12,6 +12,7 @@
 // call twice or after a partial setup.
 import { ChildProcess, spawn } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { run } from './exec';
@@ -41,6 +42,22 @@ export function cgroup2Mount(): string {
     }
   }
   throw new Error('bench harness: no cgroup2 mount in /proc/self/mountinfo');
+}
+
+/**
+ * Fixed CPUs for the load generator and the server (docs/bench.md, "CPU
+ * placement"). On veth a connect's whole handshake runs in the client's
+ * softirq; the server only accepts. Left to the scheduler, the server lands
+ * on the client's CPU in some rounds (its accept wakeup then preempts the
+ * client inside the timed connect) and on the other CPU in others, and a
+ * round's p50 jumps between the two (8 and 12-14 µs direct, the same
+ * binary). Every mode's rounds get the same placement: client on the first
+ * CPU, server on the last. One CPU: no pinning.
+ */
+export function cpuPinning(): { client: string[]; server: string[] } {
+  const n = os.cpus().length;
+  if (n < 2) return { client: [], server: [] };
+  return { client: ['taskset', '-c', '0'], server: ['taskset', '-c', String(n - 1)] };
 }
 
 export class Harness {
@@ -130,7 +147,7 @@ export class Harness {
 
   private startServer(): Promise<void> {
     return new Promise((resolve, reject) => {
-      const child = spawn('ip', ['netns', 'exec', this.backendNs, this.serverBinary, '--port', String(BACKEND_PORT), '--max-s', '1500'], {
+      const child = spawn('ip', ['netns', 'exec', this.backendNs, ...cpuPinning().server, this.serverBinary, '--port', String(BACKEND_PORT), '--max-s', '1500'], {
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       this.server = child;

@@ -76,6 +76,8 @@ interface Series {
   kind: 'service' | 'non-service';
   targetFile: Record<Proto, string>;
   rounds: Record<Proto, RoundResult[]>;
+  /** The direct round run right next to each round (docs/bench.md). */
+  baseline: Record<Proto, RoundResult[]>;
 }
 
 /** HEAD, marked +dirty when the work tree differs from it (the numbers then belong to no commit). */
@@ -187,11 +189,11 @@ async function main(): Promise<void> {
 
       // The series of this scale, then interleaved rounds A B C ... C B A ...
       const series: Series[] = loaded.map((m) => ({
-        mode: m, kind: 'service', targetFile: m.usesVips ? vipTargets : directTargets, rounds: { tcp: [], udp: [] },
+        mode: m, kind: 'service', targetFile: m.usesVips ? vipTargets : directTargets, rounds: { tcp: [], udp: [] }, baseline: { tcp: [], udp: [] },
       }));
       if (scale === p.taxScale) {
         for (const m of loaded) {
-          if (m !== direct) series.push({ mode: m, kind: 'non-service', targetFile: directTargets, rounds: { tcp: [], udp: [] } });
+          if (m !== direct) series.push({ mode: m, kind: 'non-service', targetFile: directTargets, rounds: { tcp: [], udp: [] }, baseline: { tcp: [], udp: [] } });
         }
       }
       log(`scale ${scale}: ${p.rounds} rounds over ${series.length} series x ${PROTOS.length} protocols`);
@@ -206,18 +208,53 @@ async function main(): Promise<void> {
           report.notes.push(`scale ${scale}: stopped after ${r} rounds: the run's time budget is spent`);
           break;
         }
-        const order = r % 2 === 0 ? series : [...series].reverse();
+        // Each series' round runs right next to a direct round that its
+        // ratio is paired with: two series share one direct round between
+        // them (s1 D s2, s3 D s4, ...; the order reversed every other
+        // round). The machine's state (other load, CPU placement, caches)
+        // changes within seconds on a shared machine, and a direct round
+        // several series away measured another state (docs/bench.md).
+        const others = series.filter((s) => s.mode !== direct);
+        const directSeries = series.find((s) => s.mode === direct)!;
+        const order = r % 2 === 0 ? others : [...others].reverse();
+        const seed = 1000 * scale + 17 * r + 1;
         for (const proto of PROTOS) {
-          for (const s of order) {
-            const round = () => runRound(s.mode, proto, s.targetFile[proto], p, 1000 * scale + 17 * r + 1, h.serverPid);
+          const directRound = async () => {
+            const d = await runRound(direct, proto, directTargets[proto], p, seed, h.serverPid);
+            directSeries.rounds[proto].push(d);
+            return d;
+          };
+          const measured = (s: Series) => {
+            const round = () => runRound(s.mode, proto, s.targetFile[proto], p, seed, h.serverPid);
             const sp = progs.get(s.mode);
-            s.rounds[proto].push(await (sp ? progStats.measure(progSeries(s, proto), sp, round, scale) : round()));
+            return sp ? progStats.measure(progSeries(s, proto), sp, round, scale) : round();
+          };
+          for (let i = 0; i < order.length; i += 2) {
+            const a = order[i]!;
+            const b = order[i + 1];
+            let d: RoundResult;
+            if (b || r % 2 === 1) {
+              a.rounds[proto].push(await measured(a));
+              d = await directRound();
+            } else {
+              d = await directRound();
+              a.rounds[proto].push(await measured(a));
+            }
+            a.baseline[proto].push(d);
+            if (b) {
+              b.rounds[proto].push(await measured(b));
+              b.baseline[proto].push(d);
+            }
           }
+          if (others.length === 0) await directRound();
         }
       }
       for (const s of series) {
         for (const proto of PROTOS) {
-          const res: SeriesResult = { mode: s.mode.id, label: s.mode.label, kind: s.kind, proto, summary: summarize(s.rounds[proto]), rounds: s.rounds[proto] };
+          const res: SeriesResult = {
+            mode: s.mode.id, label: s.mode.label, kind: s.kind, proto, summary: summarize(s.rounds[proto]), rounds: s.rounds[proto],
+            ...(s.mode === direct ? {} : { baseline: s.baseline[proto] }),
+          };
           sr.series.push(res);
         }
       }

@@ -5,7 +5,7 @@ import { algorithmMarkdown, algorithmTargets, type AlgorithmBenchResult } from '
 import * as path from 'node:path';
 import type { MachineInfo } from './machine';
 import type { LoadOutcome } from './modes';
-import { median, RoundResult, Summary } from './stats';
+import { median, RoundResult, Summary, summarize } from './stats';
 import { controlPlaneMarkdown, controlPlaneTargets } from './report-controlplane';
 import type { UpstreamResult } from './upstream';
 import type { ControlPlaneResult } from './controlplane';
@@ -20,6 +20,9 @@ export interface SeriesResult {
   proto: 'tcp' | 'udp';
   summary: Summary;
   rounds: RoundResult[];
+  /** The direct round run right next to each of these rounds (same index);
+   *  the ratios to direct are paired with these when present. */
+  baseline?: RoundResult[];
 }
 
 export interface ScaleResult {
@@ -83,15 +86,17 @@ function directOf(sr: ScaleResult, proto: string): Summary | undefined {
 
 /**
  * The ratio of a series to direct, paired by round: the median over rounds of
- * (series value in round r) / (direct value in round r). Both ran seconds
- * apart, so background load on a shared machine divides out; falls back to
- * the ratio of medians when the rounds do not pair up.
+ * (series value in round r) / (the direct round run right next to it: the
+ * series' own baseline, docs/bench.md). Without a baseline (results from
+ * before it), direct's round r; falls back to the ratio of medians when the
+ * rounds do not pair up.
  */
 export function pairedRatio(sr: ScaleResult, s: SeriesResult | undefined, key: 'p50_us' | 'p99_us'): number {
-  const d = s && find(sr, 'direct', s.proto);
-  if (!s || !d) return NaN;
-  if (s.rounds.length !== d.rounds.length || s.rounds.length === 0) return s.summary[key] / d.summary[key];
-  return median(s.rounds.map((r, i) => r[key] / d.rounds[i]![key]));
+  if (s?.mode === 'direct') return 1;
+  const base = s?.baseline ?? (s && find(sr, 'direct', s.proto)?.rounds);
+  if (!s || !base) return NaN;
+  if (s.rounds.length !== base.length || s.rounds.length === 0) return s.summary[key] / summarize(base)[key];
+  return median(s.rounds.map((r, i) => r[key] / base[i]![key]));
 }
 
 /** Evaluate the data-path targets of issue 6 that this half measures. */

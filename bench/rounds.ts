@@ -4,6 +4,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { run } from './exec';
+import { cpuPinning } from './harness';
 import type { Mode } from './modes';
 import type { Proto } from './services';
 import { processCpuMs, type RoundResult } from './stats';
@@ -19,7 +20,7 @@ export interface RoundPlan {
 
 export async function runRound(mode: Mode, proto: Proto, targetFile: string, p: RoundPlan, seed: number, serverPid: number): Promise<RoundResult> {
   const bench = [
-    'nsenter', `--net=/run/netns/${mode.client.netns}`, path.join(ROOT, 'build', 'connbench'),
+    ...cpuPinning().client, 'nsenter', `--net=/run/netns/${mode.client.netns}`, path.join(ROOT, 'build', 'connbench'),
     '--proto', proto, '--targets', targetFile, '--count', String(p.perRound), '--max-ms', String(p.roundMaxMs),
     '--warmup', String(p.warmup), '--timeout-ms', '1000', '--seed', String(seed), '--check-peer',
   ];

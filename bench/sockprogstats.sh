@@ -5,7 +5,10 @@
 # traffic runs; restored after). Compares data-path layouts without the
 # wall-clock noise of a shared machine.
 #
-#   bench/sockprogstats.sh [--build DIR] [--services N] [--count N] [--algorithm LB_ALG_*] [--label L]
+#   bench/sockprogstats.sh [--build DIR] [--services N] [--count N] [--algorithm LB_ALG_*] [--label L] [--non-service]
+#
+# --non-service: the same Services loaded, but the traffic goes straight to
+# the backends (the programs' cost on sockets that never touch a Service).
 #
 # Everything happens in a namespace, cgroup and bpffs directory this script
 # creates and removes: build/sluiceload attaches DIR/sock_lb.bpf.o to a child
@@ -21,6 +24,7 @@ SERVICES=1
 COUNT=20000
 ALG=0
 LABEL=
+NON_SERVICE=
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -28,6 +32,7 @@ while [ $# -gt 0 ]; do
     --count) COUNT=$2; shift 2 ;;
     --algorithm) ALG=$2; shift 2 ;;
     --label) LABEL=$2; shift 2 ;;
+    --non-service) NON_SERVICE=1; shift ;;
     *) echo "sockprogstats: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -65,6 +70,7 @@ mkdir -p "$CG" "$FS"
 awk -v n="$SERVICES" 'BEGIN { for (i = 0; i < n; i++) { h = i % 65536; p = 80 + int(i / 65536);
   printf "198.19.%d.%d %d tcp\n198.19.%d.%d %d udp\n", int(h / 256), h % 256, p, int(h / 256), h % 256, p } }' > "$TMP/services"
 awk '{ print $1, $2 }' "$TMP/services" | sort -u > "$TMP/targets"
+[ -n "$NON_SERVICE" ] && for i in $(seq 1 10); do echo "198.18.1.$i 8080"; done > "$TMP/targets"
 
 # Capacities as the bench sizes them: the slot layout needs a master and ten
 # slots per frontend in the hash; the range layout (an object with
