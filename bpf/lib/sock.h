@@ -14,6 +14,7 @@
 #ifndef SLUICE_BPF_SOCK_H
 #define SLUICE_BPF_SOCK_H
 
+#include <bpf/bpf_core_read.h>
 #include "lb.h"
 #include "nodeport.h"
 #include "events.h"
@@ -138,6 +139,25 @@ static __always_inline __u32 lb4_sock_src_range_refusal(struct bpf_sock_addr *ct
 		source = pod->address4;
 	}
 	return lb4_source_allowed(svc->rev_nat_id, source) ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
+}
+
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+/*
+ * Whether the socket already has a cookie, read without creating one
+ * (bpf_get_socket_cookie() allocates it on first use). false only when it
+ * surely has none; a socket that is not TCP, or any doubt: true (look).
+ */
+static __always_inline bool lb_sock_has_cookie(struct bpf_sock *sk)
+{
+	struct tcp_sock *tp;
+
+	if (!sk)
+		return true;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return true;
+	return tp->inet_conn.icsk_inet.sk.__sk_common.skc_cookie.counter != 0;
 }
 
 /* ---- Per-socket pairs (lb4_sock_state; the caller holds st->lock) --------- */
@@ -417,13 +437,19 @@ static __always_inline bool lb4_sock_frontend_current(__u32 rev_nat_id, __be32 a
 static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __be32 *address)
 {
 	struct lb4_sock_tcp_key tkey = {
-		.cookie = bpf_get_socket_cookie(ctx),
 		.backend_address = *address,
 		.backend_port = sock4_dst_port(ctx),
 	};
-	struct lb4_sock_tcp *found = bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
+	struct lb4_sock_tcp *found;
 	struct lb4_sock_tcp pair;
 
+	/* A socket whose cookie was never asked for was never translated
+	 * (connect4 keys its pair by the cookie): no lookup, which for such
+	 * a socket is a miss in a cold bucket, and no cookie created. */
+	if (!lb_sock_has_cookie(ctx->sk))
+		return -1;
+	tkey.cookie = bpf_get_socket_cookie(ctx);
+	found = bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
 	if (!found)
 		return -1;
 	pair = *found;
@@ -445,8 +471,14 @@ static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __b
 static __always_inline void lb4_sock_tcp_forget(struct bpf_sock *sk)
 {
 	struct lb4_sock_tcp_key tkey = {};
+	struct sock *s;
 
 	if (sk->protocol != LB_PROTO_TCP || !sk->dst_ip4)
+		return;
+	/* No cookie: never translated (see lb_sock_has_cookie); the context
+	 * of a sock_release program is the kernel's struct sock. */
+	s = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct sock));
+	if (s && s->__sk_common.skc_cookie.counter == 0)
 		return;
 	tkey.cookie = bpf_get_socket_cookie(sk);
 	tkey.backend_address = sk->dst_ip4;
