@@ -2,11 +2,11 @@
 /*
  * pod_lb: per-packet Service translation at TC on the host side of pod veths,
  * for pods whose socket LB is bypassed. Attached by the Sluice CNI plugin.
- * Entry points only; the logic is in lib/pod_lb.h (IPv4) and lib/pod_lb6.h
- * (IPv6, issue 14).
+ * Entry points only; the logic is in lib/pod_lb.h (IPv4) and, for IPv6
+ * (issue 14), lib/nat_flow6.h with LB_PATH_POD (see docs/pod-veth.md).
  */
 #include "lib/pod_lb.h"
-#include "lib/pod_lb6.h"
+#include "lib/nat_flow6.h" /* IPv6: the pipeline shared with TC north-south, LB_PATH_POD */
 
 /*
  * Each family's path is a subprogram with its own stack frame: the verifier
@@ -28,7 +28,7 @@ SEC("tc")
 int SLUICE_PROG_POD_INGRESS(struct __sk_buff *skb)
 {
 	if (skb->protocol == bpf_htons(LB_ETH_P_IPV6))
-		return lb6_pod_ingress(skb);
+		return lb6_flow_ingress(skb, LB_PATH_POD);
 	return pod_ingress4(skb);
 }
 
@@ -37,7 +37,7 @@ SEC("tc")
 int SLUICE_PROG_POD_EGRESS(struct __sk_buff *skb)
 {
 	if (skb->protocol == bpf_htons(LB_ETH_P_IPV6))
-		return lb6_pod_egress(skb);
+		return lb6_flow_egress(skb, LB_PATH_POD);
 	return pod_egress4(skb);
 }
 

@@ -1,17 +1,37 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nat_flow6.h: one translated IPv6 flow, shared by the two per-packet paths
- * (the twin of nat_flow.h): the north-south path on the node's external
- * devices (tc_lb6.h) and the pod-veth path (pod_lb6.h). Both keep the flow's
- * two conntrack entries in SLUICE_MAP_CT6 and translate the original
- * direction (X -> frontend becomes X or SNAT -> backend) and the reply
- * direction (backend -> X becomes frontend -> client) the same way; they
- * differ in which frontends they serve, in where a packet whose new source is
- * a local address is sent, and in the `path` label of their counters
- * (enum lb_path, nat_flow.h).
+ * nat_flow6.h: IPv6 per-packet translation, one pipeline for the two TC
+ * paths (the twin of nat_flow.h, which shares only the flow helpers): the
+ * north-south path on the node's external devices (tc_lb6.h,
+ * LB_PATH_NORTH_SOUTH) and the pod-veth path on the host side of each pod's
+ * veth (pod_lb.bpf.c, LB_PATH_POD; docs/pod-veth.md). Both keep a flow's two
+ * conntrack entries in SLUICE_MAP_CT6 (pod flows flagged LB_CT_FLAG_POD, and
+ * each path acts only on its own entries: both may run on one veth) and
+ * translate the original direction (X -> frontend becomes X or SNAT ->
+ * backend) and the reply direction (backend -> X becomes frontend -> client)
+ * the same way. enum lb_path decides the rest:
+ *
+ *                      north-south                      pod veth
+ *   frontends          NodePort/ExternalIP/LB,          any, internal scope
+ *                      external scope, source ranges
+ *   SNAT               node address, but eTP Local      none, but hairpin (the
+ *                      to a local backend               frontend, SNAT-range port)
+ *   no endpoint        dropped                          ICMPv6 port unreachable
+ *                                                       into the pod (DROP_NO_
+ *                                                       BACKEND: dropped)
+ *   local source       FIB + redirect, Packet Too Big   bounced back into the pod
+ *   counters           LB_CNT_TC_*                      + LB_CNT_POD_OFFSET
+ *
+ * Ingress (lb6_flow_ingress): ICMPv6 errors of translated flows; a reply of
+ * one of the path's SNATed flows; a known flow's packet; a new flow.
+ * Egress (lb6_flow_egress): a reply of a DNAT-only flow gets the frontend back
+ * as its source. Neighbor Discovery and every other informational ICMPv6
+ * message, non-Service traffic, fragments and packets whose extension headers
+ * are not walked (nat6.h) pass untouched.
  *
  * The steps are BPF subprograms (__noinline) where their frames would add up
- * past the 512-byte stack on one call chain.
+ * past the 512-byte stack on one call chain; the IPv4 path of the same
+ * program is another chain.
  */
 #ifndef SLUICE_BPF_NAT_FLOW6_H
 #define SLUICE_BPF_NAT_FLOW6_H
@@ -503,6 +523,176 @@ lb6_flow_icmp_error(struct __sk_buff *skb, const struct lb6_packet *pkt, enum lb
 	key.dir = LB_CT_DIR_ORIGINAL;
 	e = lb6_ct_lookup(&key);
 	return e && lb6_ct_on_path(e, path) ? lb6_icmp_error_to_backend(skb, pkt, &q, e) : TC_ACT_OK;
+}
+
+/* ---- the two paths' steps, told apart by enum lb_path ---- */
+
+static __always_inline bool lb6_backend_is_local(__u32 backend_id)
+{
+	struct lb6_backend *backend = lb6_lookup_backend(backend_id);
+
+	return backend && (backend->flags & LB_BACKEND_FLAG_LOCAL);
+}
+
+static __always_inline bool lb6_source_allowed(__u32 rev_nat_id, const __u8 *client)
+{
+	struct lb6_src_range_key key = { .prefixlen = 32 + 128, .rev_nat_id = rev_nat_id };
+
+	lb6_addr_copy(key.address, client);
+	return bpf_map_lookup_elem(&SLUICE_MAP_SRCRANGE6, &key) != NULL;
+}
+
+/* A frontend without any usable endpoint: the north-south path drops (as
+ * tc_lb6.h always did for IPv6); the pod path rejects with an ICMPv6 port
+ * unreachable into the pod, or drops when no endpoint may be used from here
+ * (LB_SVC_FLAG_DROP_NO_BACKEND), as kube-proxy does. */
+static __always_inline int
+lb6_flow_no_backend(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb4_service *svc,
+		    enum lb_path path)
+{
+	lb_path_count(path, LB_CNT_TC_NO_BACKEND);
+	if (path == LB_PATH_NORTH_SOUTH || (svc->flags & LB_SVC_FLAG_DROP_NO_BACKEND))
+		return TC_ACT_SHOT;
+	return lb6_icmp_reject(skb, pkt);
+}
+
+/*
+ * A new flow to a frontend of this path: on the north-south path a NodePort /
+ * ExternalIP / LoadBalancer frontend in the external scope (source ranges
+ * checked); on the pod path any frontend in the internal scope (ClusterIPs,
+ * and the others reached from inside the cluster). Then a backend, and SNAT
+ * or not: north-south masquerades but for externalTrafficPolicy Local to a
+ * local backend; the pod path keeps the pod's address but for hairpin (the
+ * pod is its own backend: source frontend:port-from-the-SNAT-range, see
+ * pod_lb.h). The conntrack value is built in the scratch entry;
+ * LB6_FLOW_NEW asks the caller to store it (lb6_ct_create_flow) and
+ * translate the packet as a known flow. Anything else passes.
+ */
+#define LB6_FLOW_NEW (-1)
+
+static __noinline int
+lb6_flow_new(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb4_tc_config *cfg, enum lb_path path)
+{
+	const struct lb6_tuple *t = &pkt->tuple;
+	bool pod = path == LB_PATH_POD;
+	struct lb6_service_key skey = {};
+	struct lb6_ct_entry *e;
+	struct lb4_service *found, svc;
+	int rc;
+
+	lb6_addr_copy(skey.address, t->daddr);
+	skey.port = t->dport;
+	skey.proto = t->proto;
+	found = lb6_lookup_service(&skey, pod);
+	if (!found)
+		return TC_ACT_OK;
+	if (!pod && !(found->flags & (LB_SVC_FLAG_NODEPORT | LB_SVC_FLAG_EXTERNAL_IP | LB_SVC_FLAG_LOADBALANCER)))
+		return TC_ACT_OK;
+	svc = *found; /* selection may re-read the master into it */
+	if (!pod && lb_svc_has_source_ranges(&svc) && !lb6_source_allowed(svc.rev_nat_id, t->saddr)) {
+		lb_count(LB_CNT_TC_SRC_RANGE_DROP);
+		return TC_ACT_SHOT;
+	}
+	if (!svc.count)
+		return lb6_flow_no_backend(skb, pkt, &svc, path);
+	rc = lb6_flow_start(t, &skey, &svc, path, pod ? skb->ifindex : skb->ingress_ifindex, cfg);
+	if (rc == LB6_START_NO_BACKEND)
+		return lb6_flow_no_backend(skb, pkt, &svc, path);
+	e = lb6_ct_scratch();
+	if (rc < 0 || !e)
+		return TC_ACT_SHOT;
+	if (lb6_addr_equal(e->backend_address, t->saddr)) {
+		/* Hairpin (the client is its own backend): it must not see its own
+		 * address as the source. The pod path uses the frontend. */
+		if (pod)
+			lb6_addr_copy(e->nat_address, t->daddr);
+	} else if (pod || ((svc.flags & LB_SVC_FLAG_EXT_LOCAL) && lb6_backend_is_local(e->backend_id))) {
+		return LB6_FLOW_NEW; /* DNAT only: the client's address is kept */
+	}
+	if (!pod)
+		lb6_tc_snat_address(e->nat_address);
+	if (lb6_is_zero(e->nat_address)) {
+		lb_path_count(path, LB_CNT_TC_SNAT_FAILED);
+		return TC_ACT_SHOT;
+	}
+	e->flags |= LB_CT_FLAG_SNAT;
+	return LB6_FLOW_NEW;
+}
+
+/*
+ * A packet of a known flow at ingress: a reply of one of this path's SNATed
+ * flows (north-south: backend -> node; pod path: the pod answering itself,
+ * hairpin), or the client's packet. LB6_FLOW_UNKNOWN when neither.
+ */
+#define LB6_FLOW_UNKNOWN (-2)
+
+static __noinline int
+lb6_flow_ingress_known(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb4_tc_config *cfg,
+		       enum lb_path path)
+{
+	struct lb6_ct_entry *e;
+	struct lb6_ct_key key;
+
+	lb6_ct_key_of(&key, &pkt->tuple, LB_CT_DIR_REPLY);
+	e = lb6_ct_lookup(&key);
+	if (e && (e->flags & LB_CT_FLAG_SNAT) && lb6_ct_on_path(e, path)) {
+		(void)lb6_ct_touch(e, cfg, &pkt->tuple, skb->len);
+		return lb6_flow_xlate_reply(skb, pkt, e, path, LB_HOOK_INGRESS);
+	}
+	e = lb6_ct_live_original(skb, &pkt->tuple, cfg, path);
+	if (!e)
+		return LB6_FLOW_UNKNOWN;
+	return lb6_flow_xlate_original(skb, pkt, e, path);
+}
+
+/* TC ingress of either path: ICMPv6 errors, known flows, new flows. */
+static __noinline int lb6_flow_ingress(struct __sk_buff *skb, enum lb_path path)
+{
+	struct lb6_packet pkt = {};
+	struct lb4_tc_config cfg;
+	struct lb6_ct_entry *e;
+	int rc;
+
+	if (lb6_parse(skb, &pkt) < 0)
+		return TC_ACT_OK;
+	if (pkt.tuple.proto == LB_IPPROTO_ICMPV6)
+		return lb6_icmp_is_error(pkt.icmp_type) ? lb6_flow_icmp_error(skb, &pkt, path, LB_HOOK_INGRESS) : TC_ACT_OK;
+	cfg = lb4_tc_config_get();
+	rc = lb6_flow_ingress_known(skb, &pkt, &cfg, path);
+	if (rc != LB6_FLOW_UNKNOWN)
+		return rc;
+	rc = lb6_flow_new(skb, &pkt, &cfg, path);
+	if (rc != LB6_FLOW_NEW)
+		return rc;
+	e = lb6_ct_scratch();
+	if (!e || lb6_ct_create_flow(skb, &pkt.tuple, e, &cfg) < 0)
+		return TC_ACT_SHOT;
+	/* Its entries are written: translated as a known flow. */
+	rc = lb6_flow_ingress_known(skb, &pkt, &cfg, path);
+	return rc == LB6_FLOW_UNKNOWN ? TC_ACT_SHOT : rc;
+}
+
+/* TC egress of either path: a reply of one of this path's DNAT-only flows
+ * (north-south: externalTrafficPolicy Local; pod path: every flow but
+ * hairpin) gets the frontend back as its source. */
+static __noinline int lb6_flow_egress(struct __sk_buff *skb, enum lb_path path)
+{
+	struct lb6_packet pkt = {};
+	struct lb4_tc_config cfg;
+	struct lb6_ct_entry *e;
+	struct lb6_ct_key key;
+
+	if (lb6_parse(skb, &pkt) < 0)
+		return TC_ACT_OK;
+	if (pkt.tuple.proto == LB_IPPROTO_ICMPV6)
+		return lb6_icmp_is_error(pkt.icmp_type) ? lb6_flow_icmp_error(skb, &pkt, path, LB_HOOK_EGRESS) : TC_ACT_OK;
+	lb6_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
+	e = lb6_ct_lookup(&key);
+	if (!e || (e->flags & LB_CT_FLAG_SNAT) || !lb6_ct_on_path(e, path))
+		return TC_ACT_OK;
+	cfg = lb4_tc_config_get();
+	(void)lb6_ct_touch(e, &cfg, &pkt.tuple, skb->len);
+	return lb6_flow_xlate_reply(skb, &pkt, e, path, LB_HOOK_EGRESS);
 }
 
 #endif /* SLUICE_BPF_NAT_FLOW6_H */

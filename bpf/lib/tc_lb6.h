@@ -29,138 +29,15 @@
 
 #include "nat_flow6.h"
 
-/* ---- the north-south steps (tc_lb.h) ---- */
-
-static __always_inline bool lb6_backend_is_local(__u32 backend_id)
+/* The steps are nat_flow6.h's, shared with the pod-veth path (bpf/pod_lb.bpf.c). */
+static __always_inline int lb6_tc_ingress(struct __sk_buff *skb)
 {
-	struct lb6_backend *backend = lb6_lookup_backend(backend_id);
-
-	return backend && (backend->flags & LB_BACKEND_FLAG_LOCAL);
+	return lb6_flow_ingress(skb, LB_PATH_NORTH_SOUTH);
 }
 
-static __always_inline bool lb6_source_allowed(__u32 rev_nat_id, const __u8 *client)
+static __always_inline int lb6_tc_egress(struct __sk_buff *skb)
 {
-	struct lb6_src_range_key key = { .prefixlen = 32 + 128, .rev_nat_id = rev_nat_id };
-
-	lb6_addr_copy(key.address, client);
-	return bpf_map_lookup_elem(&SLUICE_MAP_SRCRANGE6, &key) != NULL;
-}
-
-/*
- * A new flow to a north-south frontend: source ranges, a backend, SNAT or
- * not. Its conntrack value is built in the scratch entry; LB6_FLOW_NEW asks
- * the caller to store it (lb6_ct_create_flow) and translate the packet as a
- * known flow. Separate steps keep each call chain's stack inside 512 bytes.
- */
-#define LB6_FLOW_NEW (-1)
-
-static __noinline int
-lb6_tc_new_flow(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb4_tc_config *cfg)
-{
-	const struct lb6_tuple *t = &pkt->tuple;
-	struct lb6_service_key skey = {};
-	struct lb6_ct_entry *e;
-	struct lb4_service *found, svc;
-
-	lb6_addr_copy(skey.address, t->daddr);
-	skey.port = t->dport;
-	skey.proto = t->proto;
-	found = lb6_lookup_service(&skey, false);
-	if (!found || !(found->flags & (LB_SVC_FLAG_NODEPORT | LB_SVC_FLAG_EXTERNAL_IP | LB_SVC_FLAG_LOADBALANCER)))
-		return TC_ACT_OK;
-	svc = *found; /* selection may re-read the master into it */
-	if (lb_svc_has_source_ranges(&svc) && !lb6_source_allowed(svc.rev_nat_id, t->saddr)) {
-		lb_count(LB_CNT_TC_SRC_RANGE_DROP);
-		return TC_ACT_SHOT;
-	}
-	if (!svc.count || lb6_flow_start(t, &skey, &svc, LB_PATH_NORTH_SOUTH, skb->ingress_ifindex, cfg) < 0) {
-		lb_count(LB_CNT_TC_NO_BACKEND);
-		return TC_ACT_SHOT;
-	}
-	e = lb6_ct_scratch();
-	if (!e)
-		return TC_ACT_SHOT;
-
-	/* As tc_lb.h: only externalTrafficPolicy Local to a local backend (not
-	 * the client itself: hairpin) keeps the client's address. */
-	if (!(svc.flags & LB_SVC_FLAG_EXT_LOCAL) || !lb6_backend_is_local(e->backend_id) ||
-	    lb6_addr_equal(e->backend_address, t->saddr)) {
-		lb6_tc_snat_address(e->nat_address);
-		if (lb6_is_zero(e->nat_address)) {
-			lb_count(LB_CNT_TC_SNAT_FAILED);
-			return TC_ACT_SHOT;
-		}
-		e->flags |= LB_CT_FLAG_SNAT;
-	}
-	return LB6_FLOW_NEW;
-}
-
-/* A packet of a known flow at ingress: a SNATed flow's reply, or the
- * client's packet. LB6_FLOW_UNKNOWN when neither. */
-#define LB6_FLOW_UNKNOWN (-2)
-
-static __noinline int
-lb6_tc_ingress_known(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb4_tc_config *cfg)
-{
-	struct lb6_ct_entry *e;
-	struct lb6_ct_key key;
-
-	lb6_ct_key_of(&key, &pkt->tuple, LB_CT_DIR_REPLY);
-	e = lb6_ct_lookup(&key);
-	if (e && (e->flags & LB_CT_FLAG_SNAT) && lb6_ct_on_path(e, LB_PATH_NORTH_SOUTH)) {
-		(void)lb6_ct_touch(e, cfg, &pkt->tuple, skb->len);
-		return lb6_flow_xlate_reply(skb, pkt, e, LB_PATH_NORTH_SOUTH, LB_HOOK_INGRESS);
-	}
-	e = lb6_ct_live_original(skb, &pkt->tuple, cfg, LB_PATH_NORTH_SOUTH);
-	if (!e)
-		return LB6_FLOW_UNKNOWN;
-	return lb6_flow_xlate_original(skb, pkt, e, LB_PATH_NORTH_SOUTH);
-}
-
-static __noinline int lb6_tc_ingress(struct __sk_buff *skb)
-{
-	struct lb6_packet pkt = {};
-	struct lb4_tc_config cfg;
-	struct lb6_ct_entry *e;
-	int rc;
-
-	if (lb6_parse(skb, &pkt) < 0)
-		return TC_ACT_OK;
-	if (pkt.tuple.proto == LB_IPPROTO_ICMPV6)
-		return lb6_icmp_is_error(pkt.icmp_type) ? lb6_flow_icmp_error(skb, &pkt, LB_PATH_NORTH_SOUTH, LB_HOOK_INGRESS) : TC_ACT_OK;
-	cfg = lb4_tc_config_get();
-	rc = lb6_tc_ingress_known(skb, &pkt, &cfg);
-	if (rc != LB6_FLOW_UNKNOWN)
-		return rc;
-	rc = lb6_tc_new_flow(skb, &pkt, &cfg);
-	if (rc != LB6_FLOW_NEW)
-		return rc;
-	e = lb6_ct_scratch();
-	if (!e || lb6_ct_create_flow(skb, &pkt.tuple, e, &cfg) < 0)
-		return TC_ACT_SHOT;
-	/* Its entries are written: translated as a known flow. */
-	rc = lb6_tc_ingress_known(skb, &pkt, &cfg);
-	return rc == LB6_FLOW_UNKNOWN ? TC_ACT_SHOT : rc;
-}
-
-static __noinline int lb6_tc_egress(struct __sk_buff *skb)
-{
-	struct lb6_packet pkt = {};
-	struct lb4_tc_config cfg;
-	struct lb6_ct_entry *e;
-	struct lb6_ct_key key;
-
-	if (lb6_parse(skb, &pkt) < 0)
-		return TC_ACT_OK;
-	if (pkt.tuple.proto == LB_IPPROTO_ICMPV6)
-		return lb6_icmp_is_error(pkt.icmp_type) ? lb6_flow_icmp_error(skb, &pkt, LB_PATH_NORTH_SOUTH, LB_HOOK_EGRESS) : TC_ACT_OK;
-	lb6_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
-	e = lb6_ct_lookup(&key);
-	if (!e || (e->flags & LB_CT_FLAG_SNAT) || !lb6_ct_on_path(e, LB_PATH_NORTH_SOUTH))
-		return TC_ACT_OK;
-	cfg = lb4_tc_config_get();
-	(void)lb6_ct_touch(e, &cfg, &pkt.tuple, skb->len);
-	return lb6_flow_xlate_reply(skb, &pkt, e, LB_PATH_NORTH_SOUTH, LB_HOOK_EGRESS);
+	return lb6_flow_egress(skb, LB_PATH_NORTH_SOUTH);
 }
 
 #endif /* SLUICE_BPF_TC_LB6_H */

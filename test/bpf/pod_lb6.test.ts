@@ -11,17 +11,15 @@
 // older object (the fail-first run: it passed every IPv6 packet untouched).
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import * as path from 'node:path';
-import { BpfObject, progTestRun } from '../../src/bpf';
 import * as abi from '../../src/abi/generated';
-import { bytesToIp6 } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { TcHarness } from './tc_harness';
+import { PodPrograms, POD_OBJECT as BUILT_POD_OBJECT, bounced, expectPacket } from './pod_harness';
 import { Tc6Maps } from './tc_harness6';
-import { TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN, diffHex, frame } from './tc_packet';
+import { TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN, frame } from './tc_packet';
 import { ethernet6, exthdr, frame6, icmp6, ip6Packet, neighborSolicitation, rewriteQuoted6, type L4Spec6 } from './tc_packet6';
 
-const POD_OBJECT = process.env.SLUICE_POD_OBJECT ?? path.resolve(__dirname, '../../../build/pod_lb.bpf.o');
+const POD_OBJECT = process.env.SLUICE_POD_OBJECT ?? BUILT_POD_OBJECT;
 
 const POD = 'fd00:10:1::5'; // the client pod behind the veth
 const VIP = 'fd00:10:96::10'; // ClusterIP (exists only as map entries here)
@@ -35,13 +33,12 @@ const POD_CNT = (c: number) => c + abi.LB_CNT_POD_OFFSET;
 
 let h: TcHarness;
 let v6: Tc6Maps;
-let pod: BpfObject;
+let pod: PodPrograms;
 
 before(() => {
   h = TcHarness.create('sluice-pod6test');
   v6 = new Tc6Maps(h);
-  pod = BpfObject.open(POD_OBJECT, { pinDir: h.pinDir });
-  pod.load();
+  pod = PodPrograms.load(h, POD_OBJECT);
 });
 after(() => {
   pod?.close();
@@ -53,23 +50,7 @@ beforeEach(() => {
   writeTcConfig(h.tc.config, {});
 });
 
-function run(direction: 'ingress' | 'egress', packet: Buffer): { verdict: number; out: Buffer } {
-  const prog = pod.program(direction === 'ingress' ? abi.SLUICE_PROG_POD_INGRESS : abi.SLUICE_PROG_POD_EGRESS);
-  const r = progTestRun(prog.fd, { dataIn: packet });
-  return { verdict: r.retval, out: r.dataOut };
-}
-
-function expectPacket(actual: Buffer, expected: Buffer, what: string): void {
-  assert.ok(actual.equals(expected), `${what}: output differs from the expected packet\n${diffHex(actual, expected)}`);
-}
-
-/** The frame as sent back into the pod it came from: MAC addresses swapped. */
-function bounced(f: Buffer): Buffer {
-  const out = Buffer.from(f);
-  f.copy(out, 0, 6, 12);
-  f.copy(out, 6, 0, 6);
-  return out;
-}
+const run = (direction: 'ingress' | 'egress', packet: Buffer) => pod.run(direction, packet);
 
 function check(direction: 'ingress' | 'egress', input: L4Spec6, expected: L4Spec6 | null, verdict = TC_ACT_OK): Buffer {
   const packet = frame6(input);
@@ -83,17 +64,6 @@ function checkRaw(direction: 'ingress' | 'egress', packet: Buffer, expected: Buf
   const { verdict: got, out } = run(direction, packet);
   assert.equal(got, verdict, `verdict of ${what} on ${direction}`);
   expectPacket(out, expected ?? packet, `${what} on ${direction}`);
-}
-
-function ctRows(): Array<{ dir: number; client: string; frontend: string; backend: string; nat: string; flags: number }> {
-  return [...v6.conntrack.entries()].map(([k, e]) => ({
-    dir: k.dir,
-    client: `[${bytesToIp6(e.client_address)}]:${e.client_port}`,
-    frontend: `[${bytesToIp6(e.frontend_address)}]:${e.frontend_port}`,
-    backend: `[${bytesToIp6(e.backend_address)}]:${e.backend_port}`,
-    nat: `[${bytesToIp6(e.nat_address)}]:${e.nat_port}`,
-    flags: e.flags,
-  }));
 }
 
 describe('IPv6 ClusterIP from a pod: DNAT, pod address kept, reverse NAT on egress', () => {
@@ -112,7 +82,7 @@ describe('IPv6 ClusterIP from a pod: DNAT, pod address kept, reverse NAT on egre
     check('egress', reply, { ...reply, src: VIP, sport: VIP_PORT });
     assert.equal(h.counter(POD_CNT(abi.LB_CNT_TC_REV_XLATED)) - revBefore, 1n);
 
-    const rows = ctRows();
+    const rows = v6.rows();
     assert.equal(rows.length, 2, JSON.stringify(rows));
     assert.ok(rows.every((r) => r.client === `[${POD}]:40001` && r.frontend === `[${VIP}]:${VIP_PORT}` &&
       r.backend === `[${BE1.address}]:${BE1.port}` && (r.flags & abi.LB_CT_FLAG_POD) && !(r.flags & abi.LB_CT_FLAG_SNAT)), JSON.stringify(rows));
@@ -169,7 +139,7 @@ describe('IPv6 hairpin: a pod that reaches itself through its Service', () => {
     const r = run('ingress', frame6(reply));
     assert.equal(r.verdict, TC_ACT_REDIRECT);
     expectPacket(r.out, bounced(frame6({ ...reply, src: VIP, sport: VIP_PORT, dst: POD, dport: 62100, hopLimit: 63 })), 'hairpin reply');
-    const rows = ctRows();
+    const rows = v6.rows();
     assert.equal(rows.length, 2);
     assert.ok(rows.every((r2) => r2.nat === `[${VIP}]:62100` && (r2.flags & abi.LB_CT_FLAG_POD) && (r2.flags & abi.LB_CT_FLAG_SNAT)), JSON.stringify(rows));
   });
@@ -200,7 +170,7 @@ describe('IPv6 frontend without backends: ICMPv6 port unreachable back into the 
       checkRaw('ingress', frame6(s), want, TC_ACT_REDIRECT, `${s.proto} to a frontend without backends`);
     }
     assert.equal(h.counter(POD_CNT(abi.LB_CNT_TC_NO_BACKEND)) - before, 2n);
-    assert.equal(ctRows().length, 0, 'no flow written');
+    assert.equal(v6.rows().length, 0, 'no flow written');
   });
 
   test('DROP_NO_BACKEND (internalTrafficPolicy Local, endpoints elsewhere): dropped, no ICMPv6', () => {
@@ -251,7 +221,7 @@ describe('what the IPv6 pod path leaves alone', () => {
       check('ingress', s, null);
       check('egress', s, null);
     }
-    assert.equal(ctRows().length, 0);
+    assert.equal(v6.rows().length, 0);
   });
 
   test('Neighbor Solicitation / Advertisement and echo pass untouched, both hooks', () => {

@@ -28,6 +28,7 @@ import { TypedMap } from '../../src/datapath/typedMap';
 import type { Codec } from '../../src/abi/types';
 import { TcHarness } from '../bpf/tc_harness';
 import { Tc6Maps } from '../bpf/tc_harness6';
+import { CLIENT_SCRIPT } from './tc_topology';
 import { cniAdd, cniDel, podIPv4, podIPv6, podNetworkConfList, type CniInvocation, type CniResult, type NetConfList } from '../cluster/cni';
 
 const PLUGIN = process.env.SLUICE_CNI_PLUGIN ?? path.resolve(__dirname, '../../../build/sluice-cni');
@@ -67,23 +68,6 @@ u.on('message', (m, r) => u.send(name + ' ' + peer(r.address, r.port), r.port, r
 u.bind(Number(port), '::', up);
 `;
 
-/** One TCP request or UDP datagram to host:port (either family); prints the answer or "timeout"/"error <code>". */
-const CLIENT = `
-const net = require('net'), dgram = require('dgram');
-const [proto, host, port] = process.argv.slice(1);
-const done = (s) => { process.stdout.write(s); process.exit(0); };
-setTimeout(() => done('timeout'), 2000);
-if (proto === 'tcp') {
-  const s = net.connect(Number(port), host); let data = '';
-  s.on('data', (d) => (data += d)); s.on('end', () => done(data)); s.on('error', (e) => done('error ' + e.code));
-} else {
-  const u = dgram.createSocket(host.includes(':') ? 'udp6' : 'udp4');
-  u.on('message', (m) => done(String(m)));
-  u.on('error', (e) => done('error ' + e.code));
-  u.connect(Number(port), host, () => u.send('hi'));
-}
-`;
-
 /** sluice_podaddr's key: the netns cookie. */
 const u64Codec: Codec<bigint> = {
   size: 8,
@@ -94,7 +78,7 @@ const u64Codec: Codec<bigint> = {
 const bracket = (a: string) => (a.includes(':') ? `[${a}]` : a);
 
 function request(proto: 'tcp' | 'udp', host: string, port: number): string {
-  const r = spawnSync('ip', ['netns', 'exec', podNs.client, process.execPath, '-e', CLIENT, '--', proto, host, String(port)], { encoding: 'utf8', timeout: 5000 });
+  const r = spawnSync('ip', ['netns', 'exec', podNs.client, process.execPath, '-e', CLIENT_SCRIPT, '--', proto, host, String(port)], { encoding: 'utf8', timeout: 5000 });
   return r.stdout.trim();
 }
 
