@@ -105,22 +105,26 @@ lb4_tc_redirect(struct __sk_buff *skb, const struct lb4_packet *arrived, const s
 	return bpf_redirect(fib.ifindex, 0);
 }
 
-/*
- * Send the (rewritten) frame back into the pod it came from: the pod's MAC
- * was the source and the gateway's the destination, so the two swap, and the
- * TTL drops by one as through any router.
- */
-static __always_inline int lb4_pod_bounce(struct __sk_buff *skb)
+/* A frame going back where it came from: source and destination MACs swap. */
+static __always_inline int lb_swap_macs(struct __sk_buff *skb)
 {
 	__u8 macs[12], swapped[12];
 
 	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)) < 0)
-		return TC_ACT_SHOT;
+		return -1;
 	__builtin_memcpy(swapped, macs + 6, 6);
 	__builtin_memcpy(swapped + 6, macs, 6);
-	if (bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0) < 0)
-		return TC_ACT_SHOT;
-	if (lb4_dec_ttl(skb) < 0)
+	return bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0);
+}
+
+/*
+ * Send the (rewritten) frame back into the pod it came from: the pod's MAC
+ * was the source and the gateway's the destination, so the two swap, and the
+ * TTL drops by one as through any router (lb6_pod_bounce: the IPv6 twin).
+ */
+static __always_inline int lb4_pod_bounce(struct __sk_buff *skb)
+{
+	if (lb_swap_macs(skb) < 0 || lb4_dec_ttl(skb) < 0)
 		return TC_ACT_SHOT;
 	return bpf_redirect(skb->ifindex, 0);
 }

@@ -525,9 +525,15 @@ export class Syncer {
     const local = new Set<string>();
     const remote = new Set<string>();
     for (const f of specs) {
-      // The TC north-south path is IPv4 only for now (issue 14): IPv6 backends are not its business.
-      if ((f.flags & EXTERNAL_FLAGS) === 0 || f.scope !== 'external' || isIp6(f.address)) continue;
-      for (const b of f.backends) (b.local ? local : remote).add(b.address);
+      if ((f.flags & EXTERNAL_FLAGS) === 0 || f.scope !== 'external') continue;
+      // Both families' local backends: their SNATed replies enter on their own
+      // device (issue 14: an IPv6-only pod's veth got no TC before). Remote
+      // ones name node-to-node devices by the IPv4 routes (per-device SNAT,
+      // egress.h); IPv6 flows have one SNAT address, so only IPv4 ones count.
+      for (const b of f.backends) {
+        if (b.local) local.add(b.address);
+        else if (!isIp6(b.address)) remote.add(b.address);
+      }
     }
     this.externalLocal.set(key, local);
     this.externalRemote.set(key, remote);

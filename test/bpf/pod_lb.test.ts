@@ -8,7 +8,6 @@
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as path from 'node:path';
-import { BpfObject, progTestRun } from '../../src/bpf';
 import * as abi from '../../src/abi/generated';
 import { ip4ToNumber } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
@@ -17,12 +16,12 @@ import { counterIndex } from '../../src/datapath/counters';
 import { BpfMap } from '../../src/bpf';
 import { nodeIpMap, syncNodeAddresses } from '../../src/datapath/sockConfig';
 import { TcHarness } from './tc_harness';
+import { PodPrograms, POD_OBJECT, bounced, expectPacket } from './pod_harness';
 import {
   TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN,
-  diffHex, frame, icmpError, icmpReply, ipPacket, rewriteQuoted, type L4Spec,
+  frame, icmpError, icmpReply, ipPacket, rewriteQuoted, type L4Spec,
 } from './tc_packet';
 
-const POD_OBJECT = path.resolve(__dirname, '../../../build/pod_lb.bpf.o');
 
 const POD = '198.18.10.5'; // the client pod behind the veth
 const VIP = '10.96.0.10'; // ClusterIP (exists only as map entries here)
@@ -33,12 +32,11 @@ const SELF = { id: 13, address: POD, port: 8080, local: true }; // the client po
 const CLUSTER_IP = abi.LB_SVC_FLAG_CLUSTER_IP;
 
 let h: TcHarness;
-let pod: BpfObject;
+let pod: PodPrograms;
 
 before(() => {
   h = TcHarness.create('sluice-podtest');
-  pod = BpfObject.open(POD_OBJECT, { pinDir: h.pinDir });
-  pod.load();
+  pod = PodPrograms.load(h, POD_OBJECT);
 });
 after(() => {
   pod?.close();
@@ -49,23 +47,7 @@ beforeEach(() => {
   writeTcConfig(h.tc.config, {});
 });
 
-function run(direction: 'ingress' | 'egress', packet: Buffer): { verdict: number; out: Buffer } {
-  const prog = pod.program(direction === 'ingress' ? abi.SLUICE_PROG_POD_INGRESS : abi.SLUICE_PROG_POD_EGRESS);
-  const r = progTestRun(prog.fd, { dataIn: packet });
-  return { verdict: r.retval, out: r.dataOut };
-}
-
-function expectPacket(actual: Buffer, expected: Buffer, what: string): void {
-  assert.ok(actual.equals(expected), `${what}: output differs from the expected packet\n${diffHex(actual, expected)}`);
-}
-
-/** The frame as sent back into the pod it came from: MAC addresses swapped. */
-function bounced(f: Buffer): Buffer {
-  const out = Buffer.from(f);
-  f.copy(out, 0, 6, 12);
-  f.copy(out, 6, 0, 6);
-  return out;
-}
+const run = (direction: 'ingress' | 'egress', packet: Buffer) => pod.run(direction, packet);
 
 function check(direction: 'ingress' | 'egress', input: L4Spec, expected: L4Spec | null, verdict = TC_ACT_OK): Buffer {
   const packet = frame(input);

@@ -2,7 +2,7 @@
 // rev-NAT, source-range and conntrack maps of the loaded tc_lb object, and a
 // writer for one IPv6 frontend (same order as TcHarness.upsertFrontend).
 import * as abi from '../../src/abi/generated';
-import { ip6ToBytes } from '../../src/datapath/addr';
+import { bytesToIp6, ip6ToBytes } from '../../src/datapath/addr';
 import { TypedMap, u32Codec, u8Codec } from '../../src/datapath/typedMap';
 import { writeTcConfig6 } from '../../src/datapath/tc/config';
 import type { TcFrontend, TcHarness } from './tc_harness';
@@ -32,6 +32,18 @@ export class Tc6Maps {
   get conntrack(): TypedMap<abi.Lb6CtKey, abi.Lb6CtEntry> {
     if (!this.ct) throw new Error(`${abi.SLUICE_MAP_CT6}: not in this object (older than the IPv6 TC path)`);
     return this.ct;
+  }
+
+  /** sluice_ct6's entries, readable: "[address]:port" per role. */
+  rows(): Array<{ dir: number; client: string; frontend: string; backend: string; nat: string; flags: number }> {
+    return [...this.conntrack.entries()].map(([k, e]) => ({
+      dir: k.dir,
+      client: `[${bytesToIp6(e.client_address)}]:${e.client_port}`,
+      frontend: `[${bytesToIp6(e.frontend_address)}]:${e.frontend_port}`,
+      backend: `[${bytesToIp6(e.backend_address)}]:${e.backend_port}`,
+      nat: `[${bytesToIp6(e.nat_address)}]:${e.nat_port}`,
+      flags: e.flags,
+    }));
   }
 
   /** The node's IPv6 SNAT address (sluice_tc_cfg6), when the object has it. */

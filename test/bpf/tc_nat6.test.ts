@@ -56,17 +56,6 @@ function check(direction: 'ingress' | 'egress', input: L4Spec6, expected: L4Spec
   return out;
 }
 
-function ctRows(): Array<{ dir: number; client: string; frontend: string; backend: string; nat: string; flags: number }> {
-  return [...v6.conntrack.entries()].map(([k, e]) => ({
-    dir: k.dir,
-    client: `[${bytesToIp6(e.client_address)}]:${e.client_port}`,
-    frontend: `[${bytesToIp6(e.frontend_address)}]:${e.frontend_port}`,
-    backend: `[${bytesToIp6(e.backend_address)}]:${e.backend_port}`,
-    nat: `[${bytesToIp6(e.nat_address)}]:${e.nat_port}`,
-    flags: e.flags,
-  }));
-}
-
 describe('IPv6 NodePort, externalTrafficPolicy Local, local backend: DNAT only, client address kept', () => {
   beforeEach(() => v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: NODEPORT | LOCAL_POLICY, revNatId: 7, backends: [LOCAL_BE] }));
 
@@ -79,7 +68,7 @@ describe('IPv6 NodePort, externalTrafficPolicy Local, local backend: DNAT only, 
     assert.equal(h.counter(abi.LB_CNT_TC_TRANSLATED) - before, 1n, 'one new flow');
     const reply: L4Spec6 = { proto: 'tcp', src: LOCAL_BE.address, dst: CLIENT, sport: LOCAL_BE.port, dport: 40000, tcpFlags: TCP_SYN | TCP_ACK, payload: Buffer.from('hello') };
     check('egress', reply, { ...reply, src: NODE, sport: NODE_PORT });
-    const rows = ctRows();
+    const rows = v6.rows();
     assert.equal(rows.length, 2, JSON.stringify(rows));
     assert.ok(rows.every((r) => r.client === `[${CLIENT}]:40000` && r.backend === `[${LOCAL_BE.address}]:8080` && !(r.flags & abi.LB_CT_FLAG_SNAT)));
     const original = [...v6.conntrack.entries()].find(([k]) => k.dir === abi.LB_CT_DIR_ORIGINAL)![1];
@@ -111,7 +100,7 @@ describe('IPv6 NodePort to a remote backend: DNAT + SNAT to the node\'s IPv6 add
     const revBefore = h.counter(abi.LB_CNT_TC_REV_XLATED);
     check('ingress', reply, { ...reply, src: NODE, sport: NODE_PORT, dst: CLIENT, dport: 62000 });
     assert.equal(h.counter(abi.LB_CNT_TC_REV_XLATED) - revBefore, 1n);
-    const rows = ctRows();
+    const rows = v6.rows();
     assert.equal(rows.length, 2);
     assert.ok(rows.every((r) => r.nat === `[${NODE}]:62000` && r.flags & abi.LB_CT_FLAG_SNAT), JSON.stringify(rows));
   });
@@ -248,7 +237,7 @@ describe('non-Service ICMPv6 and extension headers', () => {
         expectPacket(out, pkt, `ICMPv6 type ${pkt[14 + 40]} on ${dir}`);
       }
     }
-    assert.equal(ctRows().length, 0);
+    assert.equal(v6.rows().length, 0);
   });
 
   test('hop-by-hop + destination options before TCP: walked, the NodePort is translated after them', () => {
@@ -272,7 +261,7 @@ describe('non-Service ICMPv6 and extension headers', () => {
     // A routing header with no segments left is walked like any other.
     const done: L4Spec6 = { ...base, sport: 40302, ext: [exthdr(43, Buffer.from([4, 0, 0, 0, 0, 0, ...Buffer.alloc(16)]))] };
     check('ingress', done, { ...done, dst: LOCAL_BE.address, dport: LOCAL_BE.port });
-    assert.equal(ctRows().length, 2, 'only the last SYN opened a flow');
+    assert.equal(v6.rows().length, 2, 'only the last SYN opened a flow');
   });
 });
 
@@ -282,9 +271,9 @@ describe('the agent forgets the IPv6 flows of deleted backends', () => {
     v6.upsertFrontend({ address: EXTERNAL_IP, port: 53, proto: 'udp', flags: abi.LB_SVC_FLAG_EXTERNAL_IP | LOCAL_POLICY, revNatId: 9, backends: [LOCAL_BE] });
     h.run('ingress', frame6({ proto: 'udp', src: CLIENT, dst: NODE, sport: 5001, dport: NODE_PORT }));
     h.run('ingress', frame6({ proto: 'udp', src: CLIENT, dst: EXTERNAL_IP, sport: 5002, dport: 53 }));
-    assert.equal(ctRows().length, 4);
+    assert.equal(v6.rows().length, 4);
     assert.equal(purgeBackends(v6.conntrack, [REMOTE_BE.id]), 2);
-    assert.deepEqual(ctRows().map((r) => r.backend), [`[${LOCAL_BE.address}]:8080`, `[${LOCAL_BE.address}]:8080`]);
+    assert.deepEqual(v6.rows().map((r) => r.backend), [`[${LOCAL_BE.address}]:8080`, `[${LOCAL_BE.address}]:8080`]);
   });
 });
 
@@ -292,9 +281,9 @@ describe('conntrack GC covers the IPv6 table', () => {
   test('an expired IPv6 flow is deleted by sluice_ct_gc', () => {
     v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: NODEPORT | LOCAL_POLICY, revNatId: 7, backends: [LOCAL_BE] });
     h.run('ingress', frame6({ proto: 'udp', src: CLIENT, dst: NODE, sport: 5000, dport: NODE_PORT }));
-    assert.equal(ctRows().length, 2);
+    assert.equal(v6.rows().length, 2);
     for (const [k, e] of [...v6.conntrack.entries()]) v6.conntrack.set(k, { ...e, expires_ns: 2n });
     assert.equal(h.gc(), 2);
-    assert.equal(ctRows().length, 0);
+    assert.equal(v6.rows().length, 0);
   });
 });

@@ -63,7 +63,7 @@ u.on('message', (m, r) => u.send(name + ' ' + r.address + ':' + r.port, r.port, 
 u.bind(Number(port), '0.0.0.0', up);
 `;
 
-/** One TCP request or UDP datagram; prints the answer or "timeout"/"error <code>". */
+/** One TCP request or UDP datagram (either family); prints the answer or "timeout"/"error <code>". */
 export const CLIENT_SCRIPT = `
 const net = require('net'), dgram = require('dgram');
 const [proto, host, port] = process.argv.slice(1);
@@ -73,7 +73,7 @@ if (proto === 'tcp') {
   const s = net.connect(Number(port), host); let data = '';
   s.on('data', (d) => (data += d)); s.on('end', () => done(data)); s.on('error', (e) => done('error ' + e.code));
 } else {
-  const u = dgram.createSocket('udp4');
+  const u = dgram.createSocket(host.includes(':') ? 'udp6' : 'udp4');
   u.on('message', (m) => done(String(m)));
   u.send('hi', Number(port), host);
 }

@@ -1,0 +1,698 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * nat_flow6.h: IPv6 per-packet translation, one pipeline for the two TC
+ * paths (the twin of nat_flow.h, which shares only the flow helpers): the
+ * north-south path on the node's external devices (tc_lb6.h,
+ * LB_PATH_NORTH_SOUTH) and the pod-veth path on the host side of each pod's
+ * veth (pod_lb.bpf.c, LB_PATH_POD; docs/pod-veth.md). Both keep a flow's two
+ * conntrack entries in SLUICE_MAP_CT6 (pod flows flagged LB_CT_FLAG_POD, and
+ * each path acts only on its own entries: both may run on one veth) and
+ * translate the original direction (X -> frontend becomes X or SNAT ->
+ * backend) and the reply direction (backend -> X becomes frontend -> client)
+ * the same way. enum lb_path decides the rest:
+ *
+ *                      north-south                      pod veth
+ *   frontends          NodePort/ExternalIP/LB,          any, internal scope
+ *                      external scope, source ranges
+ *   SNAT               node address, but eTP Local      none, but hairpin (the
+ *                      to a local backend               frontend, SNAT-range port)
+ *   no endpoint        dropped                          ICMPv6 port unreachable
+ *                                                       into the pod (DROP_NO_
+ *                                                       BACKEND: dropped)
+ *   local source       FIB + redirect, Packet Too Big   bounced back into the pod
+ *   counters           LB_CNT_TC_*                      + LB_CNT_POD_OFFSET
+ *
+ * Ingress (lb6_flow_ingress): ICMPv6 errors of translated flows; a reply of
+ * one of the path's SNATed flows; a known flow's packet; a new flow.
+ * Egress (lb6_flow_egress): a reply of a DNAT-only flow gets the frontend back
+ * as its source. Neighbor Discovery and every other informational ICMPv6
+ * message, non-Service traffic, fragments and packets whose extension headers
+ * are not walked (nat6.h) pass untouched.
+ *
+ * The steps are BPF subprograms (__noinline) where their frames would add up
+ * past the 512-byte stack on one call chain; the IPv4 path of the same
+ * program is another chain.
+ */
+#ifndef SLUICE_BPF_NAT_FLOW6_H
+#define SLUICE_BPF_NAT_FLOW6_H
+
+#include "nat_flow.h"
+#include "conntrack6.h"
+
+/* ---- forwarding (nat_flow.h's lb4_tc_redirect) ---- */
+
+static __always_inline int lb6_dec_hoplimit(struct __sk_buff *skb)
+{
+	__u8 hops;
+
+	if (bpf_skb_load_bytes(skb, LB_IP6_OFF_HOPLIMIT, &hops, 1) < 0 || hops <= 1)
+		return -1;
+	hops--;
+	return bpf_skb_store_bytes(skb, LB_IP6_OFF_HOPLIMIT, &hops, 1, 0);
+}
+
+/* An ICMPv6 error message after its IPv6 header (RFC 4443 section 2.1). */
+struct lb6_icmp_error_msg {
+	__u8   type;
+	__u8   code;
+	__u16  checksum;
+	__be32 param; /* Packet Too Big: the MTU; else unused (0) */
+	__u8   quote[LB_IP6_HLEN + LB_ICMP_QUOTE_L4_BYTES]; /* the offending IPv6 header + 8 bytes */
+};
+
+#define LB_ICMP6_PORT_UNREACH 4 /* Destination Unreachable code (RFC 4443 section 3.1) */
+
+/* The IPv6 pseudo-header of an upper-layer checksum (RFC 8200 section 8.1). */
+struct lb6_pseudo_hdr {
+	__u8   saddr[16];
+	__u8   daddr[16];
+	__be32 len;
+	__be32 nexthdr;
+};
+
+/*
+ * Turn the frame, in place, into an ICMPv6 error `type`/`code` about it,
+ * from the address it was sent to (about->daddr) back to its sender, quoting
+ * its first 48 bytes (the IPv6 header and 8 bytes: enough for the sender to
+ * find its socket when there are no extension headers), with the MAC
+ * addresses swapped. The caller redirects it. 0, or -1 (nothing usable left).
+ */
+static __noinline int
+lb6_icmp_error_reply(struct __sk_buff *skb, const struct lb6_tuple *about, __u8 type, __u8 code, __u32 param)
+{
+	struct lb6_icmp_error_msg icmp = {};
+	struct lb6_pseudo_hdr ph = {};
+	__u8 eth[LB_ETH_HLEN], mac[6], ip[8] = {};
+	__u32 len = LB_ETH_HLEN + LB_IP6_HLEN + sizeof(icmp);
+	__s64 sum;
+
+	if (bpf_skb_load_bytes(skb, 0, eth, sizeof(eth)) < 0 ||
+	    bpf_skb_load_bytes(skb, LB_ETH_HLEN, icmp.quote, sizeof(icmp.quote)) < 0)
+		return -1;
+
+	icmp.type = type;
+	icmp.code = code;
+	icmp.param = bpf_htonl(param);
+	lb6_addr_copy(ph.saddr, about->daddr);
+	lb6_addr_copy(ph.daddr, about->saddr);
+	ph.len = bpf_htonl(sizeof(icmp));
+	ph.nexthdr = bpf_htonl(LB_IPPROTO_ICMPV6);
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0);
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)&icmp, sizeof(icmp), (__u32)sum);
+	icmp.checksum = lb_csum_fold(sum);
+
+	ip[0] = 0x60;
+	ip[4] = sizeof(icmp) >> 8;
+	ip[5] = sizeof(icmp) & 0xff;
+	ip[6] = LB_IPPROTO_ICMPV6;
+	ip[7] = 64;
+
+	__builtin_memcpy(mac, eth, 6);
+	__builtin_memcpy(eth, eth + 6, 6);
+	__builtin_memcpy(eth + 6, mac, 6);
+
+	if (bpf_skb_change_tail(skb, len, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, 0, eth, sizeof(eth), BPF_F_INVALIDATE_HASH) < 0 ||
+	    bpf_skb_store_bytes(skb, LB_ETH_HLEN, ip, sizeof(ip), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, LB_ETH_HLEN + 8, &ph, 32, 0) < 0 || /* the addresses */
+	    bpf_skb_store_bytes(skb, LB_ETH_HLEN + LB_IP6_HLEN, &icmp, sizeof(icmp), 0) < 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * pmtu.h for IPv6: `arrived` was rewritten to `to` when the FIB said the
+ * next hop takes at most `mtu` bytes. The packet is restored (that is what
+ * its sender must see quoted) and answered with a Packet Too Big (RFC 4443
+ * section 3.2), sent back out of the device it came in on, from the address
+ * the sender talked to. IPv6 routers never fragment: no DF case.
+ */
+static __noinline int
+lb6_pmtu_too_big(struct __sk_buff *skb, const struct lb6_packet *arrived, const struct lb6_tuple *to, __u32 mtu)
+{
+	if (lb6_rewrite_tuple(skb, to, &arrived->tuple, arrived->l4_off) < 0)
+		return TC_ACT_SHOT;
+	if (lb6_icmp_error_reply(skb, &arrived->tuple, LB_ICMP6_PKT_TOOBIG, 0, mtu) < 0) {
+		lb_count(LB_CNT_TC_TOO_BIG_DROP);
+		return TC_ACT_SHOT;
+	}
+	lb_count(LB_CNT_TC_FRAG_NEEDED_SENT);
+	return bpf_redirect(skb->ingress_ifindex, 0);
+}
+
+/*
+ * reject.h for IPv6: a packet to a frontend without any endpoint becomes an
+ * ICMPv6 port unreachable (Destination Unreachable, code 4) from the
+ * frontend, sent back out of the device it came in on (what ip6tables'
+ * REJECT sends; TCP connect() then fails with ECONNREFUSED). A GSO packet
+ * (never a first packet in practice) is dropped instead.
+ */
+static __always_inline int lb6_icmp_reject(struct __sk_buff *skb, const struct lb6_packet *pkt)
+{
+	if (skb->gso_size ||
+	    lb6_icmp_error_reply(skb, &pkt->tuple, LB_ICMP6_DEST_UNREACH, LB_ICMP6_PORT_UNREACH, 0) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+#define LB6_FWD_TOO_BIG (-1)
+
+/*
+ * Route a translated packet whose source is local ourselves (see tc_lb.h).
+ * Returns the verdict, or LB6_FWD_TOO_BIG with *mtu set: the caller answers
+ * with lb6_pmtu_too_big (a packet) or drops (an ICMPv6 error).
+ */
+static __noinline int lb6_tc_forward(struct __sk_buff *skb, const struct lb6_tuple *to, __u32 *mtu)
+{
+	struct bpf_fib_lookup fib = {};
+	int rc;
+
+	fib.family = AF_INET6;
+	__builtin_memcpy(fib.ipv6_src, to->saddr, 16);
+	__builtin_memcpy(fib.ipv6_dst, to->daddr, 16);
+	fib.ifindex = skb->ingress_ifindex;
+	fib.tot_len = skb->gso_size ? 0 : skb->len - LB_ETH_HLEN;
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		*mtu = fib.mtu_result;
+		return LB6_FWD_TOO_BIG;
+	}
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
+		lb_count(LB_CNT_TC_FIB_FAILED);
+		return TC_ACT_OK;
+	}
+	if (lb6_dec_hoplimit(skb) < 0)
+		return TC_ACT_OK;
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return bpf_redirect_neigh(fib.ifindex, NULL, 0, 0);
+	if (bpf_skb_store_bytes(skb, 0, fib.dmac, 6, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, 6, fib.smac, 6, 0) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect(fib.ifindex, 0);
+}
+
+/* Forward a translated packet (`arrived` as it came in, now `to`). */
+static __always_inline int
+lb6_tc_redirect(struct __sk_buff *skb, const struct lb6_packet *arrived, const struct lb6_tuple *to)
+{
+	__u32 mtu = 0;
+	int rc = lb6_tc_forward(skb, to, &mtu);
+
+	return rc == LB6_FWD_TOO_BIG ? lb6_pmtu_too_big(skb, arrived, to, mtu) : rc;
+}
+
+/* lb4_pod_bounce for IPv6: back into the pod it came from, hop limit - 1
+ * (a subprogram: its MAC buffers stay off its callers' frames). */
+static __noinline int lb6_pod_bounce(struct __sk_buff *skb)
+{
+	if (lb_swap_macs(skb) < 0 || lb6_dec_hoplimit(skb) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+/* lb4_flow_forward: a packet whose new source is local is routed by us on
+ * the north-south path, sent straight back into the pod on the pod path
+ * (hairpin, the only case there). */
+static __always_inline int
+lb6_flow_forward(struct __sk_buff *skb, enum lb_path path, const struct lb6_packet *arrived,
+		 const struct lb6_tuple *to)
+{
+	if (path == LB_PATH_POD)
+		return lb6_pod_bounce(skb);
+	return lb6_tc_redirect(skb, arrived, to);
+}
+
+/* ---- one flow (nat_flow.h) ---- */
+
+static __always_inline int
+lb6_flow_xlate_original(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb6_ct_entry *e,
+			enum lb_path path)
+{
+	struct lb6_tuple to = pkt->tuple;
+
+	lb6_addr_copy(to.daddr, e->backend_address);
+	to.dport = e->backend_port;
+	if (lb6_ct_has_nat(e)) {
+		lb6_addr_copy(to.saddr, e->nat_address);
+		to.sport = e->nat_port;
+	}
+	if (lb6_rewrite(skb, pkt, &to) < 0)
+		return TC_ACT_SHOT;
+	return (e->flags & LB_CT_FLAG_SNAT) ? lb6_flow_forward(skb, path, pkt, &to) : TC_ACT_OK;
+}
+
+static __always_inline int
+lb6_flow_xlate_reply(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb6_ct_entry *e,
+		     enum lb_path path, enum lb_hook hook)
+{
+	struct lb6_tuple to = pkt->tuple;
+
+	lb6_addr_copy(to.saddr, e->frontend_address);
+	to.sport = e->frontend_port;
+	lb6_addr_copy(to.daddr, e->client_address);
+	to.dport = e->client_port;
+	if (lb6_rewrite(skb, pkt, &to) < 0)
+		return TC_ACT_SHOT;
+	lb_path_count(path, LB_CNT_TC_REV_XLATED);
+	return hook == LB_HOOK_INGRESS ? lb6_flow_forward(skb, path, pkt, &to) : TC_ACT_OK;
+}
+
+/*
+ * A new flow from `t` to the frontend of `skey` (its master copied in *svc,
+ * which selection may re-read): a backend by ClientIP affinity or the
+ * frontend's algorithm, and the flow's conntrack value (lb4_flow_fill) in
+ * this CPU's scratch entry, before SNAT is decided (the caller sets
+ * LB_CT_FLAG_SNAT and nat_address when it applies, then stores it with
+ * lb6_ct_create_flow). LB6_START_NO_BACKEND: none could be picked.
+ */
+#define LB6_START_NO_BACKEND (-1)
+#define LB6_START_FAILED     (-2)
+
+static __always_inline int
+lb6_flow_start(const struct lb6_tuple *t, struct lb6_service_key *skey, struct lb4_service *svc,
+	       enum lb_path path, __u32 ifindex, const struct lb4_tc_config *cfg)
+{
+	const __u32 *sw = (const __u32 *)t->saddr;
+	struct lb6_affinity_key akey = {};
+	struct lb6_backend *backend;
+	struct lb6_ct_entry *e;
+	__u32 backend_id = 0;
+
+	lb6_addr_copy(akey.client, t->saddr);
+	backend = lb6_pick_backend_copy(skey, svc, &akey, sw[0] ^ sw[1] ^ sw[2] ^ sw[3], &backend_id);
+	if (!backend)
+		return LB6_START_NO_BACKEND;
+	e = lb6_ct_scratch();
+	if (!e)
+		return LB6_START_FAILED;
+	__builtin_memset(e, 0, sizeof(*e));
+	lb6_addr_copy(e->client_address, t->saddr);
+	e->client_port = t->sport;
+	lb6_addr_copy(e->frontend_address, t->daddr);
+	e->frontend_port = t->dport;
+	lb6_addr_copy(e->backend_address, backend->address);
+	e->backend_port = backend->port;
+	e->backend_id = backend_id;
+	e->rev_nat_id = svc->rev_nat_id;
+	e->proto = t->proto;
+	e->flags = lb_path_ct_flags(path); /* no LB_CT_FLAG_LC: IPv6 flows hold no least-connection count */
+	e->ifindex = ifindex;
+	e->expires_ns = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, e->flags);
+	return 0;
+}
+
+/* lb4_snat_alloc_port over SLUICE_MAP_CT6 (same order: the client's port,
+ * LB_TC_SNAT_RETRIES random ones, then a scan of the whole range). */
+struct lb6_snat_scan {
+	struct lb6_ct_entry *e;
+	__u32 min;
+	__u32 range;
+	__u32 start;
+	__u32 found;
+};
+
+static long lb6_snat_scan_one(__u32 i, void *ctx)
+{
+	struct lb6_snat_scan *scan = ctx;
+	struct lb6_ct_key key;
+	__u32 range = scan->range;
+
+	if (!range)
+		return 1;
+	scan->e->nat_port = bpf_htons((__u16)(scan->min + (scan->start + i) % range));
+	lb6_ct_reply_key(&key, scan->e);
+	if (lb6_ct_claim_insert(&key, scan->e) == 0) {
+		scan->found = 1;
+		return 1;
+	}
+	return 0;
+}
+
+static __noinline int lb6_snat_alloc_port(struct lb6_ct_entry *e, const struct lb4_tc_config *cfg)
+{
+	__u32 range = (__u32)cfg->snat_port_max - cfg->snat_port_min + 1;
+	__u32 port = bpf_ntohs(e->client_port);
+	struct lb6_snat_scan scan = {};
+	struct lb6_ct_key key;
+	int i;
+
+	if (port < cfg->snat_port_min || port > cfg->snat_port_max)
+		port = cfg->snat_port_min + bpf_get_prandom_u32() % range;
+	e->dir = LB_CT_DIR_REPLY;
+	for (i = 0; i <= LB_TC_SNAT_RETRIES; i++) {
+		e->nat_port = bpf_htons((__u16)port);
+		lb6_ct_reply_key(&key, e);
+		if (lb6_ct_claim_insert(&key, e) == 0)
+			return 0;
+		port = cfg->snat_port_min + bpf_get_prandom_u32() % range;
+	}
+	scan.e = e;
+	scan.min = cfg->snat_port_min;
+	scan.range = range;
+	scan.start = bpf_get_prandom_u32() % range;
+	bpf_loop(range, lb6_snat_scan_one, &scan, 0);
+	if (scan.found)
+		return 0;
+	lb_count(e->flags & LB_CT_FLAG_POD ? LB_CNT_POD_SNAT_EXHAUSTED : LB_CNT_TC_SNAT_EXHAUSTED);
+	return -1;
+}
+
+/* lb4_ct_create_flow over SLUICE_MAP_CT6 (reply entry first: the SNAT port's
+ * reservation, or the client port remapped when the DNATed tuple is taken). */
+static __noinline int
+lb6_ct_create_flow(struct __sk_buff *skb, const struct lb6_tuple *t, struct lb6_ct_entry *e,
+		   const struct lb4_tc_config *cfg)
+{
+	struct lb6_ct_key key;
+	int err = 0;
+
+	e->dir = LB_CT_DIR_REPLY;
+	if (e->flags & LB_CT_FLAG_SNAT) {
+		err = lb6_snat_alloc_port(e, cfg);
+	} else {
+		lb6_ct_reply_key(&key, e);
+		if (lb6_ct_claim_insert(&key, e) < 0) {
+			e->flags |= LB_CT_FLAG_SPORT;
+			lb6_addr_copy(e->nat_address, e->client_address);
+			err = lb6_snat_alloc_port(e, cfg);
+			if (!err)
+				lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_SPORT_REMAPPED));
+		}
+	}
+	if (err < 0) {
+		lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_SNAT_FAILED));
+		return -1;
+	}
+	/* Zero: the caller then translates this packet as a known flow, and
+	 * that touch counts it. */
+	e->dir = LB_CT_DIR_ORIGINAL;
+	e->packets = 0;
+	e->bytes = 0;
+	lb6_ct_key_of(&key, t, LB_CT_DIR_ORIGINAL);
+	if (lb6_ct_claim_insert(&key, e) < 0) {
+		struct lb6_ct_key reply;
+
+		lb6_ct_reply_key(&reply, e);
+		bpf_map_delete_elem(&SLUICE_MAP_CT6, &reply);
+		lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_CT_FAILED));
+		return -1;
+	}
+	lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_TRANSLATED));
+	return 0;
+}
+
+static __always_inline bool lb6_ct_backend_alive(const struct lb6_ct_entry *e)
+{
+	struct lb6_backend *backend = lb6_lookup_backend(e->backend_id);
+
+	return backend && lb6_addr_equal(backend->address, e->backend_address) &&
+	       backend->port == e->backend_port;
+}
+
+/* An entry of this path (pod-veth entries carry LB_CT_FLAG_POD, north-south
+ * ones do not): the two paths share SLUICE_MAP_CT6 and may run on one veth. */
+static __always_inline bool lb6_ct_on_path(const struct lb6_ct_entry *e, enum lb_path path)
+{
+	return (e->flags & LB_CT_FLAG_POD) == lb_path_ct_flags(path);
+}
+
+/* lb4_ct_live_original over SLUICE_MAP_CT6: the touched original entry of a
+ * known flow of this path whose backend is still there, else NULL (a flow
+ * whose backend went away is deleted, to be balanced again). */
+static __noinline struct lb6_ct_entry *
+lb6_ct_live_original(struct __sk_buff *skb, const struct lb6_tuple *t, const struct lb4_tc_config *cfg,
+		     enum lb_path path)
+{
+	struct lb6_ct_entry *e;
+	struct lb6_ct_key key;
+
+	lb6_ct_key_of(&key, t, LB_CT_DIR_ORIGINAL);
+	e = lb6_ct_lookup(&key);
+	if (!e || !lb6_ct_on_path(e, path) || lb6_ct_is_reopen(e, t))
+		return NULL;
+	if (lb6_ct_backend_alive(e))
+		return lb6_ct_touch(e, cfg, t, skb->len) == 0 ? e : NULL;
+	lb_path_count(path, LB_CNT_TC_BACKEND_GONE);
+	lb6_ct_delete_flow(e);
+	return NULL;
+}
+
+/*
+ * ICMPv6 errors about translated flows (lb4_flow_icmp_error's two cases):
+ * about a packet on its way to the backend (quote reversed = the reply key):
+ * rewritten to quote client -> frontend and sent to the client; about a reply
+ * on its way to the client (quote reversed = the original key, at ingress):
+ * rewritten to quote what the backend sent and sent on to the backend.
+ */
+/* About a packet on its way to the backend: quote client -> frontend, sent
+ * to the client (forwarded by us at ingress: SNATed flows). */
+static __noinline int
+lb6_icmp_error_to_client(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb6_icmp_quote *q,
+			 const struct lb6_ct_entry *e, enum lb_path path, bool ingress)
+{
+	struct lb6_tuple quote_to = q->tuple, outer = {};
+	__u32 mtu;
+	int rc;
+
+	lb6_addr_copy(quote_to.saddr, e->client_address);
+	quote_to.sport = e->client_port;
+	lb6_addr_copy(quote_to.daddr, e->frontend_address);
+	quote_to.dport = e->frontend_port;
+	/* From the backend itself: from the frontend, as the client knows it. */
+	if (lb6_addr_equal(pkt->tuple.saddr, e->backend_address))
+		lb6_addr_copy(outer.saddr, e->frontend_address);
+	else
+		lb6_addr_copy(outer.saddr, pkt->tuple.saddr);
+	lb6_addr_copy(outer.daddr, e->client_address);
+	if (lb6_rewrite_icmp_error(skb, pkt, q, &outer, &quote_to) < 0)
+		return TC_ACT_SHOT;
+	lb_path_count(path, LB_CNT_TC_REV_XLATED);
+	if (!ingress)
+		return TC_ACT_OK;
+	if (path == LB_PATH_POD) /* hairpin: the pod told about itself */
+		return lb6_pod_bounce(skb);
+	rc = lb6_tc_forward(skb, &outer, &mtu);
+	if (rc != LB6_FWD_TOO_BIG)
+		return rc;
+	lb_count(LB_CNT_TC_TOO_BIG_DROP); /* an error is never answered with an error */
+	return TC_ACT_SHOT;
+}
+
+/* About a reply on its way to the client: quote what the backend sent, sent
+ * on to the backend by the stack (the router that sent it stays the source). */
+static __noinline int
+lb6_icmp_error_to_backend(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb6_icmp_quote *q,
+			  const struct lb6_ct_entry *e)
+{
+	struct lb6_tuple quote_to = q->tuple, outer = {};
+
+	lb6_addr_copy(quote_to.saddr, e->backend_address);
+	quote_to.sport = e->backend_port;
+	if (lb6_ct_has_nat(e)) {
+		lb6_addr_copy(quote_to.daddr, e->nat_address);
+		quote_to.dport = e->nat_port;
+	} else {
+		lb6_addr_copy(quote_to.daddr, e->client_address);
+		quote_to.dport = e->client_port;
+	}
+	lb6_addr_copy(outer.saddr, pkt->tuple.saddr);
+	lb6_addr_copy(outer.daddr, e->backend_address);
+	if (lb6_rewrite_icmp_error(skb, pkt, q, &outer, &quote_to) < 0)
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
+}
+
+static __noinline int
+lb6_flow_icmp_error(struct __sk_buff *skb, const struct lb6_packet *pkt, enum lb_path path, enum lb_hook hook)
+{
+	bool ingress = hook == LB_HOOK_INGRESS;
+	struct lb6_icmp_quote q;
+	struct lb6_ct_key key;
+	struct lb6_ct_entry *e;
+
+	if (lb6_parse_icmp_quote(skb, pkt, &q) < 0)
+		return TC_ACT_OK;
+	lb6_ct_key_set(&key, q.tuple.daddr, q.tuple.saddr, q.tuple.dport, q.tuple.sport, q.tuple.proto,
+		       LB_CT_DIR_REPLY);
+	e = lb6_ct_lookup(&key);
+	/* SNATed flows' replies come back in at ingress, the others' leave at egress. */
+	if (e && lb6_ct_on_path(e, path) && !!(e->flags & LB_CT_FLAG_SNAT) == ingress)
+		return lb6_icmp_error_to_client(skb, pkt, &q, e, path, ingress);
+	if (!ingress)
+		return TC_ACT_OK;
+	key.dir = LB_CT_DIR_ORIGINAL;
+	e = lb6_ct_lookup(&key);
+	return e && lb6_ct_on_path(e, path) ? lb6_icmp_error_to_backend(skb, pkt, &q, e) : TC_ACT_OK;
+}
+
+/* ---- the two paths' steps, told apart by enum lb_path ---- */
+
+static __always_inline bool lb6_backend_is_local(__u32 backend_id)
+{
+	struct lb6_backend *backend = lb6_lookup_backend(backend_id);
+
+	return backend && (backend->flags & LB_BACKEND_FLAG_LOCAL);
+}
+
+static __always_inline bool lb6_source_allowed(__u32 rev_nat_id, const __u8 *client)
+{
+	struct lb6_src_range_key key = { .prefixlen = 32 + 128, .rev_nat_id = rev_nat_id };
+
+	lb6_addr_copy(key.address, client);
+	return bpf_map_lookup_elem(&SLUICE_MAP_SRCRANGE6, &key) != NULL;
+}
+
+/* A frontend without any usable endpoint: the north-south path drops (as
+ * tc_lb6.h always did for IPv6); the pod path rejects with an ICMPv6 port
+ * unreachable into the pod, or drops when no endpoint may be used from here
+ * (LB_SVC_FLAG_DROP_NO_BACKEND), as kube-proxy does. */
+static __always_inline int
+lb6_flow_no_backend(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb4_service *svc,
+		    enum lb_path path)
+{
+	lb_path_count(path, LB_CNT_TC_NO_BACKEND);
+	if (path == LB_PATH_NORTH_SOUTH || (svc->flags & LB_SVC_FLAG_DROP_NO_BACKEND))
+		return TC_ACT_SHOT;
+	return lb6_icmp_reject(skb, pkt);
+}
+
+/*
+ * A new flow to a frontend of this path: on the north-south path a NodePort /
+ * ExternalIP / LoadBalancer frontend in the external scope (source ranges
+ * checked); on the pod path any frontend in the internal scope (ClusterIPs,
+ * and the others reached from inside the cluster). Then a backend, and SNAT
+ * or not: north-south masquerades but for externalTrafficPolicy Local to a
+ * local backend; the pod path keeps the pod's address but for hairpin (the
+ * pod is its own backend: source frontend:port-from-the-SNAT-range, see
+ * pod_lb.h). The conntrack value is built in the scratch entry;
+ * LB6_FLOW_NEW asks the caller to store it (lb6_ct_create_flow) and
+ * translate the packet as a known flow. Anything else passes.
+ */
+#define LB6_FLOW_NEW (-1)
+
+static __noinline int
+lb6_flow_new(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb4_tc_config *cfg, enum lb_path path)
+{
+	const struct lb6_tuple *t = &pkt->tuple;
+	bool pod = path == LB_PATH_POD;
+	struct lb6_service_key skey = {};
+	struct lb6_ct_entry *e;
+	struct lb4_service *found, svc;
+	int rc;
+
+	lb6_addr_copy(skey.address, t->daddr);
+	skey.port = t->dport;
+	skey.proto = t->proto;
+	found = lb6_lookup_service(&skey, pod);
+	if (!found)
+		return TC_ACT_OK;
+	if (!pod && !(found->flags & (LB_SVC_FLAG_NODEPORT | LB_SVC_FLAG_EXTERNAL_IP | LB_SVC_FLAG_LOADBALANCER)))
+		return TC_ACT_OK;
+	svc = *found; /* selection may re-read the master into it */
+	if (!pod && lb_svc_has_source_ranges(&svc) && !lb6_source_allowed(svc.rev_nat_id, t->saddr)) {
+		lb_count(LB_CNT_TC_SRC_RANGE_DROP);
+		return TC_ACT_SHOT;
+	}
+	if (!svc.count)
+		return lb6_flow_no_backend(skb, pkt, &svc, path);
+	rc = lb6_flow_start(t, &skey, &svc, path, pod ? skb->ifindex : skb->ingress_ifindex, cfg);
+	if (rc == LB6_START_NO_BACKEND)
+		return lb6_flow_no_backend(skb, pkt, &svc, path);
+	e = lb6_ct_scratch();
+	if (rc < 0 || !e)
+		return TC_ACT_SHOT;
+	if (lb6_addr_equal(e->backend_address, t->saddr)) {
+		/* Hairpin (the client is its own backend): it must not see its own
+		 * address as the source. The pod path uses the frontend. */
+		if (pod)
+			lb6_addr_copy(e->nat_address, t->daddr);
+	} else if (pod || ((svc.flags & LB_SVC_FLAG_EXT_LOCAL) && lb6_backend_is_local(e->backend_id))) {
+		return LB6_FLOW_NEW; /* DNAT only: the client's address is kept */
+	}
+	if (!pod)
+		lb6_tc_snat_address(e->nat_address);
+	if (lb6_is_zero(e->nat_address)) {
+		lb_path_count(path, LB_CNT_TC_SNAT_FAILED);
+		return TC_ACT_SHOT;
+	}
+	e->flags |= LB_CT_FLAG_SNAT;
+	return LB6_FLOW_NEW;
+}
+
+/*
+ * A packet of a known flow at ingress: a reply of one of this path's SNATed
+ * flows (north-south: backend -> node; pod path: the pod answering itself,
+ * hairpin), or the client's packet. LB6_FLOW_UNKNOWN when neither.
+ */
+#define LB6_FLOW_UNKNOWN (-2)
+
+static __noinline int
+lb6_flow_ingress_known(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb4_tc_config *cfg,
+		       enum lb_path path)
+{
+	struct lb6_ct_entry *e;
+	struct lb6_ct_key key;
+
+	lb6_ct_key_of(&key, &pkt->tuple, LB_CT_DIR_REPLY);
+	e = lb6_ct_lookup(&key);
+	if (e && (e->flags & LB_CT_FLAG_SNAT) && lb6_ct_on_path(e, path)) {
+		(void)lb6_ct_touch(e, cfg, &pkt->tuple, skb->len);
+		return lb6_flow_xlate_reply(skb, pkt, e, path, LB_HOOK_INGRESS);
+	}
+	e = lb6_ct_live_original(skb, &pkt->tuple, cfg, path);
+	if (!e)
+		return LB6_FLOW_UNKNOWN;
+	return lb6_flow_xlate_original(skb, pkt, e, path);
+}
+
+/* TC ingress of either path: ICMPv6 errors, known flows, new flows. */
+static __noinline int lb6_flow_ingress(struct __sk_buff *skb, enum lb_path path)
+{
+	struct lb6_packet pkt = {};
+	struct lb4_tc_config cfg;
+	struct lb6_ct_entry *e;
+	int rc;
+
+	if (lb6_parse(skb, &pkt) < 0)
+		return TC_ACT_OK;
+	if (pkt.tuple.proto == LB_IPPROTO_ICMPV6)
+		return lb6_icmp_is_error(pkt.icmp_type) ? lb6_flow_icmp_error(skb, &pkt, path, LB_HOOK_INGRESS) : TC_ACT_OK;
+	cfg = lb4_tc_config_get();
+	rc = lb6_flow_ingress_known(skb, &pkt, &cfg, path);
+	if (rc != LB6_FLOW_UNKNOWN)
+		return rc;
+	rc = lb6_flow_new(skb, &pkt, &cfg, path);
+	if (rc != LB6_FLOW_NEW)
+		return rc;
+	e = lb6_ct_scratch();
+	if (!e || lb6_ct_create_flow(skb, &pkt.tuple, e, &cfg) < 0)
+		return TC_ACT_SHOT;
+	/* Its entries are written: translated as a known flow. */
+	rc = lb6_flow_ingress_known(skb, &pkt, &cfg, path);
+	return rc == LB6_FLOW_UNKNOWN ? TC_ACT_SHOT : rc;
+}
+
+/* TC egress of either path: a reply of one of this path's DNAT-only flows
+ * (north-south: externalTrafficPolicy Local; pod path: every flow but
+ * hairpin) gets the frontend back as its source. */
+static __noinline int lb6_flow_egress(struct __sk_buff *skb, enum lb_path path)
+{
+	struct lb6_packet pkt = {};
+	struct lb4_tc_config cfg;
+	struct lb6_ct_entry *e;
+	struct lb6_ct_key key;
+
+	if (lb6_parse(skb, &pkt) < 0)
+		return TC_ACT_OK;
+	if (pkt.tuple.proto == LB_IPPROTO_ICMPV6)
+		return lb6_icmp_is_error(pkt.icmp_type) ? lb6_flow_icmp_error(skb, &pkt, path, LB_HOOK_EGRESS) : TC_ACT_OK;
+	lb6_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
+	e = lb6_ct_lookup(&key);
+	if (!e || (e->flags & LB_CT_FLAG_SNAT) || !lb6_ct_on_path(e, path))
+		return TC_ACT_OK;
+	cfg = lb4_tc_config_get();
+	(void)lb6_ct_touch(e, &cfg, &pkt.tuple, skb->len);
+	return lb6_flow_xlate_reply(skb, &pkt, e, path, LB_HOOK_EGRESS);
+}
+
+#endif /* SLUICE_BPF_NAT_FLOW6_H */

@@ -1,0 +1,91 @@
+// The agent's index of externally reachable backends (Syncer
+// setExternalBackends / takeExternalBackends, issue 14): the agent attaches
+// the TC program to the device of every local backend of a NodePort /
+// ExternalIP / LoadBalancer frontend, so that SNATed replies entering there
+// are translated. An IPv6-only local backend must be in that index too (it
+// was skipped: its pod's veth got no TC, and the replies of its SNATed IPv6
+// flows were never restored). Real Syncer over maps pinned in a throwaway
+// bpffs directory (the TC object's maps), a NodePort Service per family.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import pino from 'pino';
+import { ClusterState } from '../../src/agent/store';
+import { Syncer } from '../../src/agent/syncer';
+import { AgentMetrics } from '../../src/agent/metrics';
+import { ProxyHealth } from '../../src/agent/health';
+import { openSockLbMaps, type SockLbMaps } from '../../src/datapath/maps';
+import { TcHarness } from './tc_harness';
+
+const NODE = 'n1';
+const NODE4 = '198.18.0.1';
+const NODE6 = 'fd00:18::1';
+
+let h: TcHarness;
+let maps: SockLbMaps;
+
+before(() => {
+  h = TcHarness.create('sluice-syncext6');
+  maps = openSockLbMaps(h.pinDir);
+});
+after(() => {
+  maps?.close();
+  h?.close();
+});
+
+function service(name: string, family: 'IPv4' | 'IPv6', clusterIP: string, nodePort: number) {
+  return {
+    apiVersion: 'v1', kind: 'Service',
+    metadata: { name, namespace: 'default', uid: `uid-${name}`, creationTimestamp: '2026-01-01T00:00:00Z' },
+    spec: {
+      type: 'NodePort', clusterIP, clusterIPs: [clusterIP], ipFamilies: [family], ipFamilyPolicy: 'SingleStack',
+      ports: [{ name: 'http', port: 80, targetPort: 8080, nodePort, protocol: 'TCP' }],
+    },
+  };
+}
+
+function slice(name: string, family: 'IPv4' | 'IPv6', endpoints: Array<[string, string]>) {
+  return {
+    apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice',
+    metadata: { name: `${name}-1`, namespace: 'default', labels: { 'kubernetes.io/service-name': name } },
+    addressType: family,
+    ports: [{ name: 'http', port: 8080, protocol: 'TCP' }],
+    endpoints: endpoints.map(([ip, node]) => ({ addresses: [ip], conditions: { ready: true }, nodeName: node })),
+  };
+}
+
+test('local and remote backends of IPv4 and IPv6 NodePorts are both in the external-backend index', async () => {
+  let syncer: Syncer | undefined;
+  const state = new ClusterState(() => syncer?.trigger());
+  let synced: () => void = () => undefined;
+  syncer = new Syncer(state, maps, {
+    nodeName: NODE,
+    localAddresses: () => [NODE4, NODE6],
+    onSyncDone: () => synced(),
+    translate: { maxEndpointsPerService: 1000, ipFamilies: ['IPv4', 'IPv6'] },
+    minSyncPeriodMs: 0,
+    syncPeriodMs: 3_600_000,
+  }, new AgentMetrics(), new ProxyHealth(60_000), pino({ level: 'silent' }));
+  try {
+    state.setNode({ apiVersion: 'v1', kind: 'Node', metadata: { name: NODE },
+      status: { addresses: [{ type: 'InternalIP', address: NODE4 }, { type: 'InternalIP', address: NODE6 }] } } as never);
+    state.upsertService(service('web4', 'IPv4', '198.19.0.10', 30080) as never);
+    state.upsertSlice(slice('web4', 'IPv4', [['198.18.20.2', NODE], ['198.18.30.2', 'n2']]) as never);
+    state.upsertService(service('web6', 'IPv6', 'fd00:96::10', 30081) as never);
+    state.upsertSlice(slice('web6', 'IPv6', [['fd00:20::2', NODE], ['fd00:30::2', 'n2']]) as never);
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('no sync within 10 s')), 10_000);
+      synced = () => { clearTimeout(timer); resolve(); };
+      syncer!.start();
+    });
+    const programmed = syncer.programmed().programmedFrontends().map((f) => `${f.address}:${f.port}`);
+    assert.ok(programmed.includes(`${NODE6}:30081`), `the IPv6 NodePort is programmed: ${programmed.join(' ')}`);
+    const { local, remote } = syncer.takeExternalBackends();
+    assert.deepEqual([...local ?? []].sort(), ['198.18.20.2', 'fd00:20::2'],
+      'the local IPv6 backend is indexed: the agent attaches TC to its device for the SNATed replies');
+    // Remote backends name node-to-node devices by the IPv4 route table (multi-homed nodes,
+    // per-device SNAT): IPv6 has one SNAT address, so only IPv4 ones are listed there.
+    assert.deepEqual([...remote ?? []].sort(), ['198.18.30.2']);
+  } finally {
+    syncer.stop();
+  }
+});
