@@ -86,7 +86,7 @@ export class XdpHarness {
   }
 
   stats(ifindex: number): XdpDeviceStats {
-    return readXdpStats(this.maps.stats).find((s) => s.ifindex === ifindex)
+    return readXdpStats(this.maps.stats, this.maps.passed, [ifindex]).find((s) => s.ifindex === ifindex)
       ?? { ifindex, packets: 0n, passed: 0n, tx: 0n, redirected: 0n, dropped: 0n, fallback: 0n };
   }
 
