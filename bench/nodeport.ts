@@ -42,7 +42,7 @@ import { BACKEND_COUNT, BACKEND_PORT, backendAddress, makeServicePorts, ServiceP
 import { median } from './stats';
 import { ProgStats, type ProgRef } from './progstats';
 import { progInfo } from '../src/bpf/program';
-import { detachXdp, listXdp } from '../src/datapath/xdp/xdp';
+import { detachXdp, listXdp, openXdpMaps, readXdpStats, xdpMapsPresent } from '../src/datapath/xdp/xdp';
 
 export interface NodePortOptions {
   root: string;
@@ -112,6 +112,8 @@ export interface NodePortResult {
   sluiceCounters?: Record<string, number>;
   /** h-maglev: Sluice TC with every Service annotated maglev, rounds after the random ones (TCP req/s). */
   maglev?: { rounds: number; rrPerS: number; failed: number; vsRandom: number; switchS: number };
+  /** sluice_xdp's per-device counters after the rounds (node veths: npc = from the client, npb = from the backends). */
+  xdpCounters?: Record<string, Record<string, number>>;
   /** XDP native / generic against TC and iptables, same rounds (issue 17). */
   xdp?: NodePortXdpRatios;
   error?: string;
@@ -475,6 +477,23 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
     }
     localStats?.restore();
     await setXdp('off');
+    if (agentBpffs && xdpMapsPresent(agentBpffs)) {
+      const xm = openXdpMaps(agentBpffs);
+      try {
+        const names: Record<number, string> = {};
+        for (const dev of ['npc', 'npb']) {
+          const r = await run(['ip', '-n', sl.node, '-j', 'link', 'show', dev], T);
+          names[(JSON.parse(r.stdout) as Array<{ ifindex: number }>)[0]!.ifindex] = dev;
+        }
+        res.xdpCounters = {};
+        for (const st of readXdpStats(xm.stats, xm.passed, Object.keys(names).map(Number))) {
+          const { ifindex, ...c } = st;
+          res.xdpCounters[names[ifindex] ?? `ifindex ${ifindex}`] = Object.fromEntries(Object.entries(c).map(([k, v]) => [k, Number(v)]));
+        }
+      } finally {
+        xm.close();
+      }
+    }
     const slSide = sl;
     // h-maglev: the same node, every Service switched to maglev through the
     // API (the agent rebuilds its frontends), then rounds again. Not

@@ -163,6 +163,7 @@ export function controlPlaneMarkdown(rep: ControlPlaneReport): string[] {
       }
       lines.push('');
     }
+    if (np.xdpCounters) lines.push(`sluice_xdp's counters after the rounds: ${Object.entries(np.xdpCounters).map(([d, c]) => `${d}: ${Object.entries(c).map(([k, v]) => `${k} ${v}`).join(', ')}`).join('; ')}.`, '');
     const x = np.xdp;
     if (x) {
       const keys = [...new Set([...Object.keys(x.flood), ...Object.keys(x.rr)])];
