@@ -162,6 +162,7 @@ export function controlPlaneMarkdown(rep: ControlPlaneReport): string[] {
         lines.push(`| ${m.label} | ${m.floodPerS.toFixed(0)} | ${sent.toFixed(0)} | ${(deliv * 100).toFixed(0)}% | ${Number.isFinite(m.plainPerS) ? m.plainPerS.toFixed(0) : ''} | ${ns.length ? median(ns).toFixed(1) : ''} |`);
       }
       lines.push('');
+      lines.push('Where "delivered" is near 100 %, the sender set the rate: on a veth the whole path (the generator\'s send, the node, the backend\'s receive up to the counting rule) runs in the sending CPU\'s context, so these packets/s are the whole pipeline\'s, and the node\'s share of it is what differs between the modes. Both XDP modes on a veth also copy each frame a local sender made (its headroom is under the 256 bytes XDP needs: native copies into a page, generic expands the skb), which a NIC does not. See docs/xdp.md.', '');
     }
     if (np.xdpCounters) lines.push(`sluice_xdp's counters after the rounds: ${Object.entries(np.xdpCounters).map(([d, c]) => `${d}: ${Object.entries(c).map(([k, v]) => `${k} ${v}`).join(', ')}`).join('; ')}.`, '');
     const x = np.xdp;
