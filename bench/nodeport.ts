@@ -420,7 +420,7 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
     const xdpProgs: ProgRef[] = xdpProg !== undefined ? [{ id: xdpProg, name: progInfo(xdpProg).name }, ...tcProgs] : tcProgs;
     const timed = <T>(id: NodePortModeId, series: string, fn: () => Promise<T>) =>
       (id !== 'iptables-legacy' && o.progStats
-        ? o.progStats.measure(id === 'sluice-tc' ? `NodePort (tc_lb on the node veths), ${o.services} Services, ${series}` : `NodePort (${id}), ${o.services} Services, ${series}`, id === 'sluice-tc' ? tcProgs : xdpProgs, fn, o.services)
+        ? o.progStats.measure(id === 'sluice-tc' ? `NodePort (tc_lb on the node veths), ${o.services} Services, ${series}` : `XDP: NodePort (${id}), ${o.services} Services, ${series}`, id === 'sluice-tc' ? tcProgs : xdpProgs, fn, o.services)
         : fn());
     // bpf_stats for sluice_xdp's time per non-Service packet (part.js runs without main's ProgStats).
     const localStats = o.progStats ? undefined : new ProgStats();
