@@ -41,6 +41,8 @@ import { iptablesRestoreInput, portProtoHash, svcChain } from './kube-iptables';
 import { BACKEND_COUNT, BACKEND_PORT, backendAddress, makeServicePorts, ServicePort } from './services';
 import { median } from './stats';
 import { ProgStats, type ProgRef } from './progstats';
+import { progInfo } from '../src/bpf/program';
+import { detachXdp, listXdp, openXdpMaps, readXdpStats, xdpMapsPresent } from '../src/datapath/xdp/xdp';
 
 export interface NodePortOptions {
   root: string;
@@ -54,15 +56,37 @@ export interface NodePortOptions {
   log: (msg: string) => void;
   /** Program time of the agent's tc_lb under each series' traffic (make bench; bench/progstats.ts). */
   progStats?: ProgStats;
+  /** Upper bound on the frames of one flood (npbench flood); the round time bounds it too. */
+  floodCount?: number;
 }
 
 export interface NodePortRound {
   rr: { ok: number; failed: number; per_s: number; p50_us: number; p99_us: number };
   pps: { sent: number; received: number; per_s: number };
+  /** UDP flood to the NodePorts (npbench flood): frames sent, frames counted at the backend, arrivals/s. */
+  flood?: { sent: number; arrived: number; elapsed_s: number; per_s: number };
+  /** The same flood to a backend address directly (not a Service packet), routed by the node. */
+  plain?: { sent: number; arrived: number; elapsed_s: number; per_s: number };
+  /** sluice_xdp run time per packet during the non-Service flood (bpf_stats), XDP modes only. */
+  plainXdpNs?: number;
+}
+
+export type NodePortModeId = 'sluice-xdp-native' | 'sluice-xdp-generic' | 'sluice-tc' | 'iptables-legacy';
+
+/** Median over rounds of per-round ratios, packets/s = the flood's arrivals at the backend. */
+export interface NodePortXdpRatios {
+  rr: Record<string, number>;
+  flood: Record<string, number>;
+  echo: Record<string, number>;
+  /** Non-Service flood: packets/s without an XDP program over packets/s with sluice_xdp (cost ratio, > 1 = XDP costs). */
+  plainCost: { native?: number; generic?: number };
+  /** sluice_xdp ns per non-Service packet (bpf_stats) and the no-program packet time at the measured rate: 1 + ns x pps. */
+  plainProgNs?: number;
+  plainDerivedCost?: number;
 }
 
 export interface NodePortModeResult {
-  id: 'sluice-tc' | 'iptables-legacy';
+  id: NodePortModeId;
   label: string;
   loadMs?: number;
   reason?: string;
@@ -71,6 +95,9 @@ export interface NodePortModeResult {
   rrP50Us: number;
   rrP99Us: number;
   ppsPerS: number;
+  /** Median flood arrivals/s at the backend (packets/s the node forwarded). */
+  floodPerS: number;
+  plainPerS: number;
   failed: number;
 }
 
@@ -85,8 +112,57 @@ export interface NodePortResult {
   sluiceCounters?: Record<string, number>;
   /** h-maglev: Sluice TC with every Service annotated maglev, rounds after the random ones (TCP req/s). */
   maglev?: { rounds: number; rrPerS: number; failed: number; vsRandom: number; switchS: number };
+  /** sluice_xdp's per-device counters after the rounds (node veths: npc = from the client, npb = from the backends). */
+  xdpCounters?: Record<string, Record<string, number>>;
+  /** XDP native / generic against TC and iptables, same rounds (issue 17). */
+  xdp?: NodePortXdpRatios;
   error?: string;
   notes: string[];
+}
+
+const MODES: Array<[NodePortModeId, string]> = [
+  ['sluice-xdp-native', 'Sluice XDP native (agent, --xdp-mode native: sluice_xdp in front of tc_lb)'],
+  ['sluice-xdp-generic', 'Sluice XDP generic (same program, generic mode)'],
+  ['sluice-tc', 'Sluice TC (agent, tc_lb on the node veths)'],
+  ['iptables-legacy', 'kube-proxy iptables (legacy), NodePort layout'],
+];
+
+const SHORT: Record<NodePortModeId, string> = { 'sluice-xdp-native': 'native', 'sluice-xdp-generic': 'generic', 'sluice-tc': 'tc', 'iptables-legacy': 'iptables' };
+
+/** Per-round ratios between the modes (same round, so the machine's load is shared), medians. */
+function xdpRatios(modes: Record<string, NodePortModeResult>): NodePortXdpRatios | undefined {
+  const nat = modes['sluice-xdp-native'];
+  if (!nat || nat.rounds.length === 0) return undefined;
+  const pairs: Array<[NodePortModeId, NodePortModeId]> = [
+    ['sluice-xdp-native', 'sluice-tc'], ['sluice-xdp-native', 'iptables-legacy'], ['sluice-xdp-generic', 'sluice-tc'],
+    ['sluice-xdp-generic', 'iptables-legacy'], ['sluice-tc', 'iptables-legacy'],
+  ];
+  const ratio = (pick: (r: NodePortRound) => number | undefined) => {
+    const out: Record<string, number> = {};
+    for (const [x, y] of pairs) {
+      const a = modes[x]?.rounds ?? [];
+      const b = modes[y]?.rounds ?? [];
+      const rs = a.map((r, i) => (b[i] ? (pick(r) ?? NaN) / (pick(b[i]!) ?? NaN) : NaN)).filter(Number.isFinite);
+      if (rs.length) out[`${SHORT[x]}/${SHORT[y]}`] = median(rs);
+    }
+    return out;
+  };
+  const tc = modes['sluice-tc']?.rounds ?? [];
+  const cost = (id: NodePortModeId) => {
+    const rs = (modes[id]?.rounds ?? []).map((r, i) => (tc[i]?.plain && r.plain ? tc[i]!.plain!.per_s / r.plain.per_s : NaN)).filter(Number.isFinite);
+    return rs.length ? median(rs) : undefined;
+  };
+  const ns = nat.rounds.map((r) => r.plainXdpNs).filter((x): x is number => x !== undefined);
+  const plainProgNs = ns.length ? median(ns) : undefined;
+  const noProg = modes['sluice-tc']?.plainPerS;
+  return {
+    rr: ratio((r) => r.rr.per_s),
+    flood: ratio((r) => r.flood?.per_s),
+    echo: ratio((r) => r.pps.per_s),
+    plainCost: { native: cost('sluice-xdp-native'), generic: cost('sluice-xdp-generic') },
+    plainProgNs,
+    plainDerivedCost: plainProgNs !== undefined && noProg !== undefined && Number.isFinite(noProg) ? 1 + plainProgNs * 1e-9 * noProg : undefined,
+  };
 }
 
 const NODE_NAME = 'bench-np-node';
@@ -146,7 +222,19 @@ class Topology {
     for (const [k, v] of Object.entries(kv)) await run(['ip', 'netns', 'exec', ns, 'sysctl', '-qw', `${k}=${v}`], T);
   }
 
-  async create(): Promise<void> {
+  /**
+   * Frames of the floods counted (and dropped) where they reach the backend:
+   * a raw-table rule per backend veth matching the floods' IPv4 total
+   * length (46; no other test traffic has it), the same in every mode.
+   */
+  async arrivals(m: number): Promise<number> {
+    const r = await run(['ip', 'netns', 'exec', this.backend, 'iptables-legacy', '-w', '5', '-t', 'raw', '-L', 'PREROUTING', '-v', '-x', '-n'], T);
+    const line = r.stdout.split('\n').find((l) => l.includes(` be${m} `) && l.includes('DROP'));
+    if (!line) throw new Error(`no flood counter for be${m}: ${r.stdout.slice(0, 300)}`);
+    return Number(line.trim().split(/\s+/)[0]);
+  }
+
+  async create(root?: string): Promise<void> {
     await this.netns(this.backend);
     for (let i = 0; i < BACKEND_COUNT; i++) await run(['ip', '-n', this.backend, 'addr', 'add', `${backendAddress(i)}/32`, 'dev', 'lo'], T);
     await this.sysctl(this.backend, { 'net.core.somaxconn': '8192', 'net.ipv4.tcp_max_syn_backlog': '16384' });
@@ -168,6 +256,12 @@ class Topology {
       await run(['ip', '-n', this.backend, 'route', 'add', `198.18.${64 + 2 * m}.0/24`, 'via', `${link}.1`], T);
       await this.sysctl(s.node, { 'net.ipv4.ip_forward': '1', 'net.ipv4.conf.all.rp_filter': '0', 'net.ipv4.conf.default.rp_filter': '0' });
       await this.sysctl(s.client, { 'net.ipv4.tcp_tw_reuse': '1', 'net.ipv4.ip_local_port_range': '10000 65000' });
+      // The client plays an external machine: complete TCP/UDP checksums on
+      // its wire (ethtool -K eth0 tx off), as a NIC would deliver them; a
+      // veth otherwise hands native XDP CHECKSUM_PARTIAL frames (docs/xdp.md).
+      // Every mode gets the same client.
+      if (root) await run(['ip', 'netns', 'exec', s.client, path.join(root, 'build', 'txcsum_off'), 'eth0'], T);
+      await run(['ip', 'netns', 'exec', this.backend, 'iptables-legacy', '-w', '5', '-t', 'raw', '-A', 'PREROUTING', '-i', `be${m}`, '-p', 'udp', '-m', 'length', '--length', '46', '-j', 'DROP'], T);
     }
   }
 
@@ -217,14 +311,22 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-bench-np-'));
   try {
     const npbench = await ensureNpbench(o.root);
-    await topo.create();
+    await topo.create(o.root);
     await topo.startServer(o.root);
     const [sl, ipt] = topo.sides as [Side, Side];
+    // A veth hands XDP_REDIRECT / XDP_TX frames only to a peer running NAPI,
+    // which it does while the peer has an XDP program: sluice_xdp_pass on
+    // the backend ends of both nodes, in every mode alike.
+    {
+      const beBpffs = o.makeBpffs('npbe');
+      await run(['nsenter', `--net=/run/netns/${topo.backend}`, process.execPath, path.join(o.root, 'dist', 'src', 'datapath', 'xdp', 'attachMain.js'),
+        '--object', path.join(o.root, 'build', 'xdp_lb.bpf.o'), '--bpffs', beBpffs, '--program', abi.SLUICE_PROG_XDP_PASS, '--mode', 'native', '--device', 'be0', '--device', 'be1'], T);
+    }
     const ports = makeServicePorts(o.services, ['tcp', 'udp']);
     const nodePort = (sp: ServicePort) => nodePortOf(Number(sp.service.slice(4)), sp.proto === 'tcp' ? 'TCP' : 'UDP', o.services);
     const modes: Record<string, NodePortModeResult> = {};
-    for (const [id, label] of [['sluice-tc', 'Sluice TC (agent, tc_lb on the node veths)'], ['iptables-legacy', 'kube-proxy iptables (legacy), NodePort layout']] as const) {
-      modes[id] = { id, label, rounds: [], rrPerS: NaN, rrP50Us: NaN, rrP99Us: NaN, ppsPerS: NaN, failed: 0 };
+    for (const [id, label] of MODES) {
+      modes[id] = { id, label, rounds: [], rrPerS: NaN, rrP50Us: NaN, rrP99Us: NaN, ppsPerS: NaN, floodPerS: NaN, plainPerS: NaN, failed: 0 };
       res.modes.push(modes[id]!);
     }
 
@@ -271,7 +373,7 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       ].join('\n'));
       agent = new AgentProcess(['--config', config,
         '--kubeconfig', kubeconfig, '--k8s-api-server', '127.0.0.1:6443', '--node-name', NODE_NAME,
-        '--cgroup-path', o.makeCgroup('np'), '--bpffs', bpffs, '--devices', 'npc,npb',
+        '--cgroup-path', o.makeCgroup('np'), '--bpffs', bpffs, '--devices', 'npc,npb', '--xdp-mode', 'native',
         '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--healthcheck-addresses', sl.nodeAddr,
       ], { prefix: ['nsenter', `--net=/run/netns/${sl.node}`] });
       maps = await openWhenPinned(bpffs, agent, deadline);
@@ -279,17 +381,54 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       const keys = ports.map((sp) => masterKey('0.0.0.0', nodePort(sp), sp.proto === 'tcp' ? LB_PROTO_TCP : LB_PROTO_UDP));
       await waitMastersProgrammed(maps, keys, BACKEND_COUNT, agent, Math.min(deadline, Date.now() + 120_000));
       modes['sluice-tc']!.loadMs = Date.now() - t0;
+      modes['sluice-xdp-native']!.loadMs = modes['sluice-tc']!.loadMs;
+      modes['sluice-xdp-generic']!.loadMs = modes['sluice-tc']!.loadMs;
       o.log(`nodeport: Sluice: ${ports.length} node ports programmed by the agent in ${(modes['sluice-tc']!.loadMs! / 1000).toFixed(1)} s (API preload included)`);
     }
 
+    // The agent attached sluice_xdp natively (--xdp-mode native) and filled
+    // its frontend-address set and redirect targets. The modes of the Sluice
+    // node are switched between series by moving that program: pinned, the
+    // agent's links detached, then attached (netlink) natively, generically
+    // or not at all; TC stays on the veths throughout.
+    let xdpProg: number | undefined;
+    const xdpPin = agentBpffs ? path.join(agentBpffs, 'bench-xdp-prog') : undefined;
+    if (agentBpffs && xdpPin) {
+      const links = listXdp(agentBpffs);
+      xdpProg = links.find((l) => l.device === 'npc')?.programId;
+      if (xdpProg === undefined) {
+        for (const id of ['sluice-xdp-native', 'sluice-xdp-generic'] as const) modes[id]!.reason = 'the agent attached no XDP program (see its log)';
+      } else {
+        await run(['bpftool', 'prog', 'pin', 'id', String(xdpProg), xdpPin], T);
+        for (const l of links) detachXdp(agentBpffs, l.device); // by link: no namespace needed
+      }
+    }
+    const setXdp = async (mode: 'native' | 'generic' | 'off') => {
+      for (const dev of ['npc', 'npb']) {
+        for (const kind of ['xdpdrv', 'xdpgeneric']) await run(['nsenter', `--net=/run/netns/${sl.node}`, 'bpftool', 'net', 'detach', kind, 'dev', dev], { ...T, allowFailure: true });
+        if (mode !== 'off') await run(['nsenter', `--net=/run/netns/${sl.node}`, 'bpftool', 'net', 'attach', mode === 'native' ? 'xdpdrv' : 'xdpgeneric', 'pinned', xdpPin!, 'dev', dev], T);
+      }
+    };
+    const nodeMac: Record<string, string> = {};
+    for (const s of topo.sides) {
+      const r = await run(['ip', '-n', s.node, '-j', 'link', 'show', 'npc'], T);
+      nodeMac[s.id] = (JSON.parse(r.stdout) as Array<{ address: string }>)[0]!.address;
+    }
     // Interleaved rounds. tc_lb's run time: TCP (a new connection per
     // request: SYNs, new flows) apart from UDP (8 flows: known flows).
     const tcProgs: ProgRef[] = agentBpffs ? ProgStats.linkPrograms(agentBpffs, /^tc-/) : [];
-    const timed = <T>(id: string, series: string, fn: () => Promise<T>) =>
-      (id === 'sluice-tc' && o.progStats ? o.progStats.measure(`NodePort (tc_lb on the node veths), ${o.services} Services, ${series}`, tcProgs, fn, o.services) : fn());
-    const sides = topo.sides.filter((s) => modes[s.id]!.loadMs !== undefined);
+    const xdpProgs: ProgRef[] = xdpProg !== undefined ? [{ id: xdpProg, name: progInfo(xdpProg).name }, ...tcProgs] : tcProgs;
+    const timed = <T>(id: NodePortModeId, series: string, fn: () => Promise<T>) =>
+      (id !== 'iptables-legacy' && o.progStats
+        ? o.progStats.measure(id === 'sluice-tc' ? `NodePort (tc_lb on the node veths), ${o.services} Services, ${series}` : `XDP: NodePort (${id}), ${o.services} Services, ${series}`, id === 'sluice-tc' ? tcProgs : xdpProgs, fn, o.services)
+        : fn());
+    // bpf_stats for sluice_xdp's time per non-Service packet (part.js runs without main's ProgStats).
+    const localStats = o.progStats ? undefined : new ProgStats();
+    localStats?.enable();
+    const sideOf = (id: NodePortModeId): Side => (id === 'iptables-legacy' ? ipt : sl);
+    const active = MODES.map(([id]) => id).filter((id) => modes[id]!.loadMs !== undefined && !modes[id]!.reason);
     const targets: Record<string, { tcp: string; udp: string }> = {};
-    for (const s of sides) {
+    for (const s of topo.sides) {
       const file = (proto: string) => {
         const f = path.join(tmp, `np-${s.id}-${proto}.txt`);
         fs.writeFileSync(f, ports.filter((sp) => sp.proto === proto).map((sp) => `${s.nodeAddr} ${nodePort(sp)}`).join('\n') + '\n');
@@ -297,25 +436,73 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       };
       targets[s.id] = { tcp: file('tcp'), udp: file('udp') };
     }
+    // Not a Service packet: to the backends' addresses themselves, routed by the node.
+    const plainTargets = path.join(tmp, 'np-plain.txt');
+    fs.writeFileSync(plainTargets, Array.from({ length: 8 }, (_, i) => `${backendAddress(i)} 9`).join('\n') + '\n');
+    const flood = async (s: Side, file: string) => {
+      const m = topo.sides.indexOf(s);
+      const a0 = await topo.arrivals(m);
+      const r = await run(['nsenter', `--net=/run/netns/${s.client}`, npbench, 'flood', '--dev', 'eth0', '--dst-mac', nodeMac[s.id]!, '--src', s.clientAddr,
+        '--targets', file, '--count', String(o.floodCount ?? 5_000_000), '--max-ms', String(o.roundMs), '--flows', '8'], { timeoutMs: o.roundMs + 15000 });
+      await tick(200); // what is still queued on the way
+      const arrived = (await topo.arrivals(m)) - a0;
+      const j = JSON.parse(r.stdout) as { sent: number; elapsed_s: number };
+      return { sent: j.sent, arrived, elapsed_s: j.elapsed_s, per_s: arrived / j.elapsed_s };
+    };
+    const perMode = 4 * (o.roundMs + 1500);
     for (let r = 0; r < o.rounds; r++) {
-      if (Date.now() + sides.length * 2 * (o.roundMs + 2000) > deadline) {
+      if (Date.now() + active.length * perMode > deadline) {
         res.notes.push(`NodePort: stopped after ${r} of ${o.rounds} rounds: the budget ran out`);
         break;
       }
-      const order = r % 2 === 0 ? sides : [...sides].reverse();
-      for (const s of order) {
+      const order = r % 2 === 0 ? active : [...active].reverse();
+      for (const id of order) {
+        const s = sideOf(id);
+        if (s === sl) await setXdp(id === 'sluice-xdp-native' ? 'native' : id === 'sluice-xdp-generic' ? 'generic' : 'off');
         const ns = ['nsenter', `--net=/run/netns/${s.client}`, npbench];
-        const rr = await timed(s.id, 'TCP, a new connection per request', () => run([...ns, 'rr', '--targets', targets[s.id]!.tcp, '--max-ms', String(o.roundMs), '--timeout-ms', '1000', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 }));
-        const pps = await timed(s.id, 'UDP, 8 known flows', () => run([...ns, 'pps', '--targets', targets[s.id]!.udp, '--max-ms', String(o.roundMs), '--flows', '8', '--window', '16', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 }));
-        modes[s.id]!.rounds.push({ rr: JSON.parse(rr.stdout) as NodePortRound['rr'], pps: JSON.parse(pps.stdout) as NodePortRound['pps'] });
+        const rr = await timed(id, 'TCP, a new connection per request', () => run([...ns, 'rr', '--targets', targets[s.id]!.tcp, '--max-ms', String(o.roundMs), '--timeout-ms', '1000', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 }));
+        const pps = await timed(id, 'UDP, 8 known flows', () => run([...ns, 'pps', '--targets', targets[s.id]!.udp, '--max-ms', String(o.roundMs), '--flows', '8', '--window', '16', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 }));
+        const round: NodePortRound = { rr: JSON.parse(rr.stdout) as NodePortRound['rr'], pps: JSON.parse(pps.stdout) as NodePortRound['pps'] };
+        round.flood = await timed(id, 'UDP flood, 8 flows', () => flood(s, targets[s.id]!.udp));
+        if (s === sl) {
+          const before = xdpProg !== undefined ? progInfo(xdpProg) : undefined;
+          round.plain = await flood(s, plainTargets);
+          const after = xdpProg !== undefined ? progInfo(xdpProg) : undefined;
+          if (before && after && id !== 'sluice-tc' && after.runCount > before.runCount && after.runTimeNs > before.runTimeNs) {
+            round.plainXdpNs = Number(after.runTimeNs - before.runTimeNs) / Number(after.runCount - before.runCount);
+          }
+        }
+        modes[id]!.rounds.push(round);
       }
     }
+    localStats?.restore();
+    await setXdp('off');
+    if (agentBpffs && xdpMapsPresent(agentBpffs)) {
+      const xm = openXdpMaps(agentBpffs);
+      // Informative only: a failure here must not cost the rounds' results.
+      try {
+        const names: Record<number, string> = {};
+        for (const dev of ['npc', 'npb']) {
+          const r = await run(['ip', '-n', sl.node, '-j', 'link', 'show', dev], T);
+          names[(JSON.parse(r.stdout) as Array<{ ifindex: number }>)[0]!.ifindex] = dev;
+        }
+        res.xdpCounters = {};
+        for (const st of readXdpStats(xm.stats, xm.passed, Object.keys(names).map(Number))) {
+          const { ifindex, ...c } = st;
+          res.xdpCounters[names[ifindex] ?? `ifindex ${ifindex}`] = Object.fromEntries(Object.entries(c).map(([k, v]) => [k, Number(v)]));
+        }
+      } catch (e) {
+        res.notes.push(`sluice_xdp counters not read: ${(e as Error).message}`);
+      } finally {
+        xm.close();
+      }
+    }
+    const slSide = sl;
     // h-maglev: the same node, every Service switched to maglev through the
     // API (the agent rebuilds its frontends), then rounds again. Not
     // interleaved with the random rounds: the switch takes a sync.
     const maglevRounds: NodePortRound[] = [];
-    const slSide = sides.find((x) => x.id === 'sluice-tc');
-    if (slSide && api && maps && Date.now() + 3 * (o.roundMs + 2000) + 60_000 < deadline) {
+    if (active.includes('sluice-tc') && api && maps && Date.now() + 3 * (o.roundMs + 2000) + 60_000 < deadline) {
       const t0 = Date.now();
       for (let i = 0; i < o.services; i++) {
         api.store.patch('services', serviceName(i), { metadata: { annotations: { 'sluice.io/lb-algorithm': 'maglev' } } }, { namespace: BENCH_NAMESPACE, contentType: 'application/merge-patch+json' });
@@ -347,6 +534,8 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       m.rrP50Us = median(m.rounds.map((x) => x.rr.p50_us));
       m.rrP99Us = median(m.rounds.map((x) => x.rr.p99_us));
       m.ppsPerS = median(m.rounds.map((x) => x.pps.per_s));
+      m.floodPerS = median(m.rounds.filter((x) => x.flood).map((x) => x.flood!.per_s));
+      m.plainPerS = median(m.rounds.filter((x) => x.plain).map((x) => x.plain!.per_s));
       m.failed = m.rounds.reduce((n, x) => n + x.rr.failed, 0);
     }
     if (res.maglev) res.maglev.vsRandom = res.maglev.rrPerS / modes['sluice-tc']!.rrPerS;
@@ -356,7 +545,8 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       res.rrRatio = median(a.map((x, i) => x.rr.per_s / b[i]!.rr.per_s));
       res.ppsRatio = median(a.map((x, i) => x.pps.per_s / b[i]!.pps.per_s));
     }
-    o.log(`nodeport at ${o.services} Services: ` + res.modes.map((m) => `${m.id} ${m.rrPerS.toFixed(0)} req/s (p50 ${m.rrP50Us.toFixed(0)} µs), ${m.ppsPerS.toFixed(0)} replies/s`).join('; ') +
+    res.xdp = xdpRatios(modes);
+    o.log(`nodeport at ${o.services} Services: ` + res.modes.map((m) => `${m.id} ${m.rrPerS.toFixed(0)} req/s (p50 ${m.rrP50Us.toFixed(0)} µs), ${m.ppsPerS.toFixed(0)} replies/s, flood ${m.floodPerS.toFixed(0)} pkt/s`).join('; ') +
       (res.rrRatio !== undefined ? `; Sluice/iptables ${res.rrRatio.toFixed(2)}x req/s, ${res.ppsRatio!.toFixed(2)}x pps` : ''));
   } catch (e) {
     res.error = (e as Error).message;

@@ -15,6 +15,14 @@
  *       UDP: F flows (sockets) to F random targets, each keeping W 64-byte
  *       datagrams in flight; counts echoed replies. Every reply is one packet
  *       forwarded each way through the node.
+ *   npbench flood --dev D --dst-mac M --src A --targets FILE --count N --max-ms MS [--flows F]
+ *       UDP flood for packets/s (make bench's XDP rows): complete Ethernet
+ *       frames through an AF_PACKET socket on D (in the client namespace),
+ *       F flows (source ports 20000+i) to the first F targets, 18-byte
+ *       payload ("F..."; IP total length 46, which the backend's counter
+ *       matches), IPv4 and UDP checksums written in full: no
+ *       CHECKSUM_PARTIAL reaches the node, so native XDP on a veth rewrites
+ *       correct checksums. Stops after N frames or MS; prints frames sent.
  * Prints one JSON line. Every loop is bounded by --max-ms.
  */
 #define _GNU_SOURCE
@@ -29,6 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -285,6 +297,136 @@ static int pps(int argc, char **argv)
 	return 0;
 }
 
+static uint32_t csum_add(uint32_t sum, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+	for (size_t i = 0; i + 1 < len; i += 2)
+		sum += (p[i] << 8) | p[i + 1];
+	if (len & 1)
+		sum += p[len - 1] << 8;
+	return sum;
+}
+
+static uint16_t csum_fold(uint32_t sum)
+{
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	return (uint16_t)~sum;
+}
+
+static int parse_mac(const char *s, uint8_t *mac)
+{
+	return sscanf(s, "%hhx:%hhx:%hhx:%hhx:%hhx:%hhx", &mac[0], &mac[1], &mac[2], &mac[3], &mac[4], &mac[5]) == 6 ? 0 : -1;
+}
+
+#define FLOOD_LEN 60 /* 14 Ethernet + 20 IPv4 + 8 UDP + 18 payload */
+
+static int flood(int argc, char **argv)
+{
+	struct targets t;
+	if (load_targets(arg(argc, argv, "--targets", ""), &t))
+		return 1;
+	const char *dev = arg(argc, argv, "--dev", "eth0");
+	long count = atol(arg(argc, argv, "--count", "100000"));
+	long max_ms = atol(arg(argc, argv, "--max-ms", "2000"));
+	int flows = atoi(arg(argc, argv, "--flows", "8"));
+	uint8_t dmac[6], smac[6];
+	struct in_addr src;
+	if (parse_mac(arg(argc, argv, "--dst-mac", ""), dmac) || inet_pton(AF_INET, arg(argc, argv, "--src", ""), &src) != 1) {
+		fprintf(stderr, "npbench flood: --dst-mac and --src are required\n");
+		return 2;
+	}
+	if (flows < 1)
+		flows = 1;
+	if (flows > 64)
+		flows = 64;
+	int fd = socket(AF_PACKET, SOCK_RAW, 0);
+	unsigned ifindex = if_nametoindex(dev);
+	if (fd < 0 || !ifindex) {
+		perror("npbench flood: AF_PACKET socket / device");
+		return 1;
+	}
+	int one = 1;
+	setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one));
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", dev);
+	if (ioctl(fd, SIOCGIFHWADDR, &ifr) < 0) {
+		perror("npbench flood: SIOCGIFHWADDR");
+		return 1;
+	}
+	memcpy(smac, ifr.ifr_hwaddr.sa_data, 6);
+	struct sockaddr_ll ll = { .sll_family = AF_PACKET, .sll_ifindex = ifindex, .sll_halen = 6 };
+	memcpy(ll.sll_addr, dmac, 6);
+	if (bind(fd, (struct sockaddr *)&ll, sizeof(ll)) < 0) {
+		perror("npbench flood: bind");
+		return 1;
+	}
+	static uint8_t frames[64][FLOOD_LEN];
+	for (int i = 0; i < flows; i++) {
+		const struct sockaddr_in *dst = &t.sa[i % t.n];
+		uint8_t *f = frames[i];
+		memset(f, 0, FLOOD_LEN);
+		memcpy(f, dmac, 6);
+		memcpy(f + 6, smac, 6);
+		f[12] = 0x08;
+		uint8_t *ip = f + 14, *udp = ip + 20, *pl = udp + 8;
+		ip[0] = 0x45;
+		ip[3] = 46; /* total length */
+		ip[6] = 0x40; /* DF */
+		ip[8] = 64;
+		ip[9] = 17;
+		memcpy(ip + 12, &src, 4);
+		memcpy(ip + 16, &dst->sin_addr, 4);
+		uint16_t c = csum_fold(csum_add(0, ip, 20));
+		ip[10] = c >> 8;
+		ip[11] = c & 0xff;
+		uint16_t sport = 20000 + i, dport = ntohs(dst->sin_port);
+		udp[0] = sport >> 8;
+		udp[1] = sport & 0xff;
+		udp[2] = dport >> 8;
+		udp[3] = dport & 0xff;
+		udp[5] = 26; /* UDP length */
+		memset(pl, 'F', 18);
+		uint8_t pseudo[12] = { 0 };
+		memcpy(pseudo, ip + 12, 8);
+		pseudo[9] = 17;
+		pseudo[11] = 26;
+		c = csum_fold(csum_add(csum_add(0, pseudo, 12), udp, 26));
+		if (!c)
+			c = 0xffff;
+		udp[6] = c >> 8;
+		udp[7] = c & 0xff;
+	}
+	enum { BATCH = 64 };
+	struct mmsghdr msgs[BATCH];
+	struct iovec iov[BATCH];
+	long sent = 0, errors = 0, k = 0;
+	double start = now_us(), end = start + max_ms * 1e3;
+	while (sent < count && now_us() < end) {
+		int n = count - sent < BATCH ? (int)(count - sent) : BATCH;
+		for (int i = 0; i < n; i++, k++) {
+			iov[i].iov_base = frames[k % flows];
+			iov[i].iov_len = FLOOD_LEN;
+			memset(&msgs[i], 0, sizeof(msgs[i]));
+			msgs[i].msg_hdr.msg_iov = &iov[i];
+			msgs[i].msg_hdr.msg_iovlen = 1;
+		}
+		int r = sendmmsg(fd, msgs, n, 0);
+		if (r < 0) {
+			errors++;
+			if (errors > 1000000)
+				break;
+			continue;
+		}
+		sent += r;
+	}
+	double el = (now_us() - start) / 1e6;
+	close(fd);
+	printf("{\"sent\":%ld,\"errors\":%ld,\"elapsed_s\":%.3f,\"per_s\":%.1f}\n", sent, errors, el, sent / el);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -294,6 +436,8 @@ int main(int argc, char **argv)
 		return rr(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "pps"))
 		return pps(argc, argv);
-	fprintf(stderr, "usage: npbench server|rr|pps ...\n");
+	if (argc >= 2 && !strcmp(argv[1], "flood"))
+		return flood(argc, argv);
+	fprintf(stderr, "usage: npbench server|rr|pps|flood ...\n");
 	return 2;
 }

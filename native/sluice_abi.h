@@ -935,12 +935,14 @@ _Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6
 #define SLUICE_MAP_XDP_STATS sluice_xdp_st   /* __u32 ifindex -> lb_xdp_stats (per-CPU hash) */
 #define SLUICE_MAP_XDP_TX    sluice_xdp_tx   /* __u32 ifindex -> __u32 ifindex (DEVMAP_HASH: devices XDP may redirect to) */
 #define SLUICE_MAP_XDP_FIB   sluice_xdp_fib  /* __u32 0 -> lb_xdp_fib_scratch (per-CPU scratch, off the stack) */
+#define SLUICE_MAP_XDP_NP    sluice_xdp_np   /* __u32 ifindex -> __u64 non-Service packets passed (per-CPU array; ifindex < SLUICE_MAX_XDP_IFINDEX) */
 
 #define SLUICE_PROG_XDP      sluice_xdp      /* the XDP entry point on the external devices */
 #define SLUICE_PROG_XDP_PASS sluice_xdp_pass /* XDP_PASS only: on a veth peer it enables the NAPI XDP_TX/REDIRECT need */
 
 #define SLUICE_MAX_XDP_FE4   65536
 #define SLUICE_MAX_XDP_DEVS  256
+#define SLUICE_MAX_XDP_IFINDEX 4096 /* SLUICE_MAP_XDP_NP slots; a device of a higher ifindex counts in SLUICE_MAP_XDP_STATS */
 
 /* SLUICE_MAP_XDP_STATS value: what XDP did with the packets of one device. */
 struct lb_xdp_stats {

@@ -17,7 +17,9 @@
  *
  * Everything else leaves with XDP_PASS, and TC handles it as before:
  *   - not IPv4, or not to a frontend address (SLUICE_MAP_XDP_FE4): the
- *     cheapest exit, two loads and one hash lookup after the counters;
+ *     cheapest exit, two loads, one hash lookup and one per-CPU array
+ *     increment (SLUICE_MAP_XDP_NP; the per-device hash is for Service
+ *     packets);
  *   - replies (backend -> SNAT address) and DNAT-only flows' packets: TC
  *     restores them (the reply path is unchanged);
  *   - ICMP, fragments, IPv4 options: TC's ICMP and fragment handling;
@@ -64,6 +66,20 @@ struct {
 	__type(value, struct lb_xdp_stats);
 	__uint(max_entries, SLUICE_MAX_XDP_DEVS);
 } SLUICE_MAP_XDP_STATS SEC(".maps");
+
+/*
+ * Non-Service packets passed, per device: a per-CPU array indexed by ifindex,
+ * whose lookup the verifier inlines (a few instructions, no hashing), so the
+ * common case costs one hash lookup (the frontend set) and this. A device
+ * of a higher ifindex counts in SLUICE_MAP_XDP_STATS as before. Readers add
+ * it to that device's `passed` and `packets` (readXdpStats).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, SLUICE_MAX_XDP_IFINDEX);
+} SLUICE_MAP_XDP_NP SEC(".maps");
 
 /* Devices XDP_REDIRECT may send to (the agent's XDP devices). */
 struct {
@@ -431,16 +447,22 @@ static __always_inline void lb_xdp_account(struct lb_xdp_stats *st, int verdict,
 
 static __always_inline int lb4_xdp(struct xdp_md *ctx)
 {
-	struct lb_xdp_stats *st = lb_xdp_stats_of(ctx->ingress_ifindex);
+	__u32 ifindex = ctx->ingress_ifindex;
 	struct lb4_xdp_packet p = {};
 	int verdict;
 
+	/* Not a Service packet: the frontend set, one per-CPU slot, XDP_PASS. */
 	if (lb4_xdp_parse_ip(ctx, &p) < 0) {
-		lb_xdp_account(st, XDP_PASS, false);
+		__u64 *n = bpf_map_lookup_elem(&SLUICE_MAP_XDP_NP, &ifindex);
+
+		if (n)
+			(*n)++;
+		else
+			lb_xdp_account(lb_xdp_stats_of(ifindex), XDP_PASS, false);
 		return XDP_PASS;
 	}
 	verdict = lb4_xdp_service(ctx, &p);
-	lb_xdp_account(st, verdict, p.service);
+	lb_xdp_account(lb_xdp_stats_of(ifindex), verdict, p.service);
 	return verdict;
 }
 

@@ -145,6 +145,7 @@ export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
 export const SLUICE_MAP_TC_CONFIG6 = "sluice_tc_cfg6";
 export const SLUICE_MAP_XDP_FE4 = "sluice_xdp_fe4";
 export const SLUICE_MAP_XDP_FIB = "sluice_xdp_fib";
+export const SLUICE_MAP_XDP_NP = "sluice_xdp_np";
 export const SLUICE_MAP_XDP_STATS = "sluice_xdp_st";
 export const SLUICE_MAP_XDP_TX = "sluice_xdp_tx";
 export const SLUICE_MAX_AFFINITY = 131072;
@@ -171,6 +172,7 @@ export const SLUICE_MAX_SRCRANGE6 = 16384;
 export const SLUICE_MAX_SVC_NAMES = 131072;
 export const SLUICE_MAX_XDP_DEVS = 256;
 export const SLUICE_MAX_XDP_FE4 = 65536;
+export const SLUICE_MAX_XDP_IFINDEX = 4096;
 export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
 export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
 export const SLUICE_PROG_POD_INGRESS = "sluice_pod_ingress";
@@ -1709,6 +1711,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_tc_cfg6: {"name":"sluice_tc_cfg6","type":2,"keyType":"u32","keySize":4,"valueType":"lb6_tc_config","valueSize":16,"maxEntries":1},
   sluice_xdp_fe4: {"name":"sluice_xdp_fe4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":65536,"flags":1},
   sluice_xdp_fib: {"name":"sluice_xdp_fib","type":6,"keyType":"u32","keySize":4,"valueType":"lb_xdp_fib_scratch","valueSize":64,"maxEntries":1},
+  sluice_xdp_np: {"name":"sluice_xdp_np","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":4096},
   sluice_xdp_st: {"name":"sluice_xdp_st","type":5,"keyType":"u32","keySize":4,"valueType":"lb_xdp_stats","valueSize":48,"maxEntries":256},
   sluice_xdp_tx: {"name":"sluice_xdp_tx","type":25,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":256},
 };

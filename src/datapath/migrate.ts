@@ -123,6 +123,7 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_XDP_FE4]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_XDP_TX]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_XDP_STATS]: { kind: 'carry' },
+  [abi.SLUICE_MAP_XDP_NP]: { kind: 'carry' },
   [abi.SLUICE_MAP_XDP_FIB]: { kind: 'drop', reason: 'scratch space of one packet: nothing lives in it between packets' },
 };
 

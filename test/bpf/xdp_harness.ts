@@ -12,7 +12,8 @@ import * as abi from '../../src/abi/generated';
 import { openXdpMaps, readXdpStats, type XdpDeviceStats, type XdpMaps } from '../../src/datapath/xdp/xdp';
 import { TcHarness } from './tc_harness';
 
-export const XDP_OBJECT = path.resolve(__dirname, '../../../build/xdp_lb.bpf.o');
+/** SLUICE_XDP_OBJECT: another build of the object (bench/xdpcost.ts compares two builds). */
+export const XDP_OBJECT = process.env.SLUICE_XDP_OBJECT ?? path.resolve(__dirname, '../../../build/xdp_lb.bpf.o');
 const XDP_ATTACH_MAIN = path.resolve(__dirname, '../../src/datapath/xdp/attachMain.js');
 
 export const XDP_ABORTED = 0;
@@ -86,7 +87,7 @@ export class XdpHarness {
   }
 
   stats(ifindex: number): XdpDeviceStats {
-    return readXdpStats(this.maps.stats).find((s) => s.ifindex === ifindex)
+    return readXdpStats(this.maps.stats, this.maps.passed, [ifindex]).find((s) => s.ifindex === ifindex)
       ?? { ifindex, packets: 0n, passed: 0n, tx: 0n, redirected: 0n, dropped: 0n, fallback: 0n };
   }
 

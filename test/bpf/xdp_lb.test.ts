@@ -88,6 +88,27 @@ describe('XDP_PASS for everything that is not a Service packet', () => {
     assert.equal(after.packets - before.packets, 1n);
   });
 
+  test('a non-Service packet costs one per-CPU slot, not the per-device hash (an ifindex past the array still counts, in the hash)', () => {
+    nodePort([REMOTE_BE]);
+    h.ip('link', 'add', 'np0', 'type', 'veth', 'peer', 'name', 'np0p');
+    h.ip('link', 'add', 'np1', 'index', String(abi.SLUICE_MAX_XDP_IFINDEX + 10), 'type', 'veth', 'peer', 'name', 'np1p');
+    const np0 = h.ifindex('np0');
+    const np1 = h.ifindex('np1');
+    assert.ok(np0 < abi.SLUICE_MAX_XDP_IFINDEX && np1 >= abi.SLUICE_MAX_XDP_IFINDEX);
+    const key = (i: number) => { const b = Buffer.alloc(4); b.writeUInt32LE(i); return b; };
+    const pkt = frame({ proto: 'udp', src: CLIENT, dst: '198.18.0.99', sport: 40000, dport: 53 });
+    for (const dev of [np0, np1]) assert.equal(h.runXdp(pkt, dev).verdict, XDP_PASS);
+    assert.equal(h.maps.stats.lookupPerCpu(key(np0)), undefined, 'the per-device hash was touched by a non-Service packet');
+    assert.ok(h.maps.stats.lookupPerCpu(key(np1)), 'an ifindex past the array counts in the hash');
+    for (const dev of [np0, np1]) {
+      const st = h.stats(dev);
+      assert.equal(st.passed, 1n);
+      assert.equal(st.packets, 1n);
+    }
+    h.ip('link', 'del', 'np0');
+    h.ip('link', 'del', 'np1');
+  });
+
   test('a frontend address on another port (a reply to the SNAT address) is TC\'s: passed untouched', () => {
     nodePort([REMOTE_BE]);
     const before = h.stats(ext0);

@@ -57,7 +57,7 @@ function attachXdp(): void {
 }
 
 function stats(): XdpDeviceStats {
-  return readXdpStats(xdp.stats).find((s) => s.ifindex === eth0) ?? { ifindex: eth0, packets: 0n, passed: 0n, tx: 0n, redirected: 0n, dropped: 0n, fallback: 0n };
+  return readXdpStats(xdp.stats, xdp.passed, [eth0]).find((s) => s.ifindex === eth0) ?? { ifindex: eth0, packets: 0n, passed: 0n, tx: 0n, redirected: 0n, dropped: 0n, fallback: 0n };
 }
 
 function frontend(f: Partial<TcFrontend> & Pick<TcFrontend, 'backends'>): TcFrontend {

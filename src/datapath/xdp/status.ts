@@ -25,7 +25,7 @@ export function xdpStatus(bpffs: string): XdpDeviceStatus[] {
   if (xdpMapsPresent(bpffs)) {
     const maps = openXdpMaps(bpffs);
     try {
-      stats = readXdpStats(maps.stats);
+      stats = readXdpStats(maps.stats, maps.passed, links.map((l) => l.ifindex));
     } finally {
       maps.close();
     }

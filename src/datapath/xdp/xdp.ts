@@ -217,6 +217,8 @@ export interface XdpMaps {
   /** The node's NodePort addresses (sluice_nodeip4, shared with the socket and TC objects). */
   nodeIps: TypedMap<number, number>;
   stats: BpfMap;
+  /** Non-Service packets passed, per-CPU array by ifindex (absent in pins of builds before it). */
+  passed?: BpfMap;
   close(): void;
 }
 
@@ -237,6 +239,7 @@ export function openXdpMaps(bpffs: string): XdpMaps {
       targets: new TypedMap(open(abi.SLUICE_MAP_XDP_TX), u32Codec, u32Codec),
       nodeIps: nodeIpMap(open(abi.SLUICE_MAP_NODEIP4)),
       stats: open(abi.SLUICE_MAP_XDP_STATS),
+      ...(fs.existsSync(path.join(bpffs, abi.SLUICE_MAP_XDP_NP)) ? { passed: open(abi.SLUICE_MAP_XDP_NP) } : {}),
       close: () => opened.forEach((m) => m.close()),
     };
   } catch (err) {
@@ -274,17 +277,36 @@ export function syncFrontendAddresses(map: TypedMap<number, number>, frontends: 
 
 export type XdpDeviceStats = { ifindex: number } & abi.LbXdpStats;
 
-/** Per-device counters, summed over CPUs. */
-export function readXdpStats(stats: BpfMap): XdpDeviceStats[] {
-  const out: XdpDeviceStats[] = [];
+/**
+ * Per-device counters, summed over CPUs: the hash (Service packets, and
+ * devices of an ifindex beyond the array) plus, for the devices of the hash
+ * and those in `ifindexes`, the non-Service packets of the per-CPU array
+ * (in `passed` and `packets`). A device with no packet at all is left out.
+ */
+export function readXdpStats(stats: BpfMap, passed?: BpfMap, ifindexes: Iterable<number> = []): XdpDeviceStats[] {
+  const byIfindex = new Map<number, XdpDeviceStats>();
+  const zero = (ifindex: number): XdpDeviceStats => ({ ifindex, packets: 0n, passed: 0n, tx: 0n, redirected: 0n, dropped: 0n, fallback: 0n });
   for (const key of stats.keys()) {
-    const sum: abi.LbXdpStats = { packets: 0n, passed: 0n, tx: 0n, redirected: 0n, dropped: 0n, fallback: 0n };
+    const sum = zero(key.readUInt32LE(0));
     for (const v of stats.lookupPerCpu(key) ?? []) {
       const s = abi.lb_xdp_statsCodec.decode(v);
-      for (const k of Object.keys(sum) as Array<keyof abi.LbXdpStats>) sum[k] += s[k];
+      for (const k of Object.keys(s) as Array<keyof abi.LbXdpStats>) sum[k] += s[k];
     }
-    out.push({ ifindex: key.readUInt32LE(0), ...sum });
+    byIfindex.set(sum.ifindex, sum);
   }
-  return out.sort((a, b) => a.ifindex - b.ifindex);
+  if (passed) {
+    for (const ifindex of new Set([...byIfindex.keys(), ...ifindexes])) {
+      if (ifindex <= 0 || ifindex >= passed.maxEntries) continue;
+      const key = Buffer.alloc(4);
+      key.writeUInt32LE(ifindex);
+      let n = 0n;
+      for (const v of passed.lookupPerCpu(key) ?? []) n += v.readBigUInt64LE(0);
+      if (n === 0n) continue;
+      const sum = byIfindex.get(ifindex) ?? zero(ifindex);
+      sum.passed += n;
+      sum.packets += n;
+      byIfindex.set(ifindex, sum);
+    }
+  }
+  return [...byIfindex.values()].sort((a, b) => a.ifindex - b.ifindex);
 }
-
