@@ -148,6 +148,13 @@ export class Syncer {
   /** Backends behind frontends reachable from outside, on this node and on others (see setExternalBackends). */
   private readonly externalLocal = new AddressIndex();
   private readonly externalRemote = new AddressIndex();
+  /**
+   * IPv4 addresses of north-south frontends (NodePort wildcard 0.0.0.0,
+   * ExternalIPs, LoadBalancer IPs), per Service: XDP's frontend-address set,
+   * handed over after each sync without walking every programmed frontend.
+   */
+  private readonly northSouth = new AddressIndex();
+  private northSouthList: Array<{ address: string; flags: number }> = [];
   private firstSync: { list: { listMs: number; decodeMs: number } } | undefined;
   private lastSyncEnd = 0;
   private ready = false;
@@ -524,13 +531,23 @@ export class Syncer {
   private setExternalBackends(key: string, specs: FrontendSpec[]): void {
     const local = new Set<string>();
     const remote = new Set<string>();
+    const northSouth = new Set<string>();
     for (const f of specs) {
+      if ((f.flags & EXTERNAL_FLAGS) !== 0 && !isIp6(f.address)) northSouth.add(f.address);
       // The TC north-south path is IPv4 only for now (issue 14): IPv6 backends are not its business.
       if ((f.flags & EXTERNAL_FLAGS) === 0 || f.scope !== 'external' || isIp6(f.address)) continue;
       for (const b of f.backends) (b.local ? local : remote).add(b.address);
     }
     this.externalLocal.set(key, local);
     this.externalRemote.set(key, remote);
+    this.northSouth.set(key, northSouth);
+  }
+
+  /** The north-south frontend addresses Services ask for (the same list object until it changes). */
+  northSouthFrontends(): Array<{ address: string; flags: number }> {
+    const changed = this.northSouth.take();
+    if (changed) this.northSouthList = changed.map((address) => ({ address, flags: EXTERNAL_FLAGS }));
+    return this.northSouthList;
   }
 
   /** The externally reachable backends, each list only when it changed since the last call. */
