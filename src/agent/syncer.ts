@@ -40,7 +40,15 @@ function releaseStartupGarbage(): void {
   try {
     v8.setFlagsFromString('--expose-gc');
     const gc = vm.runInNewContext('gc') as (() => void) | undefined;
-    gc?.();
+    // Compacting: the default heuristics evacuate few pages, and the start-up
+    // garbage leaves old space fragmented (10k x 10: heap total 106 -> 90 MiB
+    // with this, used 56 MiB either way).
+    v8.setFlagsFromString('--compact-on-every-full-gc');
+    try {
+      gc?.();
+    } finally {
+      v8.setFlagsFromString('--no-compact-on-every-full-gc');
+    }
   } catch {
     // Not fatal: the heap shrinks on its own, later.
   }
