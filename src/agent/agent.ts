@@ -82,7 +82,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
         const { local, remote } = syncer!.takeExternalBackends();
         if (local) northSouth.localBackends(local);
         if (remote) northSouth.remoteBackends(remote);
-        northSouth.frontends(syncer!.programmed().programmedFrontends());
+        northSouth.frontends(syncer!.northSouthFrontends()); // an index, not a walk of every frontend (issue 12 item 5)
       }
     },
     translate: {

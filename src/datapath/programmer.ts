@@ -16,6 +16,7 @@ import { RangeAllocator } from './ranges';
 import { readSourceRanges, readSourceRanges6, syncSourceRanges, syncSourceRanges6, syncSourceRangesOf } from './tc/sourceRanges';
 import { ServiceNameWriter, type ServiceName } from './serviceNames';
 import { MaglevTables } from './maglev';
+import { BackendTable, backendKeyOf } from './backendTable';
 
 export type ScopeName = 'external' | 'internal';
 
@@ -105,18 +106,11 @@ export function frontendId(f: { address: string; port: number; proto: string; sc
   return [f.address, ':', f.port, '/', f.proto, f.scope === 'internal' ? '#internal' : ''].join('');
 }
 
-/**
- * A backend's identity as one number (address 32 bits, port 16, protocol 1:
- * 49 bits, exact in a double). At 100k endpoints a string key cost ~130
- * bytes in rope strings per backend; a number costs nothing extra.
- */
-const backendKeyOf = (b: { address: string; port: number; proto: string }): number | string =>
-  // IPv6 backends (issue 14) do not fit a number: a string key, rare next to IPv4.
-  isIp6(b.address) ? backendText(b) : ip4ToNumber(b.address) * 131072 + b.port * 2 + (b.proto === 'udp' ? 1 : 0);
 function backendText(b: { address: string; port: number; proto: string }): string {
   return `${b.address}:${b.port}/${b.proto}`;
 }
-const revNatKeyOf = (f: { address: string; port: number; proto: string }) => `${f.address}:${f.port}/${f.proto}`;
+// join(): one flat string per key (a template literal keeps a rope of 3-4 objects per Map key).
+const revNatKeyOf = (f: { address: string; port: number; proto: string }) => [f.address, ':', f.port, '/', f.proto].join('');
 const scopeNumber = (s: ScopeName) => (s === 'internal' ? abi.LB_SCOPE_INTERNAL : abi.LB_SCOPE_EXTERNAL);
 
 function backendFlags(b: BackendSpec): number {
@@ -143,20 +137,24 @@ export function masterEntry(f: Pick<ProgrammedFrontend, 'backendIds' | 'flags' |
   return { backend_id: f.rangeStart ?? 0, count: f.backendIds.length, flags: f.flags, rev_nat_id: f.revNatId, affinity_timeout: f.affinityTimeout, algorithm: f.algorithm };
 }
 
+/** The source ranges of a frontend without any: one shared (frozen) empty list, not one array per frontend. */
+const NO_RANGES = Object.freeze([]) as unknown as string[];
+
 function algorithmOf(f: FrontendSpec): number {
   return f.algorithm ?? abi.LB_ALG_RANDOM;
 }
 
 export class LbProgrammer {
   private readonly frontends = new Map<string, ProgrammedFrontend>();
-  private readonly backends = new Map<number | string, ProgrammedBackend>();
-  private readonly backendsById = new Map<number, ProgrammedBackend>();
+  /** Backends by id and by identity (backendTable.ts: no object per backend). */
+  private readonly backends = new BackendTable();
   /** Frontends pointing at each backend, by backend id (ids are small and dense). */
   private backendRefs = new Int32Array(1024);
   /** Backends whose last reference went away: checked (not all backends) after an apply. */
   private readonly orphans = new Set<number>();
   private readonly revNats = new Map<string, number>();
-  private readonly revNatUsers = new Map<string, number>();
+  /** Frontends (scopes) using each rev-NAT id. */
+  private readonly revNatUsers = new Map<number, number>();
   /** Backends deleted since takeDeletedBackends() was last called (stale-socket termination). */
   private deletedBackends: ProgrammedBackend[] = [];
   private readonly backendIds: IdAllocator;
@@ -198,8 +196,7 @@ export class LbProgrammer {
       const backend: ProgrammedBackend = {
         id, address: numberToIp4(b.address), port: b.port, proto: protoName(b.proto) as ProtoName, flags: b.flags, zone: b.zone,
       };
-      p.backends.set(backendKeyOf(backend), backend);
-      p.backendsById.set(id, backend);
+      p.backends.set(backend);
       p.backendIds.reserve(id);
       p.orphans.add(id); // unreferenced until a frontend below points at it
     }
@@ -207,8 +204,7 @@ export class LbProgrammer {
       const backend: ProgrammedBackend = {
         id, address: bytesToIp6(b.address), port: b.port, proto: protoName(b.proto) as ProtoName, flags: b.flags, zone: b.zone,
       };
-      p.backends.set(backendKeyOf(backend), backend);
-      p.backendsById.set(id, backend);
+      p.backends.set(backend);
       p.backendIds.reserve(id);
       p.orphans.add(id);
     }
@@ -299,7 +295,7 @@ export class LbProgrammer {
     const fe: ProgrammedFrontend = { ...f, id, flags: v.flags, affinityTimeout: v.affinity_timeout, algorithm: v.algorithm, revNatId: v.rev_nat_id, backendIds, sourceRanges };
     this.frontends.set(id, fe);
     this.revNats.set(revNatKeyOf(f), v.rev_nat_id);
-    this.revNatUsers.set(revNatKeyOf(f), (this.revNatUsers.get(revNatKeyOf(f)) ?? 0) + 1);
+    this.revNatUsers.set(v.rev_nat_id, (this.revNatUsers.get(v.rev_nat_id) ?? 0) + 1);
     for (const b of backendIds) this.ref(b, +1);
     return fe;
   }
@@ -417,7 +413,7 @@ export class LbProgrammer {
   }
 
   backendById(id: number): ProgrammedBackend | undefined {
-    return this.backendsById.get(id);
+    return this.backends.byId(id);
   }
 
   /**
@@ -502,8 +498,8 @@ export class LbProgrammer {
     if (!sameRanges(cur.sourceRanges, f.sourceRanges ?? [])) return false;
     if (cur.backendIds.length !== f.backends.length) return false;
     return f.backends.every((b, i) => {
-      const known = this.backends.get(backendKeyOf(b));
-      return known !== undefined && known.id === cur.backendIds[i] && known.flags === backendFlags(b) && known.zone === (b.zone ?? 0);
+      const id = this.backends.idOf(backendKeyOf(b));
+      return id !== undefined && id === cur.backendIds[i] && this.backends.same(id, backendFlags(b), b.zone ?? 0);
     });
   }
 
@@ -523,16 +519,21 @@ export class LbProgrammer {
         // Each family's backends live in that family's map (the socket hook rewrites one family's address).
         if (isIp6(b.address) !== isIp6(f.address)) throw new Error(`${frontendId(f)}: backend ${backendText(b)} is of another address family`);
         const key = backendKeyOf(b);
-        let known = pending.get(key) ?? this.backends.get(key);
+        let known: { id: number; flags: number; zone: number } | undefined = pending.get(key);
+        if (!known) {
+          const id = this.backends.idOf(key);
+          if (id !== undefined) known = { id, flags: this.backends.flags(id), zone: this.backends.zone(id) };
+        }
         const flags = backendFlags(b);
         const zone = b.zone ?? 0;
         if (!known || known.flags !== flags || known.zone !== zone) {
           const id = known?.id ?? this.takeRetiring(key) ?? this.backendIds.allocate();
-          known = { id, address: b.address, port: b.port, proto: b.proto, flags, zone };
+          const record: ProgrammedBackend = { id, address: b.address, port: b.port, proto: b.proto, flags, zone };
+          known = record;
           if (typeof key === 'string') backend6Writes.set(id, { address: ip6ToBytes(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone });
           else if (!pending.has(key)) backendWrites.push([id, { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone }]);
           else backendWrites[backendWrites.findIndex(([wid]) => wid === id)]![1] = { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone };
-          pending.set(key, known);
+          pending.set(key, record);
         }
         ids.push(known.id);
       }
@@ -564,10 +565,7 @@ export class LbProgrammer {
       for (const id of newRevNats.values()) this.revNatIds.unallocate(id);
       throw err;
     }
-    for (const b of newBackends) {
-      this.backends.set(backendKeyOf(b), b);
-      this.backendsById.set(b.id, b);
-    }
+    for (const b of newBackends) this.backends.set(b);
     for (const [k, id] of newRevNats) this.revNats.set(k, id);
     result.backendsWritten += backendWrites.length + backend6Writes.size;
 
@@ -602,7 +600,7 @@ export class LbProgrammer {
         }
         const cur = this.frontends.get(id);
         const revNatId = this.revNats.get(revNatKeyOf(f))!;
-        const update: ProgrammedFrontend = { id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, algorithm: algorithmOf(f), revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : [] };
+        const update: ProgrammedFrontend = { id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, algorithm: algorithmOf(f), revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : NO_RANGES };
         if (isIp6(f.address)) {
           for (let i = 0; i < ids.length; i++) {
             if (cur?.backendIds[i] !== ids[i]) slot6Writes.push([service6KeyOf(f, i + 1), { ...slot, backend_id: ids[i]! }]);
@@ -677,7 +675,7 @@ export class LbProgrammer {
     for (const u of updates) {
       const cur = this.frontends.get(u.id);
       for (const b of u.backendIds) this.ref(b, +1);
-      if (!cur) this.revNatUsers.set(revNatKeyOf(u), (this.revNatUsers.get(revNatKeyOf(u)) ?? 0) + 1);
+      if (!cur) this.revNatUsers.set(u.revNatId, (this.revNatUsers.get(u.revNatId) ?? 0) + 1);
       if (cur) {
         for (const b of cur.backendIds) this.ref(b, -1);
         this.forgetAffinity(u, cur.backendIds.filter((b) => !u.backendIds.includes(b)));
@@ -706,12 +704,12 @@ export class LbProgrammer {
     this.frontends.delete(id);
     this.forgetServiceName(cur);
     const rnKey = revNatKeyOf(cur);
-    const users = (this.revNatUsers.get(rnKey) ?? 1) - 1;
-    this.revNatUsers.set(rnKey, users);
+    const users = (this.revNatUsers.get(cur.revNatId) ?? 1) - 1;
+    this.revNatUsers.set(cur.revNatId, users);
     if (users <= 0) {
       // Ranges are keyed by rev-NAT id, shared by both scopes: cleared with it.
       if (cur.sourceRanges.length > 0) syncSourceRangesOf({ v4: this.maps.sourceRanges, v6: this.maps.v6?.sourceRanges }, cur.address, cur.revNatId, []);
-      this.revNatUsers.delete(rnKey);
+      this.revNatUsers.delete(cur.revNatId);
       if (isIp6(cur.address)) this.v6().revNat.delete(cur.revNatId);
       else this.maps.revNat.delete(cur.revNatId);
       this.revNatIds.release(cur.revNatId);
@@ -772,8 +770,7 @@ export class LbProgrammer {
           this.maps.backends.delete(id);
           this.backendIds.release(id);
         }
-        this.backends.delete(key);
-        this.backendsById.delete(id);
+        this.backends.deleteId(id);
         deleted.push(id);
         this.deletedBackends.push(b);
       }

@@ -52,6 +52,7 @@ export function formatServiceName(n: ServiceName): string {
 
 const keyOf = (revNatId: number, proto: ProtoName): abi.LbSvcNameKey => ({ rev_nat_id: revNatId, proto: protoNumber(proto) });
 const cacheKey = (revNatId: number, proto: ProtoName) => `${revNatId}/${proto}`;
+const numberKey = (revNatId: number, proto: ProtoName) => revNatId * 2 + (proto === 'udp' ? 1 : 0);
 
 /** Every name in the map, by "revNatId/proto" (the CLI's view). */
 export function readServiceNames(map: ServiceNameMap): Map<string, ServiceName> {
@@ -69,14 +70,15 @@ export function serviceNameOf(names: Map<string, ServiceName>, revNatId: number,
  * only entries that differ, so a sync of unchanged Services costs no syscall.
  */
 export class ServiceNameWriter {
-  private readonly known: Map<string, ServiceName>;
+  /** By revNatId * 2 + (udp ? 1 : 0): a number key, no string per entry. */
+  private readonly known = new Map<number, ServiceName>();
 
   constructor(private readonly map: ServiceNameMap) {
-    this.known = readServiceNames(map);
+    for (const [k, v] of map.readAll()) this.known.set(numberKey(k.rev_nat_id, k.proto === abi.LB_PROTO_UDP ? 'udp' : 'tcp'), decodeServiceName(v));
   }
 
   write(revNatId: number, proto: ProtoName, name: ServiceName): void {
-    const k = cacheKey(revNatId, proto);
+    const k = numberKey(revNatId, proto);
     const cur = this.known.get(k);
     if (cur && cur.namespace === name.namespace && cur.name === name.name && cur.portName === name.portName) return;
     this.map.set(keyOf(revNatId, proto), encodeServiceName(name));
@@ -84,7 +86,7 @@ export class ServiceNameWriter {
   }
 
   forget(revNatId: number, proto: ProtoName): void {
-    if (!this.known.delete(cacheKey(revNatId, proto))) return;
+    if (!this.known.delete(numberKey(revNatId, proto))) return;
     this.map.delete(keyOf(revNatId, proto));
   }
 }

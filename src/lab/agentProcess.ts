@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import { sluiceBin } from './sandbox';
+import { AGENT_NODE_FLAGS } from '../agent/nodeFlags';
 
 export interface AgentLine {
   level: number;
@@ -32,6 +33,14 @@ export interface AgentProcessOptions {
   prefix?: string[];
   /** Run the agent with exactly these capabilities (setpriv, after the prefix); default: the caller's own. */
   caps?: readonly string[];
+  /** node's own flags before the script (default: AGENT_NODE_FLAGS, or $SLUICE_AGENT_NODE_FLAGS split on spaces, to measure others). */
+  nodeFlags?: readonly string[];
+}
+
+/** The node flags of the agent, from $SLUICE_AGENT_NODE_FLAGS when it is set ("" = none). */
+export function agentNodeFlags(): readonly string[] {
+  const env = process.env['SLUICE_AGENT_NODE_FLAGS'];
+  return env === undefined ? AGENT_NODE_FLAGS : env.split(' ').filter(Boolean);
 }
 
 /** clock ticks per second of /proc/PID/stat (USER_HZ: 100 on Linux). */
@@ -47,7 +56,7 @@ export class AgentProcess {
   private exitCode: number | null | undefined;
 
   constructor(args: string[], opts: AgentProcessOptions = {}) {
-    const agent = [process.execPath, sluiceBin, 'agent', ...args];
+    const agent = [process.execPath, ...(opts.nodeFlags ?? agentNodeFlags()), sluiceBin, 'agent', ...args];
     const argv = [...(opts.prefix ?? []), ...(opts.caps ? withCaps(opts.caps, agent) : agent)];
     this.startedAt = Date.now();
     this.child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });

@@ -132,3 +132,32 @@ test('a full range array is an error for the frontends that do not fit, reported
   }
   assert.equal(p.rangeStats().full, 3, 'the batch, then the third and the fourth alone');
 });
+
+test('the programmer keeps backends compactly: 20 000 distinct backends under 2 000 frontends cost < 200 bytes each (heap and array buffers), frontends included (issue 12 item 2; 316 with an object per backend)', () => {
+  const v8 = require('node:v8') as typeof import('node:v8');
+  const vm = require('node:vm') as typeof import('node:vm');
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc') as () => void;
+  // The V8 heap and the typed arrays' memory outside it.
+  const heap = () => {
+    gc();
+    gc();
+    return v8.getHeapStatistics().used_heap_size + process.memoryUsage().arrayBuffers;
+  };
+  const FRONTENDS = 2000;
+  const PER = 10;
+  // Addresses as translate makes them (numberToIp4-like text built per backend, not literals).
+  const specs = (): FrontendSpec[] => Array.from({ length: FRONTENDS }, (_, i) =>
+    fe(`10.96.${i >> 8}.${i & 255}`, 80, Array.from({ length: PER }, (_, j) => {
+      const n = i * PER + j;
+      return { address: [198, 18, (n >> 8) & 255, n & 255].join('.'), port: 8080, proto: 'tcp' as const };
+    })));
+  const p = LbProgrammer.adopt(maps);
+  const before = heap();
+  const r = p.apply(specs(), { prune: true });
+  assert.equal(r.failures.length, 0);
+  assert.equal(p.backendCount(), FRONTENDS * PER);
+  const perBackend = (heap() - before) / (FRONTENDS * PER);
+  assert.ok(perBackend < 200, `${perBackend.toFixed(0)} bytes of heap per backend`);
+  assert.equal(p.backendById(p.programmedFrontends()[5]!.backendIds[3]!)?.address, '198.18.0.53');
+});

@@ -1,0 +1,30 @@
+// The agent's node flags are the same in the image and in the bench's and
+// tests' agent processes (issue 12 item 2: measured, not guessed).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { AGENT_NODE_FLAGS } from '../../src/agent/nodeFlags';
+import { agentNodeFlags } from '../../src/lab/agentProcess';
+
+const ROOT = path.resolve(__dirname, '..', '..', '..');
+
+test("the image's NODE_OPTIONS are the agent's node flags", () => {
+  const dockerfile = fs.readFileSync(path.join(ROOT, 'deploy', 'Dockerfile'), 'utf8');
+  const m = /NODE_OPTIONS=(\S+(?: \S+)*?)\s*$/m.exec(dockerfile);
+  assert.ok(m, 'deploy/Dockerfile sets no NODE_OPTIONS');
+  assert.deepEqual(m[1]!.replace(/^"|"$/g, '').split(' '), [...AGENT_NODE_FLAGS]);
+});
+
+test('agent processes get the same flags unless $SLUICE_AGENT_NODE_FLAGS says otherwise', () => {
+  const saved = process.env['SLUICE_AGENT_NODE_FLAGS'];
+  try {
+    delete process.env['SLUICE_AGENT_NODE_FLAGS'];
+    assert.deepEqual(agentNodeFlags(), AGENT_NODE_FLAGS);
+    process.env['SLUICE_AGENT_NODE_FLAGS'] = '';
+    assert.deepEqual(agentNodeFlags(), []);
+  } finally {
+    if (saved === undefined) delete process.env['SLUICE_AGENT_NODE_FLAGS'];
+    else process.env['SLUICE_AGENT_NODE_FLAGS'] = saved;
+  }
+});
