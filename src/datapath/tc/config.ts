@@ -3,7 +3,10 @@
 // conntrack timeouts. Zero fields mean "the data path's default".
 import * as abi from '../../abi/generated';
 import { ip4ToNumber, ip6ToBytes } from '../addr';
-import type { TypedMap } from '../typedMap';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { BpfMap } from '../../bpf/map';
+import { TypedMap, u32Codec } from '../typedMap';
 
 export interface TcConfig {
   /** Node address used as source for flows to backends on other nodes; undefined: such flows are dropped. */
@@ -73,9 +76,9 @@ const MODE_CODES: Record<NodePortMode, number> = {
   hybrid: abi.LB_NODEPORT_MODE_HYBRID,
 };
 
-export function parseNodePortMode(value: string): NodePortMode {
+export function parseNodePortMode(value: string, what = 'nodeport mode'): NodePortMode {
   if (!(NODEPORT_MODES as readonly string[]).includes(value)) {
-    throw new Error(`nodeport mode ${JSON.stringify(value)}: expected one of ${NODEPORT_MODES.join(', ')}`);
+    throw new Error(`${what}: ${JSON.stringify(value)} is not one of ${NODEPORT_MODES.join(', ')}`);
   }
   return value as NodePortMode;
 }
@@ -89,4 +92,16 @@ export function writeNodePortMode(map: TypedMap<number, abi.LbDsrConfig>, mode: 
 export function readNodePortMode(map: TypedMap<number, abi.LbDsrConfig>): NodePortMode {
   const code = map.get(0)?.mode ?? abi.LB_NODEPORT_MODE_SNAT;
   return (Object.keys(MODE_CODES) as NodePortMode[]).find((m) => MODE_CODES[m] === code) ?? 'snat';
+}
+
+/** The mode pinned under `bpffs` (sluice status); undefined: no TC program has been loaded there. */
+export function pinnedNodePortMode(bpffs: string): NodePortMode | undefined {
+  const pin = path.join(bpffs, abi.SLUICE_MAP_DSR_CFG);
+  if (!fs.existsSync(pin)) return undefined;
+  const map = BpfMap.fromPinned(pin);
+  try {
+    return readNodePortMode(new TypedMap(map, u32Codec, abi.lb_dsr_configCodec));
+  } finally {
+    map.close();
+  }
 }
