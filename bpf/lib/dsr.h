@@ -148,12 +148,25 @@ static __always_inline int lb4_dsr_receive(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	scan.address = ip.daddr;
 	if (bpf_skb_load_bytes(skb, LB_ETH_HLEN + sizeof(ip), &ip, sizeof(ip)) < 0 || ip.version != 4 ||
-	    ip.ihl < 5 || (ip.frag_off & bpf_htons(LB_IP_MF | LB_IP_OFFSET)) ||
-	    (ip.protocol != LB_PROTO_TCP && ip.protocol != LB_PROTO_UDP))
+	    ip.ihl < 5 || (ip.protocol != LB_PROTO_TCP && ip.protocol != LB_PROTO_UDP))
 		return TC_ACT_OK;
-	ihl = ip.ihl * 4;
-	if (bpf_skb_load_bytes(skb, LB_ETH_HLEN + sizeof(ip) + ihl, ports, sizeof(ports)) < 0)
-		return TC_ACT_OK;
+	if (ip.frag_off & bpf_htons(LB_IP_OFFSET)) {
+		/* A later fragment: its ports are those its first fragment left
+		 * in SLUICE_MAP_FRAG4 once opened here (frag.h). */
+		struct lb4_frag_ports *fp;
+		struct lb4_frag_key fkey;
+
+		lb4_frag_key_of(&fkey, ip.saddr, ip.daddr, ip.id, ip.protocol);
+		fp = bpf_map_lookup_elem(&SLUICE_MAP_FRAG4, &fkey);
+		if (!fp)
+			return TC_ACT_OK;
+		ports[0] = fp->sport;
+		ports[1] = fp->dport;
+	} else {
+		ihl = ip.ihl * 4;
+		if (bpf_skb_load_bytes(skb, LB_ETH_HLEN + sizeof(ip) + ihl, ports, sizeof(ports)) < 0)
+			return TC_ACT_OK;
+	}
 
 	skey.address = ip.daddr;
 	skey.port = ports[1];

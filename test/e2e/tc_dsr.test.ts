@@ -8,7 +8,8 @@
 // to the client: none under DSR (all of them under SNAT, the control).
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import * as path from 'node:path';
 import * as abi from '../../src/abi/generated';
 import { writeNodePortMode, writeTcConfig, type NodePortMode } from '../../src/datapath/tc/config';
 import { listConntrack } from '../../src/datapath/tc/conntrack';
@@ -136,6 +137,27 @@ async function three(proto: 'tcp' | 'udp'): Promise<{ sentByNode1: number; answe
   return { sentByNode1: await capture.stop(), answers };
 }
 
+// First: the client's route must not know the smaller PMTU yet (the TCP tests teach it).
+describe('--nodeport-mode dsr: MTU (IPIP takes 20 bytes)', () => {
+  test('udp: a full-size datagram with DF gets "fragmentation needed" (MTU 1480) from node1; the client fragments to fit and is answered', () => {
+    setMode('dsr');
+    const sent = h1.counter(abi.LB_CNT_TC_FRAG_NEEDED_SENT);
+    // 1472 bytes of payload = a 1500-byte packet: 1520 once encapsulated. Linux
+    // UDP sockets set DF (IP_PMTUDISC_WANT); the ICMP sets the route's PMTU,
+    // and the client then fragments its 3000-byte datagram to 1480 bytes.
+    const script = `
+      const dgram = require('dgram'); const u = dgram.createSocket('udp4'); const [host, port] = process.argv.slice(1);
+      u.on('message', (m, r) => { process.stdout.write(String(m) + '|' + r.address + ':' + r.port); process.exit(0); });
+      u.send(Buffer.alloc(1472, 97), Number(port), host);
+      setTimeout(() => u.send(Buffer.alloc(3000, 98), Number(port), host), 500);
+      setTimeout(() => { process.stdout.write('timeout'); process.exit(0); }, 2500);`;
+    const out = topo.node('cli', script, [ADDR.node1, String(NODE_PORT)]);
+    assert.equal(h1.counter(abi.LB_CNT_TC_FRAG_NEEDED_SENT) - sent, 1n, 'ICMP fragmentation needed sent once');
+    assert.match(execFileSync('ip', ['-n', topo.ns.cli, 'route', 'get', ADDR.node1], { encoding: 'utf8' }), /mtu 1480/);
+    assert.match(out, /^pod2 198\.18\.0\.10:\d+\|198\.18\.0\.1:30080$/, 'the fragmented datagram reached the pod by DSR and was answered from the NodePort');
+  });
+});
+
 describe('--nodeport-mode dsr: the reply goes from node2 to the client, not through node1', () => {
   for (const proto of ['tcp', 'udp'] as const) {
     test(`${proto}: the pod sees the client; the client sees the NodePort address; node1 sends it nothing`, async () => {
@@ -182,6 +204,8 @@ describe('control: --nodeport-mode snat (default) sends every reply back through
 describe('--nodeport-mode hybrid: TCP by DSR, UDP SNATed', () => {
   test('tcp skips node1 on the way back, udp goes through it', async () => {
     setMode('hybrid');
+    const status = execFileSync(process.execPath, [path.resolve(__dirname, '../../src/cli/main.js'), 'status', '--bpffs', h1.pinDir], { encoding: 'utf8' });
+    assert.match(status, /^nodeport mode: hybrid \(Direct Server Return \(IPIP\) for TCP, SNAT for UDP\)$/m);
     const tcp = await three('tcp');
     for (const a of tcp.answers) assert.deepEqual(a, { pod: 'pod2', peer: ADDR.client, from: `${ADDR.node1}:${NODE_PORT}` });
     assert.equal(tcp.sentByNode1, 0);
