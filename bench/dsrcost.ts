@@ -15,10 +15,9 @@
 //   node dist/bench/dsrcost.js [--runs 15] [--calls 2000]
 import * as abi from '../src/abi/generated';
 import { progTestRun } from '../src/bpf';
-import { ip4ToNumber } from '../src/datapath/addr';
 import { writeNodePortMode, writeTcConfig } from '../src/datapath/tc/config';
 import { XdpHarness } from '../test/bpf/xdp_harness';
-import { checksum, ethernet, frame, ipPacket, TCP_ACK, TCP_SYN, type L4Spec } from '../test/bpf/tc_packet';
+import { frame, ipip, ipPacket, TCP_ACK, TCP_SYN, type L4Spec } from '../test/bpf/tc_packet';
 
 const arg = (name: string, def: number) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -32,18 +31,6 @@ const LOCAL_BE = { id: 5, address: '198.18.1.10', port: 8080, local: true };
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
-function ipip(outerSrc: string, outerDst: string, inner: Buffer): Buffer {
-  const outer = Buffer.alloc(20);
-  outer.writeUInt8(0x45, 0);
-  outer.writeUInt16BE(20 + inner.length, 2);
-  outer.writeUInt16BE(0x4000, 6);
-  outer.writeUInt8(64, 8);
-  outer.writeUInt8(4, 9);
-  outer.writeUInt32BE(ip4ToNumber(outerSrc), 12);
-  outer.writeUInt32BE(ip4ToNumber(outerDst), 16);
-  outer.writeUInt16BE(checksum(outer), 10);
-  return ethernet(Buffer.concat([outer, inner]));
-}
 
 function main(): void {
   const h = new XdpHarness();

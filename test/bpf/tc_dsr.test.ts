@@ -10,7 +10,7 @@ import { ip4ToNumber } from '../../src/datapath/addr';
 import { writeNodePortMode, writeTcConfig, type NodePortMode } from '../../src/datapath/tc/config';
 import { listConntrack } from '../../src/datapath/tc/conntrack';
 import { TcHarness } from './tc_harness';
-import { TC_ACT_OK, TCP_ACK, TCP_SYN, checksum, diffHex, ethernet, frame, ipPacket, type L4Spec } from './tc_packet';
+import { TC_ACT_OK, TCP_ACK, TCP_SYN, diffHex, frame, ipPacket, ipip, type L4Spec } from './tc_packet';
 
 const CLIENT = '198.18.0.10';
 const NODE = '198.18.0.1'; // ingress node: NodePort address, SNAT address, outer source
@@ -35,20 +35,6 @@ function mode(m: NodePortMode): void {
   writeNodePortMode(h.tc.dsr, m);
 }
 
-/** The IPIP packet the ingress node sends: outer header (DF, TTL 64, id 0) + the packet as it arrived. */
-function ipip(outerSrc: string, outerDst: string, inner: Buffer): Buffer {
-  const outer = Buffer.alloc(20);
-  outer.writeUInt8(0x45, 0);
-  outer.writeUInt8(inner.readUInt8(1), 1); // TOS copied
-  outer.writeUInt16BE(20 + inner.length, 2);
-  outer.writeUInt16BE(0x4000, 6);
-  outer.writeUInt8(64, 8);
-  outer.writeUInt8(4, 9);
-  outer.writeUInt32BE(ip4ToNumber(outerSrc), 12);
-  outer.writeUInt32BE(ip4ToNumber(outerDst), 16);
-  outer.writeUInt16BE(checksum(outer), 10);
-  return ethernet(Buffer.concat([outer, inner]));
-}
 
 function expectPacket(actual: Buffer, expected: Buffer, what: string): void {
   assert.ok(actual.equals(expected), `${what}: output differs from the expected packet\n${diffHex(actual, expected)}`);
