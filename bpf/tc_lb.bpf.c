@@ -17,6 +17,12 @@ static __noinline int tc_ingress4(struct __sk_buff *skb)
 	return lb4_tc_ingress(skb);
 }
 
+/* IPIP (DSR, issue 17 item 2): a frame of its own, next to tc_ingress4's. */
+static __noinline int tc_dsr_receive4(struct __sk_buff *skb)
+{
+	return lb4_dsr_receive(skb);
+}
+
 static __noinline int tc_egress4(struct __sk_buff *skb)
 {
 	return lb4_tc_egress(skb);
@@ -25,9 +31,12 @@ static __noinline int tc_egress4(struct __sk_buff *skb)
 SEC("tc")
 int sluice_tc_ingress(struct __sk_buff *skb)
 {
+	int rc;
+
 	if (skb->protocol == bpf_htons(LB_ETH_P_IPV6))
 		return lb6_tc_ingress(skb);
-	return tc_ingress4(skb);
+	rc = tc_ingress4(skb);
+	return rc == LB_TC_DSR_RECEIVE ? tc_dsr_receive4(skb) : rc;
 }
 
 SEC("tc")

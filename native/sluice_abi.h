@@ -1020,4 +1020,41 @@ _Static_assert(sizeof(struct lb6_ct_entry) == 112, "lb6_ct_entry layout");
 _Static_assert(sizeof(struct lb6_tc_config) == 16, "lb6_tc_config layout");
 /* ==== end of IPv6, TC north-south ================================================= */
 
+/* ==== Direct Server Return, IPv4 north-south (issue 17 item 2; bpf/lib/dsr.h, docs/dsr.md) ==== */
+/*
+ * --nodeport-mode snat|dsr|hybrid (one entry of SLUICE_MAP_DSR_CFG). In dsr
+ * (hybrid: TCP only) a new externalTrafficPolicy: Cluster flow whose backend
+ * is on another node is not SNATed: the ingress node encapsulates the
+ * client's packet unchanged (client -> frontend) in IPIP, outer source = the
+ * node's SNAT address, outer destination = the backend (pod) address, and
+ * forwards it; the backend node's TC ingress (any mode) takes off the outer
+ * header, DNATs frontend -> that backend and keeps the flow (no SNAT) like
+ * externalTrafficPolicy: Local, so the backend's reply leaves through its
+ * TC egress with the frontend as source, straight to the client.
+ * Ingress-node entries carry LB_CT_FLAG_DSR (nat_address: outer source);
+ * backend-node entries LB_CT_FLAG_DSR_RX.
+ */
+#define SLUICE_MAP_DSR_CFG sluice_dsr_cfg /* __u32 0 -> lb_dsr_config (array of one, written by the agent) */
+
+#define LB_NODEPORT_MODE_SNAT   0 /* every remote-backend Cluster flow SNATed (default) */
+#define LB_NODEPORT_MODE_DSR    1 /* TCP and UDP by DSR */
+#define LB_NODEPORT_MODE_HYBRID 2 /* TCP by DSR, UDP SNATed */
+
+#define LB_DSR_ENCAP_LEN 20 /* the outer IPv4 header: the path MTU toward the backend is 20 bytes smaller */
+
+#define LB_CT_FLAG_DSR    (1 << 8) /* ingress node: the flow is forwarded in IPIP to its backend (DSR) */
+#define LB_CT_FLAG_DSR_RX (1 << 9) /* backend node: the flow arrived in IPIP (DSR); replies go to the client directly */
+
+/* Counters (TC flow range; north-south only, rows +80 unused). */
+#define LB_CNT_TC_DSR_ENCAP 28 /* original: packet sent in IPIP to the backend's node (DSR) */
+#define LB_CNT_TC_DSR_DECAP 29 /* original: IPIP DSR packet taken off its outer header and DNATed to a local backend */
+
+struct lb_dsr_config {
+	__u32 mode; /* LB_NODEPORT_MODE_* */
+	__u32 pad;
+};
+
+_Static_assert(sizeof(struct lb_dsr_config) == 8, "lb_dsr_config layout");
+/* ==== end of DSR ================================================================ */
+
 #endif /* SLUICE_ABI_H */

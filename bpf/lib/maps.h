@@ -332,4 +332,12 @@ struct {
 
 /* ==== end of IPv6, TC north-south ================================================== */
 
+/* DSR (issue 17 item 2): the node's --nodeport-mode. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lb_dsr_config);
+	__uint(max_entries, 1);
+} SLUICE_MAP_DSR_CFG SEC(".maps");
+
 #endif /* SLUICE_BPF_MAPS_H */

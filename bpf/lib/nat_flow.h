@@ -321,10 +321,18 @@ lb4_ct_create_flow_len(const struct lb4_tuple *t, struct lb4_ct_entry *e,
 	struct lb4_ct_key key;
 	int err;
 
-	if (e->flags & LB_CT_FLAG_SNAT)
+	if (e->flags & LB_CT_FLAG_SNAT) {
 		err = lb4_snat_alloc_port(e, cfg);
-	else
+	} else if (e->flags & LB_CT_FLAG_DSR) {
+		/* No reply reaches this node (dsr.h): the entry only keeps the
+		 * flow's pair complete; a key in use is left to its flow. */
+		e->dir = LB_CT_DIR_REPLY;
+		lb4_ct_reply_key(&key, e);
+		(void)lb4_ct_claim_insert(&key, e);
+		err = 0;
+	} else {
 		err = lb4_ct_reserve_reply(e, cfg);
+	}
 	if (err < 0) {
 		lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_SNAT_FAILED));
 		return -1;

@@ -28,6 +28,7 @@
 #include "events.h"
 #include "reject.h"
 #include "nodeport.h"
+#include "dsr.h" /* issue 17 item 2: --nodeport-mode dsr|hybrid */
 
 static __always_inline bool lb_svc_is_north_south(const struct lb4_service *svc)
 {
@@ -105,11 +106,19 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 			lb4_event_packet(LB_EVENT_DROP, LB_CNT_TC_SNAT_FAILED, t, svc->rev_nat_id, skb->ingress_ifindex);
 			return TC_ACT_SHOT;
 		}
-		e.flags |= LB_CT_FLAG_SNAT;
+		/* DSR (dsr.h): a remote backend gets the client's packet in
+		 * IPIP; nat_address is the outer source. No reply comes back
+		 * here, so the handshake counts as answered. */
+		if (!lb4_backend_is_local(backend) && backend->address != t->saddr && lb4_dsr_applies(t->proto))
+			e.flags |= LB_CT_FLAG_DSR | LB_CT_FLAG_SEEN_REPLY;
+		else
+			e.flags |= LB_CT_FLAG_SNAT;
 	}
 	if (lb4_ct_create_flow(skb, t, &e, cfg) < 0)
 		return TC_ACT_SHOT;
 	lb4_event_flow(&e);
+	if (e.flags & LB_CT_FLAG_DSR)
+		return lb4_dsr_forward(skb, pkt, &e);
 	return lb4_flow_xlate_original(skb, pkt, &e, LB_PATH_NORTH_SOUTH);
 }
 
@@ -120,8 +129,8 @@ static __always_inline int lb4_tc_ingress(struct __sk_buff *skb)
 	struct lb4_ct_entry *e;
 	struct lb4_ct_key key;
 
-	if (lb4_tc_parse(skb, &pkt) < 0) /* later fragments too (frag.h) */
-		return TC_ACT_OK;
+	if (lb4_tc_parse(skb, &pkt) < 0) /* later fragments too (frag.h); IPIP: DSR (dsr.h) */
+		return pkt.tuple.proto == LB_IPPROTO_IPIP ? LB_TC_DSR_RECEIVE : TC_ACT_OK;
 	if (pkt.tuple.proto == LB_IPPROTO_ICMP)
 		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_flow_icmp_error(skb, &pkt, LB_PATH_NORTH_SOUTH, LB_HOOK_INGRESS) : TC_ACT_OK;
 	cfg = lb4_tc_config_get();
@@ -135,7 +144,8 @@ static __always_inline int lb4_tc_ingress(struct __sk_buff *skb)
 
 	e = lb4_ct_live_original(skb, &pkt.tuple, &cfg, LB_PATH_NORTH_SOUTH);
 	if (e)
-		return lb4_flow_xlate_original(skb, &pkt, e, LB_PATH_NORTH_SOUTH);
+		return (e->flags & LB_CT_FLAG_DSR) ? lb4_dsr_forward(skb, &pkt, e)
+						   : lb4_flow_xlate_original(skb, &pkt, e, LB_PATH_NORTH_SOUTH);
 	if (pkt.frag == LB_FRAG_LATER) /* only a first fragment opens a flow */
 		return TC_ACT_OK;
 	return lb4_tc_new_flow(skb, &pkt, &cfg);

@@ -43,6 +43,8 @@ export const LB_CNT_TC_CT_FAILED = 22;
 export const LB_CNT_TC_CT_PEER_LOST = 26;
 export const LB_CNT_TC_CT_RESTORED_ORIG = 24;
 export const LB_CNT_TC_CT_RESTORED_REPLY = 25;
+export const LB_CNT_TC_DSR_DECAP = 29;
+export const LB_CNT_TC_DSR_ENCAP = 28;
 export const LB_CNT_TC_FIB_FAILED = 23;
 export const LB_CNT_TC_FRAG_FOUND = 49;
 export const LB_CNT_TC_FRAG_NEEDED_SENT = 51;
@@ -61,6 +63,8 @@ export const LB_CT_DIR_ORIGINAL = 0;
 export const LB_CT_DIR_REPLY = 1;
 export const LB_CT_EXPIRES_CLAIMED = 1;
 export const LB_CT_FLAG_CLOSING = 2;
+export const LB_CT_FLAG_DSR = 256;
+export const LB_CT_FLAG_DSR_RX = 512;
 export const LB_CT_FLAG_ESTABLISHED = 16;
 export const LB_CT_FLAG_FIN_ORIGINAL = 32;
 export const LB_CT_FLAG_FIN_REPLY = 64;
@@ -69,6 +73,7 @@ export const LB_CT_FLAG_POD = 4;
 export const LB_CT_FLAG_SEEN_REPLY = 8;
 export const LB_CT_FLAG_SNAT = 1;
 export const LB_CT_FLAG_SPORT = 128;
+export const LB_DSR_ENCAP_LEN = 20;
 export const LB_EVENT_DROP = 1;
 export const LB_EVENT_NEW_FLOW = 3;
 export const LB_EVENT_REFUSED = 2;
@@ -78,6 +83,9 @@ export const LB_LC_FLOW_RELEASED = 2;
 export const LB_LC_FLOW_REVIVING = 0;
 export const LB_LC_SCAN = 16;
 export const LB_MAGLEV_ROW = 8;
+export const LB_NODEPORT_MODE_DSR = 1;
+export const LB_NODEPORT_MODE_HYBRID = 2;
+export const LB_NODEPORT_MODE_SNAT = 0;
 export const LB_POD_ADDR_HAS4 = 1;
 export const LB_POD_ADDR_HAS6 = 2;
 export const LB_PROTO_TCP = 6;
@@ -115,6 +123,7 @@ export const SLUICE_MAP_COUNTERS = "sluice_cnt_v2";
 export const SLUICE_MAP_CT4 = "sluice_ct4";
 export const SLUICE_MAP_CT6 = "sluice_ct6";
 export const SLUICE_MAP_CT6_TMP = "sluice_ct6_tmp";
+export const SLUICE_MAP_DSR_CFG = "sluice_dsr_cfg";
 export const SLUICE_MAP_EVENTS = "sluice_events";
 export const SLUICE_MAP_EVENTS_ON = "sluice_ev_on";
 export const SLUICE_MAP_FRAG4 = "sluice_frag4";
@@ -1340,6 +1349,24 @@ export function decodeLbAffinity(buf: Buffer, off = 0): LbAffinity {
 }
 export const lb_affinityCodec: Codec<LbAffinity> = { size: 16, encode: encodeLbAffinity, decode: decodeLbAffinity };
 
+/** struct lb_dsr_config (8 bytes) */
+export interface LbDsrConfig {
+  mode: number;
+}
+export const LB_DSR_CONFIG_SIZE = 8;
+export const lb_dsr_configLayout: StructLayout = {"name":"lb_dsr_config","size":8,"fields":[{"name":"mode","kind":"int","offset":0,"size":4,"bigEndian":false},{"name":"pad","kind":"int","offset":4,"size":4,"bigEndian":false}]};
+export function encodeLbDsrConfig(v: LbDsrConfig, buf: Buffer = Buffer.alloc(8), off = 0): Buffer {
+  buf.fill(0, off, off + 8);
+  buf.writeUInt32LE(v.mode >>> 0, off + 0);
+  return buf;
+}
+export function decodeLbDsrConfig(buf: Buffer, off = 0): LbDsrConfig {
+  return {
+    mode: buf.readUInt32LE(off + 0),
+  };
+}
+export const lb_dsr_configCodec: Codec<LbDsrConfig> = { size: 8, encode: encodeLbDsrConfig, decode: decodeLbDsrConfig };
+
 /** struct lb_event (72 bytes) */
 export interface LbEvent {
   timestamp_ns: bigint;
@@ -1681,6 +1708,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
   sluice_ct6: {"name":"sluice_ct6","type":9,"keyType":"lb6_ct_key","keySize":40,"valueType":"lb6_ct_entry","valueSize":112,"maxEntries":65536},
   sluice_ct6_tmp: {"name":"sluice_ct6_tmp","type":6,"keyType":"u32","keySize":4,"valueType":"lb6_ct_entry","valueSize":112,"maxEntries":1},
+  sluice_dsr_cfg: {"name":"sluice_dsr_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb_dsr_config","valueSize":8,"maxEntries":1},
   sluice_ev_on: {"name":"sluice_ev_on","type":2,"keyType":"u32","keySize":4,"valueType":"lb_events_ctl","valueSize":4,"maxEntries":1},
   sluice_events: {"name":"sluice_events","type":27,"maxEntries":262144},
   sluice_frag4: {"name":"sluice_frag4","type":9,"keyType":"lb4_frag_key","keySize":12,"valueType":"lb4_frag_ports","valueSize":4,"maxEntries":8192},

@@ -14,6 +14,7 @@ import { parseDefaultLbAlgorithm } from '../translate/algorithm';
 import { DEFAULT_MAGLEV_TABLE_SIZE, checkMaglevTableSize } from '../datapath/maglevTable';
 import type { LbAlgorithm } from '../model/frontend';
 import { parseXdpMode, type XdpModeSetting } from '../datapath/xdp/xdp';
+import { parseNodePortMode, type NodePortMode } from '../datapath/tc/config';
 import type { Ipv6Maps } from './mapSizing';
 
 export interface AgentConfig {
@@ -51,6 +52,12 @@ export interface AgentConfig {
    * (native where the driver supports it, else generic) or off (default).
    */
   xdpMode: XdpModeSetting;
+  /**
+   * How NodePort/ExternalIP/LoadBalancer flows to backends on other nodes
+   * leave (issue 17 item 2; docs/dsr.md): snat (default), dsr (IPIP to the
+   * backend, which answers the client directly), hybrid (DSR for TCP, SNAT for UDP).
+   */
+  nodePortMode: NodePortMode;
   /** Conntrack timeouts of the TC path, seconds (kube-proxy's conntrack settings). */
   conntrackTcpEstablishedSeconds: number;
   /** TCP flows until the handshake completes (SYN-stage), seconds. */
@@ -128,6 +135,7 @@ export function defaultConfig(): AgentConfig {
     maxEntries: {},
     devices: [],
     xdpMode: 'off',
+    nodePortMode: 'snat',
     conntrackTcpEstablishedSeconds: 86400,
     conntrackTcpSynSeconds: 60, // a SYN flood's entries are reclaimable after a minute (Cilium: 60 s)
     conntrackTcpCloseWaitSeconds: 10, // FIN or RST seen: the SNAT port is free again soon (the kernel: 10 s for CLOSE)
@@ -164,6 +172,7 @@ const FLAGS: Record<string, { field: keyof AgentConfig; parse: (v: string) => un
   devices: { field: 'devices', parse: (v) => v.split(',').filter(Boolean) },
   'snat-address': { field: 'snatAddress', parse: String },
   'xdp-mode': { field: 'xdpMode', parse: (v) => parseXdpMode(v, '--xdp-mode') },
+  'nodeport-mode': { field: 'nodePortMode', parse: (v) => parseNodePortMode(v, '--nodeport-mode') },
   'conntrack-tcp-established': { field: 'conntrackTcpEstablishedSeconds', parse: (v) => durationSeconds('conntrack-tcp-established', v) },
   'conntrack-tcp-close-wait': { field: 'conntrackTcpCloseWaitSeconds', parse: (v) => durationSeconds('conntrack-tcp-close-wait', v) },
   'conntrack-udp': { field: 'conntrackUdpSeconds', parse: (v) => durationSeconds('conntrack-udp', v) },
@@ -319,6 +328,7 @@ export function resolveConfigWithNotes(flags: Map<string, string>): { config: Ag
     config.lbAlgorithm = parseDefaultLbAlgorithm(String(config.lbAlgorithm), `config file ${file}: lbAlgorithm`); // h-alg
     config.maglevTableSize = checkMaglevTableSize(Number(config.maglevTableSize), `config file ${file}: maglevTableSize`); // h-maglev
     config.xdpMode = parseXdpMode(String(config.xdpMode), `config file ${file}: xdpMode`); // h-xdp
+    config.nodePortMode = parseNodePortMode(String(config.nodePortMode), `config file ${file}: nodePortMode`); // h-dsr
     config.ipv6Maps = parseIpv6Maps(String(config.ipv6Maps), `config file ${file}: ipv6Maps`);
   }
   for (const [flag, value] of flags) {

@@ -14,7 +14,7 @@ import { detachTc, deviceIndex, UnsupportedDeviceError } from '../datapath/tc/at
 import { ip4ToNumber } from '../datapath/addr';
 import { readRoutes, routeFor, type Route } from '../datapath/tc/routes';
 import { openTcMaps, type TcMaps } from '../datapath/tc/maps';
-import { TC_DEFAULTS, writeTcConfig, writeTcConfig6 } from '../datapath/tc/config';
+import { TC_DEFAULTS, writeNodePortMode, writeTcConfig, writeTcConfig6 } from '../datapath/tc/config';
 import { reserveSnatPorts } from '../datapath/tc/reservedPorts';
 import { purgeBackends, startConntrackGc } from '../datapath/tc/conntrack';
 import { HealthCheckServer } from '../datapath/tc/healthcheck';
@@ -121,6 +121,10 @@ export async function startNorthSouth(config: AgentConfig, proxyHealthy: () => b
   });
   // IPv6 flows SNAT to --snat-address's IPv6 value, else the first device's global IPv6 address (issue 14).
   if (maps.config6) writeTcConfig6(maps.config6, snatAddress6);
+  // --nodeport-mode (issue 17 item 2, docs/dsr.md): read by the data path per new flow.
+  if (maps.dsr) writeNodePortMode(maps.dsr, config.nodePortMode);
+  else if (config.nodePortMode !== 'snat') throw new Error(`--nodeport-mode ${config.nodePortMode}: the TC object has no ${abi.SLUICE_MAP_DSR_CFG}`);
+  log.info({ nodePortMode: config.nodePortMode }, `NodePort mode ${config.nodePortMode}${config.nodePortMode === 'snat' ? '' : ' (Direct Server Return to backends on other nodes, docs/dsr.md)'}`);
   try {
     const reserved = reserveSnatPorts(TC_DEFAULTS.snatPortMin, TC_DEFAULTS.snatPortMax);
     log.info({ reserved }, `SNAT ports ${TC_DEFAULTS.snatPortMin}-${TC_DEFAULTS.snatPortMax} reserved from the node's own connections (net.ipv4.ip_local_reserved_ports)`);

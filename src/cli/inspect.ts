@@ -10,6 +10,7 @@ import { sockLbStatus, type AttachmentStatus } from '../datapath/sockLb';
 import { staleSocketStatus, type StaleSocketStatus } from '../datapath/sockTerm';
 import { readServiceNames, serviceNameOf, type ServiceName } from '../datapath/serviceNames';
 import { xdpStatus, type XdpDeviceStatus } from '../datapath/xdp/status';
+import { pinnedNodePortMode, type NodePortMode } from '../datapath/tc/config';
 
 export function flagNames(flags: number): string[] {
   const names: Array<[number, string]> = [
@@ -121,6 +122,8 @@ export interface StatusView {
   counters: Record<string, string>;
   /** XDP in front of TC (issue 17): per device, its mode and counters; empty when never used. */
   xdp: XdpDeviceStatus[];
+  /** --nodeport-mode the TC path runs (issue 17 item 2, docs/dsr.md); absent without TC maps. */
+  nodePortMode?: NodePortMode;
 }
 
 export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string): StatusView {
@@ -159,6 +162,7 @@ export function statusView(bpffs: string, maps: SockLbMaps, cgroupRoot?: string)
     ],
     counters,
     xdp: xdpStatus(bpffs),
+    nodePortMode: pinnedNodePortMode(bpffs),
   };
 }
 

@@ -80,6 +80,10 @@ const commands: Record<string, Command> = {
       print(ss.enabled
         ? `stale sockets: destroyed on backend removal (${ss.protocols.join(', ')})\n\n`
         : `stale sockets: NOT destroyed on backend removal: ${ss.reason}\n\n`);
+      if (view.nodePortMode) {
+        const dsr = { snat: 'flows to other nodes SNATed', dsr: 'Direct Server Return (IPIP) for TCP and UDP', hybrid: 'Direct Server Return (IPIP) for TCP, SNAT for UDP' };
+        print(`nodeport mode: ${view.nodePortMode} (${dsr[view.nodePortMode]})\n\n`);
+      }
       print(table(['HOOK', 'PROGRAM', 'ATTACHED', 'CGROUP', 'LINK'], view.attachments.map((s) => [
         s.hook, s.program, s.attached ? 'yes' : 'no', s.cgroupPath ?? (s.cgroupId !== undefined ? `id ${s.cgroupId}` : '-'), s.linkId !== undefined ? String(s.linkId) : '-',
       ])));

@@ -65,6 +65,9 @@ const NORTH_SOUTH: Row[] = [
   // what it reads (other IPv6 events count at their IPv4 twins' rows).
   [abi.LB_CNT_TC6_FRAG_PASSED, 'ipv6_fragment_passed', 'none'],
   [abi.LB_CNT_TC6_EXTHDR_PASSED, 'ipv6_exthdr_passed', 'none'],
+  // issue 17 item 2 (docs/dsr.md): rows 28-29 of the TC flow range, north-south only.
+  [abi.LB_CNT_TC_DSR_ENCAP, 'dsr_encapsulated', 'original'],
+  [abi.LB_CNT_TC_DSR_DECAP, 'dsr_decapsulated', 'original'],
 ];
 
 /** Per-packet flow reasons: counted at these indices on the north-south path, LB_CNT_POD_OFFSET above on pod veths. */

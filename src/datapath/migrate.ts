@@ -116,6 +116,8 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // scratch entry holds nothing between packets.
   [abi.SLUICE_MAP_CT6]: { kind: 'carry' },
   [abi.SLUICE_MAP_TC_CONFIG6]: { kind: 'carry' },
+  // DSR (issue 17 item 2): the node's --nodeport-mode, rewritten by the agent at its start.
+  [abi.SLUICE_MAP_DSR_CFG]: { kind: 'carry' },
   [abi.SLUICE_MAP_CT6_TMP]: { kind: 'drop', reason: 'per-CPU scratch of the IPv6 TC path: empty between packets' },
   [abi.SLUICE_MAP_SOCK6]: { kind: 'drop', reason: 'per-socket state cannot be copied from user space: existing IPv6 sockets lose their reverse translation (keep lb6_sock_state compatible instead)' },
   // XDP (issue 17): the frontend-address set and the redirect targets are the

@@ -88,6 +88,7 @@ export class TcHarness {
     for (const m of [this.services, this.backends, this.revNat, this.affinity, this.tc.conntrack, this.tc.sourceRanges, this.tc.snatDevices] as Array<TypedMap<unknown, unknown>>) {
       for (const [k] of [...m.entries()]) m.delete(k);
     }
+    this.tc.dsr?.set(0, { mode: abi.LB_NODEPORT_MODE_SNAT });
     this.tc.config.set(0, { snat_address: 0, snat_port_min: 0, snat_port_max: 0, tcp_established_timeout: 0, tcp_closing_timeout: 0, udp_timeout: 0, tcp_syn_timeout: 0 });
   }
 

@@ -198,3 +198,18 @@ export function icmpReply(from: string, to: string, type: number, code: number, 
   MAC_B.copy(out, 6);
   return out;
 }
+
+/** An IPIP frame (DSR, docs/dsr.md): outer header (DF, TTL 64, id 0, the inner TOS) + `inner`, an IPv4 packet. */
+export function ipip(outerSrc: string, outerDst: string, inner: Buffer): Buffer {
+  const outer = Buffer.alloc(20);
+  outer.writeUInt8(0x45, 0);
+  outer.writeUInt8(inner.readUInt8(1), 1);
+  outer.writeUInt16BE(20 + inner.length, 2);
+  outer.writeUInt16BE(0x4000, 6);
+  outer.writeUInt8(64, 8);
+  outer.writeUInt8(4, 9);
+  outer.writeUInt32BE(ip4ToNumber(outerSrc), 12);
+  outer.writeUInt32BE(ip4ToNumber(outerDst), 16);
+  outer.writeUInt16BE(checksum(outer), 10);
+  return ethernet(Buffer.concat([outer, inner]));
+}

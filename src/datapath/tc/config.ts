@@ -3,7 +3,10 @@
 // conntrack timeouts. Zero fields mean "the data path's default".
 import * as abi from '../../abi/generated';
 import { ip4ToNumber, ip6ToBytes } from '../addr';
-import type { TypedMap } from '../typedMap';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { BpfMap } from '../../bpf/map';
+import { TypedMap, u32Codec } from '../typedMap';
 
 export interface TcConfig {
   /** Node address used as source for flows to backends on other nodes; undefined: such flows are dropped. */
@@ -61,4 +64,44 @@ export function writeTcConfig(map: TypedMap<number, abi.Lb4TcConfig>, cfg: TcCon
  */
 export function writeTcConfig6(map: TypedMap<number, abi.Lb6TcConfig>, snatAddress?: string): void {
   map.set(0, { snat_address: snatAddress ? ip6ToBytes(snatAddress) : Buffer.alloc(16) });
+}
+
+/** --nodeport-mode (issue 17 item 2, docs/dsr.md): how flows to backends on other nodes leave. */
+export type NodePortMode = 'snat' | 'dsr' | 'hybrid';
+export const NODEPORT_MODES: readonly NodePortMode[] = ['snat', 'dsr', 'hybrid'];
+
+const MODE_CODES: Record<NodePortMode, number> = {
+  snat: abi.LB_NODEPORT_MODE_SNAT,
+  dsr: abi.LB_NODEPORT_MODE_DSR,
+  hybrid: abi.LB_NODEPORT_MODE_HYBRID,
+};
+
+export function parseNodePortMode(value: string, what = 'nodeport mode'): NodePortMode {
+  if (!(NODEPORT_MODES as readonly string[]).includes(value)) {
+    throw new Error(`${what}: ${JSON.stringify(value)} is not one of ${NODEPORT_MODES.join(', ')}`);
+  }
+  return value as NodePortMode;
+}
+
+/** Write the mode into sluice_dsr_cfg (the data path reads it per new flow). */
+export function writeNodePortMode(map: TypedMap<number, abi.LbDsrConfig>, mode: NodePortMode): void {
+  map.set(0, { mode: MODE_CODES[mode] });
+}
+
+/** The mode the data path runs (sluice status). */
+export function readNodePortMode(map: TypedMap<number, abi.LbDsrConfig>): NodePortMode {
+  const code = map.get(0)?.mode ?? abi.LB_NODEPORT_MODE_SNAT;
+  return (Object.keys(MODE_CODES) as NodePortMode[]).find((m) => MODE_CODES[m] === code) ?? 'snat';
+}
+
+/** The mode pinned under `bpffs` (sluice status); undefined: no TC program has been loaded there. */
+export function pinnedNodePortMode(bpffs: string): NodePortMode | undefined {
+  const pin = path.join(bpffs, abi.SLUICE_MAP_DSR_CFG);
+  if (!fs.existsSync(pin)) return undefined;
+  const map = BpfMap.fromPinned(pin);
+  try {
+    return readNodePortMode(new TypedMap(map, u32Codec, abi.lb_dsr_configCodec));
+  } finally {
+    map.close();
+  }
 }

@@ -1,0 +1,105 @@
+// Nanoseconds per packet of DSR (issue 17 item 2, docs/dsr.md) against SNAT,
+// as the kernel measures a TC program run (BPF_PROG_TEST_RUN duration;
+// nothing attached, no sysctl), inside a throwaway namespace whose FIB the
+// program consults (the harness of bench/xdpcost.ts):
+//
+//   ingress node   a data packet of a known NodePort flow to a backend on
+//                  another node: SNAT (rewrite, FIB, redirect) against DSR
+//                  (FIB with the encapsulated length, IPIP header, redirect)
+//   backend node   a data packet of a known flow to a local backend: DSR
+//                  received (IPIP opened, DNAT) against externalTrafficPolicy:
+//                  Local (DNAT only)
+//
+// The reply path is not measured here: under DSR the ingress node has none.
+//
+//   node dist/bench/dsrcost.js [--runs 15] [--calls 2000]
+import * as abi from '../src/abi/generated';
+import { progTestRun } from '../src/bpf';
+import { writeNodePortMode, writeTcConfig } from '../src/datapath/tc/config';
+import { XdpHarness } from '../test/bpf/xdp_harness';
+import { frame, ipip, ipPacket, TCP_ACK, TCP_SYN, type L4Spec } from '../test/bpf/tc_packet';
+
+const arg = (name: string, def: number) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : def;
+};
+const RUNS = arg('runs', 15);
+const CALLS = arg('calls', 2000);
+const NODE = '198.18.0.1';
+const CLIENT = '198.18.0.10';
+const LOCAL_BE = { id: 5, address: '198.18.1.10', port: 8080, local: true };
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+
+function main(): void {
+  const h = new XdpHarness();
+  try {
+    h.ip('link', 'add', 'ext0', 'address', '02:00:00:00:00:01', 'type', 'veth', 'peer', 'name', 'ext0p');
+    h.ip('link', 'set', 'ext0p', 'up');
+    h.ip('addr', 'add', `${NODE}/24`, 'dev', 'ext0');
+    h.ip('link', 'set', 'ext0', 'up');
+    h.ip('neigh', 'add', '198.18.0.2', 'lladdr', '02:00:00:00:00:22', 'dev', 'ext0', 'nud', 'permanent');
+    h.ip('route', 'add', '198.18.2.0/24', 'via', '198.18.0.2', 'dev', 'ext0');
+    const ifindex = h.ifindex('ext0');
+    writeTcConfig(h.tc.tc.config, { snatAddress: NODE });
+    h.tc.upsertFrontend({ address: NODE, port: 30080, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 7, backends: [{ id: 2, address: '198.18.2.20', port: 8080, local: false }] });
+    h.tc.upsertFrontend({ address: '198.18.100.10', port: 80, proto: 'tcp', flags: abi.LB_SVC_FLAG_EXTERNAL_IP, revNatId: 8, backends: [LOCAL_BE] });
+    h.tc.upsertFrontend({ address: '198.18.100.11', port: 80, proto: 'tcp', flags: abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES, revNatId: 9, backends: [LOCAL_BE] });
+    const tcCtx = Buffer.alloc(192);
+    tcCtx.writeUInt32LE(ifindex, 36);
+    const prog = h.tc.obj.program('sluice_tc_ingress').fd;
+    const once = (pkt: Buffer) => h.inside(() => progTestRun(prog, { dataIn: pkt, ctxIn: tcCtx }));
+
+    const flow = (sport: number, dst: string, dport: number): [L4Spec, L4Spec] => {
+      const syn: L4Spec = { proto: 'tcp', src: CLIENT, dst, sport, dport, tcpFlags: TCP_SYN };
+      return [syn, { ...syn, tcpFlags: TCP_ACK, payload: Buffer.alloc(64) }];
+    };
+    // The flows exist from here on; the mode counts at a flow's first packet only.
+    const [snatSyn, snatData] = flow(62000, NODE, 30080);
+    once(frame(snatSyn));
+    if (!h.tc.tc.dsr) throw new Error('no sluice_dsr_cfg in this TC object');
+    writeNodePortMode(h.tc.tc.dsr, 'dsr');
+    const [dsrSyn, dsrData] = flow(62001, NODE, 30080);
+    once(frame(dsrSyn));
+    const [rxSyn, rxData] = flow(62002, '198.18.100.10', 80);
+    once(ipip('198.18.0.2', LOCAL_BE.address, ipPacket(rxSyn)));
+    const [localSyn, localData] = flow(62003, '198.18.100.11', 80);
+    once(frame(localSyn));
+
+    const packets = {
+      ingressSnat: [frame(snatData), 7 /* TC_ACT_REDIRECT */],
+      ingressDsr: [frame(dsrData), 7],
+      backendDsrRx: [ipip('198.18.0.2', LOCAL_BE.address, ipPacket(rxData)), 0 /* TC_ACT_OK */],
+      backendLocal: [frame(localData), 0],
+    } as const;
+    const fresh = (name: keyof typeof packets) => h.inside(() => {
+      const [pkt, expect] = packets[name];
+      let sum = 0;
+      for (let i = 0; i < CALLS; i++) {
+        const r = progTestRun(prog, { dataIn: pkt, ctxIn: tcCtx });
+        if (r.retval !== expect) throw new Error(`${name}: verdict ${r.retval}, expected ${expect}`);
+        sum += r.duration;
+      }
+      return sum / CALLS;
+    });
+    const rows: Record<keyof typeof packets, number[]> = { ingressSnat: [], ingressDsr: [], backendDsrRx: [], backendLocal: [] };
+    for (let run = 0; run < RUNS; run++) {
+      for (const name of Object.keys(rows) as Array<keyof typeof packets>) rows[name].push(fresh(name));
+    }
+    const ns = Object.fromEntries(Object.entries(rows).map(([k, v]) => [k, Math.round(median(v) * 10) / 10])) as Record<keyof typeof packets, number>;
+    process.stdout.write(`${JSON.stringify({
+      nsPerRun: ns,
+      ratios: {
+        ingressDsrOverSnat: +(ns.ingressDsr / ns.ingressSnat).toFixed(3),
+        backendDsrRxOverLocal: +(ns.backendDsrRx / ns.backendLocal).toFixed(3),
+      },
+      runs: RUNS,
+      calls: CALLS,
+    })}\n`);
+  } finally {
+    h.close();
+  }
+}
+
+main();
