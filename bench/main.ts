@@ -53,7 +53,7 @@ const ROOT = path.resolve(__dirname, '..', '..');
 
 function plan(quick: boolean): Plan {
   return quick
-    ? { quick, scales: [1, 1000], rounds: 7, perRound: 3000, warmup: 100, roundMaxMs: 4000, taxScale: 1000, cpuScale: 1000, totalBudgetMs: 150_000, loadBudgetMs: 30_000, reservePerScaleMs: 25_000,
+    ? { quick, scales: [1, 1000], rounds: 7, perRound: 3000, warmup: 100, roundMaxMs: 4000, taxScale: 1000, cpuScale: 1000, totalBudgetMs: 300_000, loadBudgetMs: 30_000, reservePerScaleMs: 25_000,
       cp: { services: 1000, changes: 30, settleMs: 1000, budgetMs: 20_000 }, rules: { changes: 5, fullChanges: 0, writeTimeoutMs: 10_000, budgetMs: 20_000 },
       nodePort: { services: 1000, rounds: 2, roundMs: 1500, budgetMs: 40_000 }, upstream: { services: 0, changes: 0 } }
     : { quick, scales: [1, 1000, 10000, 100000], rounds: 9, perRound: 5000, warmup: 200, roundMaxMs: 6000, taxScale: 10000, cpuScale: 10000, totalBudgetMs: 900_000, loadBudgetMs: 150_000, reservePerScaleMs: 60_000,
