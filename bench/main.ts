@@ -211,7 +211,7 @@ async function main(): Promise<void> {
       if (loaded.includes(sock) && sock.cgroup) progs.set(sock, await ProgStats.cgroupPrograms(sock.cgroup));
       if (loaded.includes(tc) && tc.bpffs) progs.set(tc, ProgStats.linkPrograms(tc.bpffs, /^pod-/));
       const progSeries = (s: Series, proto: Proto) =>
-        `${s.kind === 'non-service' ? 'non-Service traffic, ' : ''}${s.mode === sock ? 'socket LB' : 'per-packet (pod veth)'}, ${scale} Services, ${proto.toUpperCase()}`;
+        `${s.kind === 'non-service' ? 'non-Service traffic, ' : ''}${s.mode === sock ? 'socket LB' : 'per-packet (pod veth)'}${s.family === 6 ? ' (IPv6)' : ''}, ${scale} Services, ${proto.toUpperCase()}`;
       for (let r = 0; r < p.rounds; r++) {
         if (Date.now() > deadline - 30_000) {
           report.notes.push(`scale ${scale}: stopped after ${r} rounds: the run's time budget is spent`);
@@ -221,7 +221,7 @@ async function main(): Promise<void> {
         for (const proto of PROTOS) {
           for (const s of order) {
             const round = () => runRound(s.mode, proto, s.targetFile[proto], p, 1000 * scale + 17 * r + 1, h.serverPid);
-            const sp = s.family === 4 ? progs.get(s.mode) : undefined; // program time: the IPv4 series
+            const sp = progs.get(s.mode);
             s.rounds[proto].push(await (sp ? progStats.measure(progSeries(s, proto), sp, round, scale) : round()));
           }
         }

@@ -227,6 +227,7 @@ export function programTargets(rep: BenchReport): TargetResult[] {
 /** Short column names of the programs the bench times. */
 const PROGRAM_COLUMNS: Array<[string, string]> = [
   ['sluice_connect4', 'connect4'], ['sluice_getpeer4', 'getpeername4'], ['sluice_sendmsg4', 'sendmsg4'], ['sluice_recvmsg4', 'recvmsg4'],
+  ['sluice_connect6', 'connect6'], ['sluice_getpeer6', 'getpeername6'], ['sluice_sendmsg6', 'sendmsg6'], ['sluice_recvmsg6', 'recvmsg6'],
   ['sluice_release4', 'sock_release'], ['sluice_pod_ingr', 'pod ingress'], ['sluice_pod_egre', 'pod egress'], ['sluice_tc_ingre', 'tc ingress'], ['sluice_tc_egres', 'tc egress'],
 ];
 
@@ -241,7 +242,7 @@ function programMarkdown(rep: BenchReport): string[] {
     const mode = series.startsWith('socket LB') ? 'sluice-sock' : series.startsWith('per-packet') ? 'sluice-tc' : undefined;
     if (!sr || !mode) return '';
     const proto = series.endsWith('UDP') ? 'udp' : 'tcp';
-    return f3(pairedRatio(sr, find(sr, mode, proto), 'p50_us'));
+    return f3(pairedRatio(sr, find(sr, mode, proto, 'service', series.includes('(IPv6)') ? 6 : 4), 'p50_us'));
   };
   lines.push(`| traffic | p50 ratio to direct | ${cols.map(([, c]) => c).join(' | ')} |`);
   lines.push(`|---|---:|${cols.map(() => '---:').join('|')}|`);
