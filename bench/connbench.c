@@ -24,6 +24,9 @@
  * client addressed: a service translation that leaks the backend address is
  * counted as wrong_peer.
  *
+ * A target's address is IPv4 or IPv6 ("fd00:19::1 80"); each connection's
+ * socket is of the target's family.
+ *
  * --diag (TCP; not for the bench's rounds: one more syscall per connect):
  * also prints to stderr how many connects were still in progress when
  * connect() returned (the handshake left to another context) and the p50 of
@@ -47,7 +50,12 @@
 #include <unistd.h>
 
 struct target {
-	struct sockaddr_in sa;
+	union {
+		struct sockaddr sa;
+		struct sockaddr_in in4;
+		struct sockaddr_in6 in6;
+	} u;
+	socklen_t len;
 };
 
 struct options {
@@ -113,10 +121,20 @@ static struct target *load_targets(const char *path, long *n_out)
 				die("targets", "out of memory");
 		}
 		memset(&t[n], 0, sizeof(t[n]));
-		t[n].sa.sin_family = AF_INET;
-		t[n].sa.sin_port = htons((uint16_t)port);
-		if (inet_pton(AF_INET, addr, &t[n].sa.sin_addr) != 1 || port == 0 || port > 65535)
-			die(path, "bad line (want \"a.b.c.d port\")");
+		int ok;
+		if (strchr(addr, ':')) {
+			t[n].u.in6.sin6_family = AF_INET6;
+			t[n].u.in6.sin6_port = htons((uint16_t)port);
+			t[n].len = sizeof(t[n].u.in6);
+			ok = inet_pton(AF_INET6, addr, &t[n].u.in6.sin6_addr) == 1;
+		} else {
+			t[n].u.in4.sin_family = AF_INET;
+			t[n].u.in4.sin_port = htons((uint16_t)port);
+			t[n].len = sizeof(t[n].u.in4);
+			ok = inet_pton(AF_INET, addr, &t[n].u.in4.sin_addr) == 1;
+		}
+		if (!ok || port == 0 || port > 65535)
+			die(path, "bad line (want \"address port\", IPv4 or IPv6)");
 		n++;
 	}
 	fclose(f);
@@ -143,22 +161,29 @@ static void note_error(struct counters *c, int err)
 		c->other_errors++;
 }
 
-static int same_peer(const struct sockaddr_in *a, const struct sockaddr_in *b)
+static int same_peer(const struct sockaddr_storage *a, const struct target *b)
 {
-	return a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port;
+	if (a->ss_family != b->u.sa.sa_family)
+		return 0;
+	if (a->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *x = (const struct sockaddr_in6 *)a;
+		return !memcmp(&x->sin6_addr, &b->u.in6.sin6_addr, sizeof(x->sin6_addr)) && x->sin6_port == b->u.in6.sin6_port;
+	}
+	const struct sockaddr_in *x = (const struct sockaddr_in *)a;
+	return x->sin_addr.s_addr == b->u.in4.sin_addr.s_addr && x->sin_port == b->u.in4.sin_port;
 }
 
 /* One TCP connection; returns latency in ns, or 0 on failure (counted). */
 static uint64_t tcp_once(const struct target *t, const struct options *o, struct counters *c, int *waited)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = socket(t->u.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		die("socket(tcp)", strerror(errno));
 	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
 	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	uint64_t lat = 0;
 	uint64_t t0 = now_ns();
-	int rc = connect(fd, (const struct sockaddr *)&t->sa, sizeof(t->sa));
+	int rc = connect(fd, &t->u.sa, t->len);
 	if (rc < 0 && errno != EINPROGRESS) {
 		note_error(c, errno);
 		goto out;
@@ -193,9 +218,9 @@ static uint64_t tcp_once(const struct target *t, const struct options *o, struct
 	if (lat == 0)
 		lat = 1;
 	if (o->check_peer) {
-		struct sockaddr_in peer;
+		struct sockaddr_storage peer;
 		socklen_t len = sizeof(peer);
-		if (getpeername(fd, (struct sockaddr *)&peer, &len) == 0 && !same_peer(&peer, &t->sa))
+		if (getpeername(fd, (struct sockaddr *)&peer, &len) == 0 && !same_peer(&peer, t))
 			c->wrong_peer++;
 	}
 out:
@@ -206,14 +231,14 @@ out:
 /* One UDP request/reply on a fresh socket; latency in ns, or 0 on failure. */
 static uint64_t udp_once(const struct target *t, const struct options *o, struct counters *c)
 {
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int fd = socket(t->u.sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		die("socket(udp)", strerror(errno));
 	char req[16] = "connbench-ping!";
 	char buf[64];
 	uint64_t lat = 0;
 	uint64_t t0 = now_ns();
-	if (sendto(fd, req, sizeof(req), 0, (const struct sockaddr *)&t->sa, sizeof(t->sa)) < 0) {
+	if (sendto(fd, req, sizeof(req), 0, &t->u.sa, t->len) < 0) {
 		note_error(c, errno);
 		goto out;
 	}
@@ -223,7 +248,7 @@ static uint64_t udp_once(const struct target *t, const struct options *o, struct
 		note_error(c, ETIMEDOUT);
 		goto out;
 	}
-	struct sockaddr_in from;
+	struct sockaddr_storage from;
 	socklen_t flen = sizeof(from);
 	ssize_t n = recvfrom(fd, buf, sizeof(buf), 0, (struct sockaddr *)&from, &flen);
 	if (n < 0) {
@@ -233,7 +258,7 @@ static uint64_t udp_once(const struct target *t, const struct options *o, struct
 	lat = now_ns() - t0;
 	if (lat == 0)
 		lat = 1;
-	if (o->check_peer && !same_peer(&from, &t->sa))
+	if (o->check_peer && !same_peer(&from, t))
 		c->wrong_peer++;
 out:
 	close(fd);

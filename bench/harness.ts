@@ -7,7 +7,8 @@
 // Safety: nothing here touches the machine's own namespace, devices or root
 // cgroup. Veths are created inside the backend namespace with their peer moved
 // straight into the client namespace; no namespace has a default route, only
-// routes to 198.18.1.0/24 (backends) and 198.19.0.0/16 (VIPs) over its veth.
+// routes to 198.18.1.0/24 (backends) and 198.19.0.0/16 (VIPs) over its veth,
+// and their IPv6 twins (fd00:18:1::/64, fd00:19::/112; services.ts CIDRS).
 // Names carry a random suffix; destroy() removes everything, and is safe to
 // call twice or after a partial setup.
 import { ChildProcess, spawn } from 'node:child_process';
@@ -16,7 +17,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { run } from './exec';
-import { BACKEND_COUNT, BACKEND_PORT, backendAddress, BACKEND_CIDR, VIP_CIDR } from './services';
+import { BACKEND_COUNT, BACKEND_PORT, backendAddress, CIDRS, FAMILIES } from './services';
 
 export interface ClientNs {
   netns: string;
@@ -24,6 +25,9 @@ export interface ClientNs {
   address: string;
   /** The backend side's address on this link (the client's gateway). */
   gateway: string;
+  /** The same two on the link's IPv6 subnet (fd00:18::4k+1, +2 /126). */
+  address6: string;
+  gateway6: string;
   /** The backend-side veth (a "pod veth" seen from the host). */
   hostVeth: string;
   clientVeth: string;
@@ -87,6 +91,7 @@ export class Harness {
     const ns = this.backendNs;
     for (let i = 0; i < BACKEND_COUNT; i++) {
       await run(['ip', '-n', ns, 'addr', 'add', `${backendAddress(i)}/32`, 'dev', 'lo'], T);
+      await run(['ip', '-n', ns, 'addr', 'add', `${backendAddress(i, 6)}/128`, 'dev', 'lo'], T);
     }
     // Deep accept and SYN queues: the server must never be what we measure.
     await this.sysctl(ns, { 'net.core.somaxconn': '8192', 'net.ipv4.tcp_max_syn_backlog': '16384', 'net.ipv4.tcp_tw_reuse': '1' });
@@ -103,17 +108,25 @@ export class Harness {
     const clientVeth = `sbc${k}${this.suffix}`.slice(0, 15);
     const address = `198.18.0.${4 * k + 1}`;
     const gateway = `198.18.0.${4 * k + 2}`;
+    const address6 = `fd00:18::${(4 * k + 1).toString(16)}`;
+    const gateway6 = `fd00:18::${(4 * k + 2).toString(16)}`;
     await run(['ip', '-n', this.backendNs, 'link', 'add', hostVeth, 'type', 'veth', 'peer', 'name', clientVeth, 'netns', netns], T);
     await run(['ip', '-n', this.backendNs, 'addr', 'add', `${gateway}/30`, 'dev', hostVeth], T);
     await run(['ip', '-n', netns, 'addr', 'add', `${address}/30`, 'dev', clientVeth], T);
+    // nodad: the addresses are usable at once (no DAD wait, no tentative state).
+    await run(['ip', '-n', this.backendNs, 'addr', 'add', `${gateway6}/126`, 'dev', hostVeth, 'nodad'], T);
+    await run(['ip', '-n', netns, 'addr', 'add', `${address6}/126`, 'dev', clientVeth, 'nodad'], T);
     await run(['ip', '-n', this.backendNs, 'link', 'set', hostVeth, 'up'], T);
     await run(['ip', '-n', netns, 'link', 'set', clientVeth, 'up'], T);
-    await run(['ip', '-n', netns, 'route', 'add', BACKEND_CIDR, 'via', gateway], T);
-    await run(['ip', '-n', netns, 'route', 'add', VIP_CIDR, 'via', gateway], T);
+    for (const f of FAMILIES) {
+      const via = f === 6 ? gateway6 : gateway;
+      await run(['ip', '-n', netns, 'route', 'add', CIDRS[f].backends, 'via', via], T);
+      await run(['ip', '-n', netns, 'route', 'add', CIDRS[f].vips, 'via', via], T);
+    }
     // TIME_WAIT: the load generator closes with SO_LINGER 0 (RST), so no
     // TIME_WAIT socket is left on either side; tw_reuse covers the rest.
     await this.sysctl(netns, { 'net.ipv4.tcp_tw_reuse': '1', 'net.ipv4.ip_local_port_range': '10000 65000' });
-    const c = { netns, address, gateway, hostVeth, clientVeth };
+    const c = { netns, address, gateway, address6, gateway6, hostVeth, clientVeth };
     this.clients.push(c);
     return c;
   }

@@ -8,7 +8,7 @@
 // without --noflush: kube-proxy's --noflush partial syncs are quadratic in
 // iptables-nft-restore and are a programming-latency matter, not this one.
 import { createHash } from 'node:crypto';
-import { CLUSTER_CIDR, ServicePort } from './services';
+import { CIDRS, familyOf, hostPort, ServicePort } from './services';
 
 const MASQ_MARK = '0x4000';
 
@@ -66,8 +66,11 @@ const FILTER = `*filter
 COMMIT
 `;
 
-/** The complete filter + nat tables for iptables-restore (no --noflush). */
+/** The complete filter + nat tables for iptables-restore (no --noflush);
+ *  IPv6 ports: the same tables for ip6tables-restore, as kube-proxy writes
+ *  them per family (endpoints as [address]:port). */
 export function iptablesRestoreInput(ports: ServicePort[]): string {
+  const clusterCidr = CIDRS[familyOf(ports)].cluster;
   const chains: string[] = [
     '*nat',
     ':PREROUTING ACCEPT [0:0]',
@@ -93,10 +96,10 @@ export function iptablesRestoreInput(ports: ServicePort[]): string {
     const match = `-m ${sp.proto} -p ${sp.proto} -d ${sp.vip} --dport ${sp.port}`;
     chains.push(`:${svc} - [0:0]`);
     rules.push(`-A KUBE-SERVICES -m comment --comment "${sp.name} cluster IP" ${match} -j ${svc}`);
-    rules.push(`-A ${svc} -m comment --comment "${sp.name} cluster IP" ${match} ! -s ${CLUSTER_CIDR} -j KUBE-MARK-MASQ`);
+    rules.push(`-A ${svc} -m comment --comment "${sp.name} cluster IP" ${match} ! -s ${clusterCidr} -j KUBE-MARK-MASQ`);
     const n = sp.endpoints.length;
     sp.endpoints.forEach((ep, i) => {
-      const epStr = `${ep.address}:${ep.port}`;
+      const epStr = hostPort(ep.address, ep.port);
       const sep = sepChain(sp, epStr);
       chains.push(`:${sep} - [0:0]`);
       const stat = i < n - 1 ? ` -m statistic --mode random --probability ${(1 / (n - i)).toFixed(10)}` : '';

@@ -14,12 +14,12 @@ import { killRunning } from './exec';
 import { Harness } from './harness';
 import { describeMachine } from './machine';
 import { backendTargets, DirectMode, LoadOutcome, makeBaselineModes, Mode, serviceTargets, Target } from './modes';
-import { writeReport, BenchReport, ScaleResult, SeriesResult } from './report';
+import { loadKey, writeReport, BenchReport, ScaleResult, SeriesResult } from './report';
 import { SluiceSockMode, SluiceTcMode } from './sluice';
 import { median, RoundResult, summarize } from './stats';
 import { runRound } from './rounds';
 import * as abi from '../src/abi/generated';
-import { makeServicePorts, Proto, targetLines } from './services';
+import { Family, FAMILIES, makeServicePorts, Proto, ServicePort, targetLines } from './services';
 import { measureControlPlane } from './controlplane';
 import { measureNodePort } from './nodeport';
 import { measureRuleUpdates } from './ruleupdates';
@@ -53,10 +53,10 @@ const ROOT = path.resolve(__dirname, '..', '..');
 
 function plan(quick: boolean): Plan {
   return quick
-    ? { quick, scales: [1, 1000], rounds: 7, perRound: 3000, warmup: 100, roundMaxMs: 4000, taxScale: 1000, cpuScale: 1000, totalBudgetMs: 110_000, loadBudgetMs: 30_000, reservePerScaleMs: 25_000,
+    ? { quick, scales: [1, 1000], rounds: 7, perRound: 3000, warmup: 100, roundMaxMs: 4000, taxScale: 1000, cpuScale: 1000, totalBudgetMs: 300_000, loadBudgetMs: 30_000, reservePerScaleMs: 25_000,
       cp: { services: 1000, changes: 30, settleMs: 1000, budgetMs: 20_000 }, rules: { changes: 5, fullChanges: 0, writeTimeoutMs: 10_000, budgetMs: 20_000 },
       nodePort: { services: 1000, rounds: 2, roundMs: 1500, budgetMs: 90_000 }, upstream: { services: 0, changes: 0 } }
-    : { quick, scales: [1, 1000, 10000, 100000], rounds: 9, perRound: 5000, warmup: 200, roundMaxMs: 6000, taxScale: 10000, cpuScale: 10000, totalBudgetMs: 840_000, loadBudgetMs: 150_000, reservePerScaleMs: 60_000,
+    : { quick, scales: [1, 1000, 10000, 100000], rounds: 9, perRound: 5000, warmup: 200, roundMaxMs: 6000, taxScale: 10000, cpuScale: 10000, totalBudgetMs: 900_000, loadBudgetMs: 150_000, reservePerScaleMs: 60_000,
       cp: { services: 10000, changes: 100, settleMs: 3000, budgetMs: 60_000 }, rules: { changes: 8, fullChanges: 0, writeTimeoutMs: 30_000, budgetMs: 120_000 },
       nodePort: { services: 10000, rounds: 5, roundMs: 2000, budgetMs: 360_000 },
       // 3 000 Services keeps the full run near 20 min on 2 CPUs (object creation alone
@@ -70,10 +70,11 @@ function log(msg: string): void {
   process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
 }
 
-/** One series = one mode sending one kind of traffic (Service VIPs or not). */
+/** One series = one mode sending one kind of traffic (Service VIPs or not) of one address family. */
 interface Series {
   mode: Mode;
   kind: 'service' | 'non-service';
+  family: Family;
   targetFile: Record<Proto, string>;
   rounds: Record<Proto, RoundResult[]>;
   /** The direct round run right next to each round (docs/bench.md). */
@@ -144,56 +145,66 @@ async function main(): Promise<void> {
         report.notes.push(`${sock.label}: not available: ${sock.unavailable}`);
       }
     }
-    const directTargets = { tcp: writeTargets(tmp, 'backends-tcp', backendTargets()), udp: writeTargets(tmp, 'backends-udp', backendTargets()) };
+    // Per family (issue 14): the same cluster over IPv4 and over IPv6 (bench/services.ts).
+    const byFamily = <T>(f: (family: Family) => T) => ({ 4: f(4), 6: f(6) }) as Record<Family, T>;
+    const directTargets = byFamily((f) => ({
+      tcp: writeTargets(tmp, `backends${f}-tcp`, backendTargets(f)), udp: writeTargets(tmp, `backends${f}-udp`, backendTargets(f)),
+    }));
     const loadRate = new Map<string, number>(); // ms per service port, from the last successful load
 
     for (const scale of p.scales) {
-      const ports = makeServicePorts(scale, PROTOS);
+      const portsOf = byFamily((f) => makeServicePorts(scale, PROTOS, f));
+      const ports = portsOf[4];
       const sr: ScaleResult = { services: scale, servicePorts: ports.length, loads: {}, series: [], facts: {} };
       report.scales.push(sr);
-      const vipTargets = {
-        tcp: writeTargets(tmp, `vips-${scale}-tcp`, serviceTargets(ports, 'tcp')),
-        udp: writeTargets(tmp, `vips-${scale}-udp`, serviceTargets(ports, 'udp')),
-      };
-      // Load every mode, each within its budget.
+      const vipTargets = byFamily((f) => ({
+        tcp: writeTargets(tmp, `vips${f}-${scale}-tcp`, serviceTargets(portsOf[f], 'tcp')),
+        udp: writeTargets(tmp, `vips${f}-${scale}-udp`, serviceTargets(portsOf[f], 'udp')),
+      }));
+      // Load every mode, each within its budget, IPv4 then IPv6.
       const loaded: Mode[] = [direct];
-      for (const m of modes) {
-        if (m === direct) continue;
+      const loadedOf = byFamily<Mode[]>(() => [direct]);
+      for (const [m, family] of FAMILIES.flatMap((f) => modes.filter((x) => x !== direct && x.families.includes(f)).map((x) => [x, f] as [Mode, Family]))) {
+        const key = loadKey(m.id, family);
+        const fports: ServicePort[] = portsOf[family];
         let outcome: LoadOutcome;
         const remaining = deadline - Date.now() - p.reservePerScaleMs * (p.scales.length - p.scales.indexOf(scale));
         const budget = Math.min(p.loadBudgetMs, Math.max(0, remaining));
-        const rate = loadRate.get(m.id);
+        const rate = loadRate.get(key);
         if (m.unavailable) {
           outcome = { loaded: false, ms: 0, reason: `not available: ${m.unavailable}` };
-        } else if (rate !== undefined && rate * ports.length > budget && m.id !== sock.id) {
+        } else if (rate !== undefined && rate * fports.length > budget && m.id !== sock.id) {
           outcome = {
             loaded: false, ms: 0,
-            reason: `not loadable within the budget (${Math.round(budget / 1000)} s): the last scale loaded at ${rate.toFixed(2)} ms per service port, ${ports.length} ports need >= ${Math.round((rate * ports.length) / 1000)} s`,
+            reason: `not loadable within the budget (${Math.round(budget / 1000)} s): the last scale loaded at ${rate.toFixed(2)} ms per service port, ${fports.length} ports need >= ${Math.round((rate * fports.length) / 1000)} s`,
           };
         } else if (budget < 5000) {
           outcome = { loaded: false, ms: 0, reason: `skipped: the run's ${Math.round(p.totalBudgetMs / 1000)} s budget is spent` };
         } else {
-          log(`scale ${scale}: loading ${m.label} (${ports.length} service ports, budget ${Math.round(budget / 1000)} s)`);
+          log(`scale ${scale}: loading ${m.label}, IPv${family} (${fports.length} service ports, budget ${Math.round(budget / 1000)} s)`);
           try {
-            outcome = await m.load(ports, budget);
+            outcome = await m.load(fports, budget);
           } catch (e) {
             outcome = { loaded: false, ms: 0, reason: `load failed: ${(e as Error).message}` };
           }
-          log(`scale ${scale}: ${m.label}: ${outcome.loaded ? `loaded in ${(outcome.ms / 1000).toFixed(1)} s` : outcome.reason}`);
+          log(`scale ${scale}: ${m.label}, IPv${family}: ${outcome.loaded ? `loaded in ${(outcome.ms / 1000).toFixed(1)} s` : outcome.reason}`);
         }
-        if (outcome.loaded && ports.length >= 100) loadRate.set(m.id, outcome.ms / ports.length);
-        sr.loads[m.id] = outcome;
-        if (outcome.loaded) loaded.push(m);
+        if (outcome.loaded && fports.length >= 100) loadRate.set(key, outcome.ms / fports.length);
+        sr.loads[key] = outcome;
+        if (outcome.loaded) {
+          loadedOf[family].push(m);
+          if (!loaded.includes(m)) loaded.push(m);
+        }
       }
       if (sock.facts && loaded.includes(sock)) sr.facts[sock.id] = await sock.facts();
 
       // The series of this scale, then interleaved rounds A B C ... C B A ...
-      const series: Series[] = loaded.map((m) => ({
-        mode: m, kind: 'service', targetFile: m.usesVips ? vipTargets : directTargets, rounds: { tcp: [], udp: [] }, baseline: { tcp: [], udp: [] },
-      }));
+      const series: Series[] = FAMILIES.flatMap((f) => loadedOf[f].map((m): Series => ({
+        mode: m, kind: 'service', family: f, targetFile: m.usesVips ? vipTargets[f] : directTargets[f], rounds: { tcp: [], udp: [] }, baseline: { tcp: [], udp: [] },
+      })));
       if (scale === p.taxScale) {
-        for (const m of loaded) {
-          if (m !== direct) series.push({ mode: m, kind: 'non-service', targetFile: directTargets, rounds: { tcp: [], udp: [] }, baseline: { tcp: [], udp: [] } });
+        for (const m of loadedOf[4]) {
+          if (m !== direct) series.push({ mode: m, kind: 'non-service', family: 4, targetFile: directTargets[4], rounds: { tcp: [], udp: [] }, baseline: { tcp: [], udp: [] } });
         }
       }
       log(`scale ${scale}: ${p.rounds} rounds over ${series.length} series x ${PROTOS.length} protocols`);
@@ -202,7 +213,7 @@ async function main(): Promise<void> {
       if (loaded.includes(sock) && sock.cgroup) progs.set(sock, await ProgStats.cgroupPrograms(sock.cgroup));
       if (loaded.includes(tc) && tc.bpffs) progs.set(tc, ProgStats.linkPrograms(tc.bpffs, /^pod-/));
       const progSeries = (s: Series, proto: Proto) =>
-        `${s.kind === 'non-service' ? 'non-Service traffic, ' : ''}${s.mode === sock ? 'socket LB' : 'per-packet (pod veth)'}, ${scale} Services, ${proto.toUpperCase()}`;
+        `${s.kind === 'non-service' ? 'non-Service traffic, ' : ''}${s.mode === sock ? 'socket LB' : 'per-packet (pod veth)'}${s.family === 6 ? ' (IPv6)' : ''}, ${scale} Services, ${proto.toUpperCase()}`;
       for (let r = 0; r < p.rounds; r++) {
         if (Date.now() > deadline - 30_000) {
           report.notes.push(`scale ${scale}: stopped after ${r} rounds: the run's time budget is spent`);
@@ -214,52 +225,56 @@ async function main(): Promise<void> {
         // round). The machine's state (other load, CPU placement, caches)
         // changes within seconds on a shared machine, and a direct round
         // several series away measured another state (docs/bench.md).
-        const others = series.filter((s) => s.mode !== direct);
-        const directSeries = series.find((s) => s.mode === direct)!;
-        const order = r % 2 === 0 ? others : [...others].reverse();
         const seed = 1000 * scale + 17 * r + 1;
         for (const proto of PROTOS) {
-          const directRound = async () => {
-            const d = await runRound(direct, proto, directTargets[proto], p, seed, h.serverPid);
-            directSeries.rounds[proto].push(d);
-            return d;
-          };
-          const measured = (s: Series) => {
-            const round = () => runRound(s.mode, proto, s.targetFile[proto], p, seed, h.serverPid);
-            const sp = progs.get(s.mode);
-            return sp ? progStats.measure(progSeries(s, proto), sp, round, scale) : round();
-          };
-          for (let i = 0; i < order.length; i += 2) {
-            const a = order[i]!;
-            const b = order[i + 1];
-            let d: RoundResult;
-            if (b || r % 2 === 1) {
-              a.rounds[proto].push(await measured(a));
-              d = await directRound();
-            } else {
-              d = await directRound();
-              a.rounds[proto].push(await measured(a));
+          // Per family: each family's series are paired with that family's direct rounds.
+          for (const f of FAMILIES) {
+            const directSeries = series.find((s) => s.mode === direct && s.family === f);
+            if (!directSeries) continue;
+            const others = series.filter((s) => s.mode !== direct && s.family === f);
+            const order = r % 2 === 0 ? others : [...others].reverse();
+            const directRound = async () => {
+              const d = await runRound(direct, proto, directSeries.targetFile[proto], p, seed, h.serverPid);
+              directSeries.rounds[proto].push(d);
+              return d;
+            };
+            const measured = (s: Series) => {
+              const round = () => runRound(s.mode, proto, s.targetFile[proto], p, seed, h.serverPid);
+              const sp = progs.get(s.mode);
+              return sp ? progStats.measure(progSeries(s, proto), sp, round, scale) : round();
+            };
+            for (let i = 0; i < order.length; i += 2) {
+              const a = order[i]!;
+              const b = order[i + 1];
+              let d: RoundResult;
+              if (b || r % 2 === 1) {
+                a.rounds[proto].push(await measured(a));
+                d = await directRound();
+              } else {
+                d = await directRound();
+                a.rounds[proto].push(await measured(a));
+              }
+              a.baseline[proto].push(d);
+              if (b) {
+                b.rounds[proto].push(await measured(b));
+                b.baseline[proto].push(d);
+              }
             }
-            a.baseline[proto].push(d);
-            if (b) {
-              b.rounds[proto].push(await measured(b));
-              b.baseline[proto].push(d);
-            }
+            if (others.length === 0) await directRound();
           }
-          if (others.length === 0) await directRound();
         }
       }
       for (const s of series) {
         for (const proto of PROTOS) {
           const res: SeriesResult = {
-            mode: s.mode.id, label: s.mode.label, kind: s.kind, proto, summary: summarize(s.rounds[proto]), rounds: s.rounds[proto],
+            mode: s.mode.id, label: s.mode.label, kind: s.kind, family: s.family, proto, summary: summarize(s.rounds[proto]), rounds: s.rounds[proto],
             ...(s.mode === direct ? {} : { baseline: s.baseline[proto] }),
           };
           sr.series.push(res);
         }
       }
       // h-maglev: connect per algorithm at the tax scale, socket LB against direct.
-      if (scale === p.taxScale && loaded.includes(sock) && sock.bpffs) {
+      if (scale === p.taxScale && loadedOf[4].includes(sock) && sock.bpffs) {
         const t0 = Date.now();
         const alg: AlgorithmBenchResult = (report.algorithms ??= { connect: [], addedS: 0, notes: [] });
         alg.connectServices = scale;
@@ -270,7 +285,7 @@ async function main(): Promise<void> {
             const pairs: Array<[RoundResult, RoundResult]> = [];
             for (let r = 0; r < rounds; r++) {
               // Back to back, the order alternating (A B, B A, ...).
-              const one = (m: Mode) => runRound(m, 'tcp', m === direct ? directTargets.tcp : vipTargets.tcp, p, 7000 + r, h.serverPid);
+              const one = (m: Mode) => runRound(m, 'tcp', m === direct ? directTargets[4].tcp : vipTargets[4].tcp, p, 7000 + r, h.serverPid);
               if (r % 2 === 0) {
                 const d = await one(direct);
                 pairs.push([d, await one(sock)]);
@@ -298,12 +313,12 @@ async function main(): Promise<void> {
       }
       // One endpoint change with kube-proxy's writers, while the baselines are loaded.
       if (scale === p.taxScale) {
-        const ns = (m: Mode) => (loaded.includes(m) ? m.client.netns : undefined);
+        const ns = (m: Mode) => (loadedOf[4].includes(m) ? m.client.netns : undefined);
         const budgetMs = Math.min(p.rules.budgetMs, Math.max(10_000, deadline - Date.now() - p.reservePerScaleMs * (p.scales.length - 1 - p.scales.indexOf(scale))));
         report.ruleUpdates = await measureRuleUpdates({
           ports, netns: { legacy: ns(legacy), nft: ns(nftBackend), nftables: ns(nftables) },
           changes: p.rules.changes, fullChanges: p.rules.fullChanges, writeTimeoutMs: p.rules.writeTimeoutMs, budgetMs, log,
-          initialLoadMs: Object.fromEntries(['iptables-legacy', 'iptables-nft', 'nftables'].filter((id) => sr.loads[id]?.loaded).map((id) => [id, sr.loads[id]!.ms])),
+          initialLoadMs: Object.fromEntries(['iptables-legacy', 'iptables-nft', 'nftables'].filter((id) => sr.loads[id]?.loaded).map((id) => [id, sr.loads[id]!.ms])), // IPv4 loads
         });
       }
       // Unload the baselines now: their rules would only slow the next load.

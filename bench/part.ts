@@ -8,6 +8,7 @@
 //   node dist/bench/part.js statememory [--services N]   (no root needed)
 //   node dist/bench/part.js lc [--services N] [--rounds N] [--per-round N]   (least-connection connect ratio)
 //   node dist/bench/part.js maglev [--services N]        (Maglev table build time and memory)
+//   node dist/bench/part.js clusterip [--services N] [--family 4|6] [--per-round N]   (one ClusterIP round per mode and protocol)
 //
 // Prints the part's result as JSON. Needs root; cleans up like main.ts.
 import * as path from 'node:path';
@@ -18,8 +19,12 @@ import { measureNodePort } from './nodeport';
 import { measureUpstream } from './upstream';
 import { upstreamMarkdown, upstreamTargets } from './report';
 import { measureRuleUpdates } from './ruleupdates';
-import { makeBaselineModes } from './modes';
-import { makeServicePorts } from './services';
+import { backendTargets, DirectMode, makeBaselineModes, serviceTargets } from './modes';
+import { Family, makeServicePorts, targetLines } from './services';
+import { SluiceSockMode } from './sluice';
+import { runRound } from './rounds';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
 import { measureStateMemory } from './statememory';
 import { measureLcConnect } from './lcconnect';
 import { measureMaglevBuild } from './algorithms';
@@ -78,6 +83,29 @@ async function main(): Promise<void> {
         ports, netns: { legacy: modes[0]!.client.netns, nft: modes[1]!.client.netns, nftables: modes[2]!.client.netns },
         changes: flag('changes', 20), fullChanges: flag('full-changes', 2), writeTimeoutMs: 30_000, budgetMs: flag('budget-s', 120) * 1000, log,
       });
+    } else if (part === 'clusterip') {
+      // The data-path half of main.ts at one scale, one family, one round each (a smoke of the rows).
+      await h.setup();
+      const family = flag('family', 4) as Family;
+      const modes = [new DirectMode(await h.addClient('direct')), ...makeBaselineModes({ legacy: await h.addClient('ipt-legacy'), nft: await h.addClient('ipt-nft'), nftables: await h.addClient('nft') }),
+        new SluiceSockMode(await h.addClient('sl-sock'), (t) => h.makeCgroup(t), (t) => h.makeBpffsDir(t), ROOT)];
+      const ports = makeServicePorts(flag('services', 100), ['tcp', 'udp'], family);
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-part-'));
+      const rows: unknown[] = [];
+      try {
+        for (const m of modes) {
+          const out = await m.load(ports, 120_000);
+          for (const proto of ['tcp', 'udp'] as const) {
+            const file = path.join(dir, `${m.id}-${proto}.txt`);
+            fs.writeFileSync(file, targetLines(m.usesVips ? serviceTargets(ports, proto) : backendTargets(family)));
+            const r = await runRound(m, proto, file, { perRound: flag('per-round', 500), warmup: 20, roundMaxMs: 4000 }, 1, h.serverPid);
+            rows.push({ mode: m.id, family, proto, loadMs: out.ms, ok: r.ok, attempted: r.attempted, wrong_peer: r.wrong_peer, last_errno: r.last_errno, p50_us: r.p50_us });
+          }
+        }
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+      result = rows;
     } else if (part === 'lc') {
       result = await measureLcConnect({ h, root: ROOT, services: flag('services', 10000), rounds: flag('rounds', 7), perRound: flag('per-round', 3000), log });
     } else {

@@ -41,6 +41,11 @@ export const PROGRAM_TARGETS: Array<{ program: string; maxNs: number; what: stri
   { program: 'sluice_sendmsg4', maxNs: 200, what: 'sendmsg4 (socket LB, unconnected UDP)', series: /^socket LB/ },
   { program: 'sluice_recvmsg4', maxNs: 100, what: 'recvmsg4 (socket LB, unconnected UDP)', series: /^socket LB/ },
   { program: 'sluice_getpeer4', maxNs: 100, what: 'getpeername4 (socket LB)', series: /^socket LB/ },
+  // Issue 14: the IPv6 hooks under the IPv6 rows' traffic, held to their IPv4 twins' limits.
+  { program: 'sluice_connect6', maxNs: 150, what: 'connect6 (socket LB, IPv6)', series: /^socket LB \(IPv6\)/ },
+  { program: 'sluice_sendmsg6', maxNs: 200, what: 'sendmsg6 (socket LB, IPv6, unconnected UDP)', series: /^socket LB \(IPv6\)/ },
+  { program: 'sluice_recvmsg6', maxNs: 100, what: 'recvmsg6 (socket LB, IPv6, unconnected UDP)', series: /^socket LB \(IPv6\)/ },
+  { program: 'sluice_getpeer6', maxNs: 100, what: 'getpeername6 (socket LB, IPv6)', series: /^socket LB \(IPv6\)/ },
   { program: 'sluice_tc_ingre', maxNs: 300, what: 'TC ingress of a known flow (NodePort, UDP flows)', series: /^NodePort .*UDP/ },
   { program: 'sluice_pod_ingr', maxNs: 400, what: 'pod ingress (pod veth, per packet)', series: /^per-packet/ },
 ];

@@ -5,6 +5,7 @@ import { algorithmMarkdown, algorithmTargets, type AlgorithmBenchResult } from '
 import * as path from 'node:path';
 import type { MachineInfo } from './machine';
 import type { LoadOutcome } from './modes';
+import type { Family } from './services';
 import { median, RoundResult, Summary, summarize } from './stats';
 import { controlPlaneMarkdown, controlPlaneTargets } from './report-controlplane';
 import type { UpstreamResult } from './upstream';
@@ -17,6 +18,8 @@ export interface SeriesResult {
   mode: string;
   label: string;
   kind: 'service' | 'non-service';
+  /** Address family of the traffic (absent in results from before issue 14: IPv4). */
+  family?: Family;
   proto: 'tcp' | 'udp';
   summary: Summary;
   rounds: RoundResult[];
@@ -76,12 +79,17 @@ const f1 = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : '–');
 const f2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : '–');
 const f3 = (x: number) => (Number.isFinite(x) ? x.toFixed(3) : '–');
 
-function find(sr: ScaleResult, mode: string, proto: string, kind: 'service' | 'non-service' = 'service'): SeriesResult | undefined {
-  return sr.series.find((s) => s.mode === mode && s.proto === proto && s.kind === kind);
+function find(sr: ScaleResult, mode: string, proto: string, kind: 'service' | 'non-service' = 'service', family: Family = 4): SeriesResult | undefined {
+  return sr.series.find((s) => s.mode === mode && s.proto === proto && s.kind === kind && (s.family ?? 4) === family);
 }
 
-function directOf(sr: ScaleResult, proto: string): Summary | undefined {
-  return find(sr, 'direct', proto)?.summary;
+function directOf(sr: ScaleResult, proto: string, family: Family = 4): Summary | undefined {
+  return find(sr, 'direct', proto, 'service', family)?.summary;
+}
+
+/** ScaleResult.loads key of a mode's load of one family: the mode id for IPv4 (as before issue 14), id@ipv6 for IPv6. */
+export function loadKey(mode: string, family: Family): string {
+  return family === 4 ? mode : `${mode}@ipv6`;
 }
 
 /**
@@ -93,7 +101,7 @@ function directOf(sr: ScaleResult, proto: string): Summary | undefined {
  */
 export function pairedRatio(sr: ScaleResult, s: SeriesResult | undefined, key: 'p50_us' | 'p99_us'): number {
   if (s?.mode === 'direct') return 1;
-  const base = s?.baseline ?? (s && find(sr, 'direct', s.proto)?.rounds);
+  const base = s?.baseline ?? (s && find(sr, 'direct', s.proto, 'service', s.family ?? 4)?.rounds);
   if (!s || !base) return NaN;
   if (s.rounds.length !== base.length || s.rounds.length === 0) return s.summary[key] / summarize(base)[key];
   return median(s.rounds.map((r, i) => r[key] / base[i]![key]));
@@ -107,19 +115,30 @@ const CONNECT_TARGETS: Record<string, { p50: number; p99: number }> = {
   'sluice-tc': { p50: 1.15, p99: Infinity },
 };
 
+/** The families each Sluice mode's connect target is judged in (issue 14: the socket LB over IPv6 too, same targets). */
+const CONNECT_FAMILIES: Record<string, Family[]> = { 'sluice-sock': [4, 6], 'sluice-tc': [4] };
+
+/** Whether a report measured IPv6 at all (results from before issue 14 did not). */
+function hasIpv6(rep: BenchReport): boolean {
+  return rep.scales.some((sr) => sr.series.some((s) => s.family === 6));
+}
+
 export function evaluateTargets(rep: BenchReport): TargetResult[] {
   const out: TargetResult[] = [];
   const largest = Math.max(...rep.scales.map((s) => s.services));
-  for (const mode of SLUICE_MODES) {
+  // IPv4: TCP, as since issue 6; IPv6 (issue 14): TCP and UDP, against the same limits.
+  const judged = SLUICE_MODES.flatMap((m) => CONNECT_FAMILIES[m]!.filter((f) => f === 4 || hasIpv6(rep))
+    .flatMap((f) => (f === 6 ? (['tcp', 'udp'] as const) : (['tcp'] as const)).map((proto) => [m, f, proto] as const)));
+  for (const [mode, family, proto] of judged) {
     const parts: string[] = [];
     let fail = false;
     let measured = 0;
     for (const sr of rep.scales) {
-      const d = directOf(sr, 'tcp');
-      const series = find(sr, mode, 'tcp');
+      const d = directOf(sr, proto, family);
+      const series = find(sr, mode, proto, 'service', family);
       const s = series?.summary;
       if (!d || !s) {
-        parts.push(`${sr.services}: not measured (${sr.loads[mode]?.reason ?? 'no data'})`);
+        parts.push(`${sr.services}: not measured (${sr.loads[loadKey(mode, family)]?.reason ?? 'no data'})`);
         continue;
       }
       measured++;
@@ -131,7 +150,7 @@ export function evaluateTargets(rep: BenchReport): TargetResult[] {
     }
     const all = measured === rep.scales.length;
     out.push({
-      target: `${LABELS[mode]}: ClusterIP TCP connect p50 <= ${CONNECT_TARGETS[mode]!.p50}x${Number.isFinite(CONNECT_TARGETS[mode]!.p99) ? ` and p99 <= ${CONNECT_TARGETS[mode]!.p99}x` : ''} direct at every scale (up to ${largest})`,
+      target: `${LABELS[mode]}: ${family === 6 ? 'IPv6 ' : ''}ClusterIP ${proto === 'tcp' ? 'TCP connect' : 'UDP request/reply'} p50 <= ${CONNECT_TARGETS[mode]!.p50}x${Number.isFinite(CONNECT_TARGETS[mode]!.p99) ? ` and p99 <= ${CONNECT_TARGETS[mode]!.p99}x` : ''} direct at every scale (up to ${largest})`,
       verdict: measured === 0 ? 'n/a' : fail || !all ? 'FAIL' : 'PASS',
       detail: parts.join('; ') + (measured > 0 && !all ? ' (not every scale measured)' : ''),
     });
@@ -213,6 +232,7 @@ export function programTargets(rep: BenchReport): TargetResult[] {
 /** Short column names of the programs the bench times. */
 const PROGRAM_COLUMNS: Array<[string, string]> = [
   ['sluice_connect4', 'connect4'], ['sluice_getpeer4', 'getpeername4'], ['sluice_sendmsg4', 'sendmsg4'], ['sluice_recvmsg4', 'recvmsg4'],
+  ['sluice_connect6', 'connect6'], ['sluice_getpeer6', 'getpeername6'], ['sluice_sendmsg6', 'sendmsg6'], ['sluice_recvmsg6', 'recvmsg6'],
   ['sluice_release4', 'sock_release'], ['sluice_pod_ingr', 'pod ingress'], ['sluice_pod_egre', 'pod egress'], ['sluice_tc_ingre', 'tc ingress'], ['sluice_tc_egres', 'tc egress'],
 ];
 
@@ -227,7 +247,7 @@ function programMarkdown(rep: BenchReport): string[] {
     const mode = series.startsWith('socket LB') ? 'sluice-sock' : series.startsWith('per-packet') ? 'sluice-tc' : undefined;
     if (!sr || !mode) return '';
     const proto = series.endsWith('UDP') ? 'udp' : 'tcp';
-    return f3(pairedRatio(sr, find(sr, mode, proto), 'p50_us'));
+    return f3(pairedRatio(sr, find(sr, mode, proto, 'service', series.includes('(IPv6)') ? 6 : 4), 'p50_us'));
   };
   lines.push(`| traffic | p50 ratio to direct | ${cols.map(([, c]) => c).join(' | ')} |`);
   lines.push(`|---|---:|${cols.map(() => '---:').join('|')}|`);
@@ -255,17 +275,19 @@ export function markdown(rep: BenchReport): string {
   lines.push('');
   lines.push('New-connection latency to a ClusterIP, a random Service per connection, 10 endpoints each; p50, p99 and rate are medians over interleaved rounds. TCP: connect() to established. UDP: request/reply on a fresh socket. Ratios are against direct connections to the backends with no rules, paired by round (median of per-round ratios). CPU: user+system ms of the client and server processes per 1000 connections.');
   lines.push('');
-  for (const proto of ['tcp', 'udp'] as const) {
-    lines.push(`## ${proto === 'tcp' ? 'TCP connect' : 'UDP request/reply'}`);
+  const families: Family[] = hasIpv6(rep) ? [4, 6] : [4];
+  for (const [family, proto] of families.flatMap((f) => (['tcp', 'udp'] as const).map((pr) => [f, pr] as const))) {
+    lines.push(`## ${proto === 'tcp' ? 'TCP connect' : 'UDP request/reply'}${family === 6 ? ', IPv6 (ip6tables, nftables ip6, socket LB connect6/sendmsg6)' : ''}`);
     lines.push('');
     lines.push('| Services | mode | load s | p50 µs | p99 µs | conn/s | p50 ratio | p99 ratio | CPU ms/1000 | failed |');
     lines.push('|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|');
     for (const sr of rep.scales) {
       for (const mode of MODE_ORDER) {
-        const series = find(sr, mode, proto);
+        const series = find(sr, mode, proto, 'service', family);
         const s = series?.summary;
-        const load = sr.loads[mode];
+        const load = sr.loads[loadKey(mode, family)];
         if (!s) {
+          if (family === 6 && !load && mode !== 'direct') continue; // not an IPv6 mode (the pod-veth path)
           lines.push(`| ${sr.services} | ${LABELS[mode]} | | | | | | | | ${load?.reason ?? 'not measured'} |`);
           continue;
         }

@@ -17,11 +17,13 @@ import * as path from 'node:path';
 import { run } from './exec';
 import type { ClientNs } from './harness';
 import type { LoadOutcome, Mode } from './modes';
-import { backends, ServicePort } from './services';
+import { backends, Family, familyOf, hostPort, ServicePort } from './services';
 
 /** sluiceload's default service entries (masters); SLUICE_MAX_RANGE4 in native/sluice_abi.h. */
 const DEFAULT_SERVICE_ENTRIES = 262144;
 const DEFAULT_RANGE_ENTRIES = 524288;
+/** SLUICE_MAX_SERVICE_ENTRIES: the IPv6 map's masters + slots (11 entries per service port here). */
+const DEFAULT_SERVICE6_ENTRIES = 524288;
 
 /**
  * The one setup path of both Sluice modes: sock_lb's maps attached by
@@ -72,6 +74,7 @@ class SizedMaps {
     await run([
       this.loader, 'attach', '--obj', path.join(this.root, 'build', 'sock_lb.bpf.o'), '--bpffs', bpffs, '--cgroup', cgroup,
       '--service-entries', String(entries), '--ranges', String(ranges), '--backends', '131072', '--revnat', String(Math.max(65536, servicePorts)),
+      '--service6-entries', String(Math.max(DEFAULT_SERVICE6_ENTRIES, Math.ceil(servicePorts * 11 * 1.05))),
     ], { timeoutMs: 30000 });
     const previous = this.bpffs;
     this.cgroup = cgroup;
@@ -80,14 +83,14 @@ class SizedMaps {
     return { fresh: true, previous };
   }
 
-  /** The Services with the bench's ten backends each, in the agent's make-before-break order. */
+  /** The Services (of one family) with the bench's ten backends each, in the agent's make-before-break order. */
   async fill(ports: ServicePort[], budgetMs: number): Promise<LoadOutcome> {
     if (!this.bpffs) throw new Error(`${this.tag}: no bpffs directory after attach`);
     const file = path.join(os.tmpdir(), `sluice-bench-${this.tag}-${process.pid}.txt`);
     fs.writeFileSync(file, ports.map((p) => `${p.vip} ${p.port} ${p.proto}`).join('\n') + '\n');
     const t0 = Date.now();
     try {
-      const be = backends().map((b) => `${b.address}:${b.port}`).join(',');
+      const be = backends(familyOf(ports)).map((b) => hostPort(b.address, b.port)).join(',');
       const r = await run([this.loader, 'fill', '--bpffs', this.bpffs, '--services', file, '--backends', be, '--algorithm', String(this.algorithm)], { timeoutMs: budgetMs, allowFailure: true });
       if (r.timedOut) return { loaded: false, ms: Date.now() - t0, reason: `not loadable within the budget (${Math.round(budgetMs / 1000)} s)` };
       if (r.code !== 0) return { loaded: false, ms: Date.now() - t0, reason: `sluiceload fill failed: ${r.stderr.trim()}` };
@@ -102,6 +105,7 @@ export class SluiceSockMode implements Mode {
   readonly id: string = 'sluice-sock';
   readonly label: string = 'Sluice socket LB';
   readonly usesVips = true;
+  readonly families: readonly Family[] = [4, 6];
   unavailable?: string;
   private readonly maps: SizedMaps;
 
@@ -187,6 +191,8 @@ export class SluiceTcMode implements Mode {
   readonly id = 'sluice-tc';
   readonly label = 'Sluice per-packet (pod veth TC)';
   readonly usesVips = true;
+  /** IPv4 only here: the pod-veth IPv6 path is issue 14 item 4's own work. */
+  readonly families: readonly Family[] = [4];
   unavailable?: string;
   private readonly maps: SizedMaps;
 

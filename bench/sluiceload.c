@@ -21,6 +21,14 @@
  * frontend's range of backend ids (contiguous, from index 0) and then the
  * master entries (range start + count), with BPF_MAP_UPDATE_BATCH.
  * Same entries, same semantics as src/datapath/programmer.ts.
+ *
+ * IPv6 (issue 14): a FILE of IPv6 VIPs ("fd00:19::1 80 tcp") with IPv6
+ * backends ("[fd00:18:1::1]:8080,...") fills the IPv6 maps instead, in their
+ * slot layout (backends, rev-NAT, slots 1..n, then the slot-0 masters). Its
+ * backend and rev-NAT ids start at LOAD6_ID_BASE, so both families filled
+ * into one bpffs directory never share an id (the agent draws both from one
+ * pool). attach sizes the IPv6 service map with --service6-entries (masters
+ * + slots) and its rev-NAT map like IPv4's.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -63,6 +71,7 @@ static int cmd_attach(int argc, char **argv)
 	long be_max = atol(arg(argc, argv, "--backends", "131072"));
 	long rn_max = atol(arg(argc, argv, "--revnat", "65536"));
 	long rng_max = atol(arg(argc, argv, "--ranges", "0"));
+	long svc6_max = atol(arg(argc, argv, "--service6-entries", "0"));
 
 	struct bpf_object *obj = bpf_object__open_file(obj_path, NULL);
 	if (!obj)
@@ -81,8 +90,10 @@ static int cmd_attach(int argc, char **argv)
 			max = svc_max;
 		else if (!strcmp(name, STR(SLUICE_MAP_BACKENDS4)))
 			max = be_max;
-		else if (!strcmp(name, STR(SLUICE_MAP_REVNAT4)))
+		else if (!strcmp(name, STR(SLUICE_MAP_REVNAT4)) || !strcmp(name, STR(SLUICE_MAP_REVNAT6)))
 			max = rn_max;
+		else if (!strcmp(name, STR(SLUICE_MAP_SERVICES6)))
+			max = svc6_max;
 		else if (!strcmp(name, STR(SLUICE_MAP_RANGES4)))
 			max = rng_max > 0 ? rng_max : (svc_max * 10 > SLUICE_MAX_RANGE4 ? svc_max * 10 : SLUICE_MAX_RANGE4);
 		if (max > 0 && bpf_map__set_max_entries(m, (__u32)max))
@@ -132,9 +143,81 @@ static void update_batch(int fd, const char *what, void *keys, void *vals, size_
 
 struct svc_line {
 	__be32 vip;
+	__u8 vip6[16];
 	__be16 port;
 	__u8 proto;
 };
+
+struct be_addr {
+	__be32 a;
+	__u8 a6[16];
+	__be16 p;
+};
+
+#define LOAD6_ID_BASE (1u << 20)
+
+/* The IPv6 half of fill: same backends, rev-NAT ids and order, the slot layout. */
+static void fill6(const char *dir, const struct svc_line *svcs, size_t n, const struct be_addr *bes, int n_be, __u8 algorithm)
+{
+	int fd_svc = open_pinned(dir, STR(SLUICE_MAP_SERVICES6));
+	int fd_be = open_pinned(dir, STR(SLUICE_MAP_BACKENDS6));
+	int fd_rn = open_pinned(dir, STR(SLUICE_MAP_REVNAT6));
+
+	__u32 be_keys[512];
+	struct lb6_backend be_vals[512];
+	memset(be_vals, 0, sizeof(be_vals));
+	for (int pr = 0; pr < 2; pr++)
+		for (int i = 0; i < n_be; i++) {
+			int k = pr * n_be + i;
+			be_keys[k] = LOAD6_ID_BASE + (__u32)k + 1;
+			memcpy(be_vals[k].address, bes[i].a6, 16);
+			be_vals[k].port = bes[i].p;
+			be_vals[k].proto = pr ? LB_PROTO_UDP : LB_PROTO_TCP;
+		}
+	update_batch(fd_be, "backends6", be_keys, be_vals, (size_t)(2 * n_be), sizeof(__u32), sizeof(struct lb6_backend));
+
+	__u32 *rn_keys = calloc(n ? n : 1, sizeof(__u32));
+	struct lb6_reverse_nat *rn_vals = calloc(n ? n : 1, sizeof(*rn_vals));
+	__u32 *rn_of = calloc(n ? n : 1, sizeof(__u32));
+	size_t n_rn = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (i > 0 && !memcmp(svcs[i].vip6, svcs[i - 1].vip6, 16) && svcs[i].port == svcs[i - 1].port) {
+			rn_of[i] = rn_of[i - 1];
+			continue;
+		}
+		rn_keys[n_rn] = LOAD6_ID_BASE + (__u32)n_rn + 1;
+		memcpy(rn_vals[n_rn].address, svcs[i].vip6, 16);
+		rn_vals[n_rn].port = svcs[i].port;
+		rn_of[i] = rn_keys[n_rn];
+		n_rn++;
+	}
+	update_batch(fd_rn, "rev-NAT6", rn_keys, rn_vals, n_rn, sizeof(__u32), sizeof(struct lb6_reverse_nat));
+
+	/* Slots 1..n_be of every frontend first, then the masters (slot 0). */
+	size_t n_ent = n * (size_t)(n_be + 1);
+	struct lb6_service_key *keys = calloc(n_ent ? n_ent : 1, sizeof(*keys));
+	struct lb4_service *vals = calloc(n_ent ? n_ent : 1, sizeof(*vals));
+	size_t j = 0;
+	for (int slot = 1; slot <= n_be + 1; slot++)
+		for (size_t i = 0; i < n; i++, j++) {
+			int master = slot == n_be + 1;
+			memcpy(keys[j].address, svcs[i].vip6, 16);
+			keys[j].port = svcs[i].port;
+			keys[j].proto = svcs[i].proto;
+			keys[j].scope = LB_SCOPE_EXTERNAL;
+			keys[j].backend_slot = (__u16)(master ? 0 : slot);
+			if (master) {
+				vals[j].count = (__u16)n_be;
+				vals[j].flags = LB_SVC_FLAG_CLUSTER_IP;
+				vals[j].rev_nat_id = rn_of[i];
+				vals[j].algorithm = algorithm;
+			} else {
+				vals[j].backend_id = LOAD6_ID_BASE + (__u32)((svcs[i].proto == LB_PROTO_UDP ? n_be : 0) + slot);
+			}
+		}
+	update_batch(fd_svc, "service slots and masters (IPv6)", keys, vals, n_ent, sizeof(*keys), sizeof(*vals));
+	printf("{\"family\":6,\"service_ports\":%zu,\"backends\":%d,\"revnat\":%zu,\"service_entries\":%zu}\n", n, 2 * n_be, n_rn, n_ent);
+}
 
 int cmd_fill(int argc, char **argv)
 {
@@ -144,15 +227,23 @@ int cmd_fill(int argc, char **argv)
 	/* The master entries' algorithm (LB_ALG_* number; random by default). */
 	__u8 algorithm = (__u8)atoi(arg(argc, argv, "--algorithm", "0"));
 
-	/* The backends: address:port, the same set for every service. */
-	struct { __be32 a; __be16 p; } bes[256];
-	int n_be = 0;
+	/* The backends: address:port or [address]:port, the same set for every service. */
+	struct be_addr bes[256];
+	int n_be = 0, be6 = 0;
 	for (char *tok = strtok(be_list, ","); tok && n_be < 256; tok = strtok(NULL, ",")) {
-		char *colon = strchr(tok, ':');
+		char *colon = strrchr(tok, ':');
 		if (!colon)
-			die(tok, "backend must be address:port");
+			die(tok, "backend must be address:port or [address]:port");
 		*colon = 0;
-		if (inet_pton(AF_INET, tok, &bes[n_be].a) != 1)
+		int ok;
+		if (tok[0] == '[' && colon[-1] == ']') {
+			colon[-1] = 0;
+			ok = inet_pton(AF_INET6, tok + 1, bes[n_be].a6) == 1;
+			be6 = 1;
+		} else {
+			ok = inet_pton(AF_INET, tok, &bes[n_be].a) == 1;
+		}
+		if (!ok)
 			die(tok, "bad backend address");
 		bes[n_be].p = htons((unsigned short)atoi(colon + 1));
 		n_be++;
@@ -168,13 +259,20 @@ int cmd_fill(int argc, char **argv)
 	while (fscanf(f, "%63s %u %7s", addr, &port, proto) == 3) {
 		if (n == cap)
 			svcs = realloc(svcs, (cap *= 2) * sizeof(*svcs));
-		if (inet_pton(AF_INET, addr, &svcs[n].vip) != 1)
+		memset(&svcs[n], 0, sizeof(svcs[n]));
+		if ((strchr(addr, ':') ? inet_pton(AF_INET6, addr, svcs[n].vip6) : inet_pton(AF_INET, addr, &svcs[n].vip)) != 1)
 			die(addr, "bad VIP");
+		if (!!strchr(addr, ':') != be6)
+			die(addr, "VIPs and backends must be of one family");
 		svcs[n].port = htons((unsigned short)port);
 		svcs[n].proto = strcmp(proto, "udp") ? LB_PROTO_TCP : LB_PROTO_UDP;
 		n++;
 	}
 	fclose(f);
+	if (be6) {
+		fill6(dir, svcs, n, bes, n_be, algorithm);
+		return 0;
+	}
 
 	int fd_svc = open_pinned(dir, STR(SLUICE_MAP_SERVICES4));
 	int fd_be = open_pinned(dir, STR(SLUICE_MAP_BACKENDS4));

@@ -96,3 +96,27 @@ test('the names map is readable by bpftool with named fields, survives a restart
     ['198.18.96.30:80/tcp', null],
   ]);
 });
+
+test('dual-stack: services, backends and status show both families, in text and -o json (issue 14)', () => {
+  const p = LbProgrammer.adopt(maps);
+  const be6 = { address: 'fd00:18:1::2', port: 8053, proto: 'tcp' as const };
+  const r = p.apply([
+    spec('198.18.96.20', 80, 'tcp', LB_SVC_FLAG_CLUSTER_IP, web, [be(2)]),
+    spec('fd00:96::20', 80, 'tcp', LB_SVC_FLAG_CLUSTER_IP, web, [be6]),
+  ], { prune: true });
+  assert.deepEqual(r.failures, []);
+  const svcs = JSON.parse(sluice('services', '-o', 'json')) as Array<{ frontend: string; family: string; service?: { name: string } }>;
+  assert.deepEqual(svcs.map((s) => [s.frontend, s.family, s.service?.name]).sort(), [
+    ['198.18.96.20:80/tcp', 'IPv4', 'web'],
+    ['[fd00:96::20]:80/tcp', 'IPv6', 'web'],
+  ]);
+  assert.match(sluice('services'), /^\[fd00:96::20\]:80\/tcp\s+shop\/web\s+external\s+ClusterIP\s+random\s+\[fd00:18:1::2\]:8053$/m);
+  const bes = JSON.parse(sluice('backends', '-o', 'json')) as Array<{ family: string; address: string }>;
+  assert.deepEqual(bes.map((b) => [b.family, b.address]).sort(), [['IPv4', '198.18.1.2'], ['IPv6', 'fd00:18:1::2']]);
+  assert.match(sluice('backends'), /\[fd00:18:1::2\]:8053\/tcp/);
+  const status = JSON.parse(sluice('status', '-o', 'json')) as { maps: Array<{ name: string; entries: number }> };
+  const entries = (n: string) => status.maps.find((m) => m.name === n)?.entries;
+  assert.equal(entries('sluice_svc6'), 2, 'master and one slot');
+  assert.equal(entries('sluice_be6'), 1);
+  assert.match(sluice('status'), /^sluice_svc6\s+2\s+/m);
+});

@@ -12,6 +12,8 @@ import { writeTcConfig } from '../../src/datapath/tc/config';
 import { openSockLbMaps } from '../../src/datapath/maps';
 import { purgeBackends } from '../../src/datapath/tc/conntrack';
 import { LbProgrammer } from '../../src/datapath/programmer';
+import { execFileSync } from 'node:child_process';
+import { sluiceBin } from '../helpers/sandbox';
 import { TcHarness } from './tc_harness';
 import { Tc6Maps } from './tc_harness6';
 import { TC_ACT_OK, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN, diffHex } from './tc_packet';
@@ -285,5 +287,25 @@ describe('conntrack GC covers the IPv6 table', () => {
     for (const [k, e] of [...v6.conntrack.entries()]) v6.conntrack.set(k, { ...e, expires_ns: 2n });
     assert.equal(h.gc(), 2);
     assert.equal(v6.rows().length, 0);
+  });
+});
+
+describe('sluice ct list shows IPv6 flows (sluice_ct6) beside IPv4 ones', () => {
+  test('text and -o json: the flow with its family, [address]:port endpoints and SNAT', () => {
+    v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: NODEPORT, revNatId: 8, backends: [REMOTE_BE] });
+    const syn: L4Spec6 = { proto: 'tcp', src: CLIENT, dst: NODE, sport: 62010, dport: NODE_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, src: NODE, dst: REMOTE_BE.address, dport: REMOTE_BE.port });
+    const cli = (...args: string[]) => execFileSync(sluiceBin, ['ct', 'list', '--bpffs', h.pinDir, ...args], { encoding: 'utf8' });
+    const rows = JSON.parse(cli('-o', 'json')) as Array<Record<string, unknown>>;
+    const row = rows.find((r) => r.client === `[${CLIENT}]:62010`);
+    assert.ok(row, `no IPv6 flow in ${JSON.stringify(rows)}`);
+    assert.equal(row.family, 6);
+    assert.equal(row.frontend, `[${NODE}]:${NODE_PORT}`);
+    assert.equal(row.backend, `[${REMOTE_BE.address}]:${REMOTE_BE.port}`);
+    assert.equal(row.snat, `[${NODE}]:62010`);
+    assert.equal(row.state, 'syn');
+    assert.deepEqual(row.entries, ['original', 'reply']);
+    const text = cli();
+    assert.match(text, new RegExp(`\\[${CLIENT}\\]:62010 +\\[${NODE}\\]:${NODE_PORT} +\\[${REMOTE_BE.address}\\]:${REMOTE_BE.port}`), text);
   });
 });

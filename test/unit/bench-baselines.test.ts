@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { iptablesRestoreInput, sepChain, svcChain } from '../../bench/kube-iptables';
-import { endpointChain, nftServicesChunk, serviceChain } from '../../bench/kube-nftables';
+import { endpointChain, nftBaseRuleset, nftServicesChunk, serviceChain } from '../../bench/kube-nftables';
 import { makeServicePorts, ServicePort, vipFor } from '../../bench/services';
 import { median, summarize } from '../../bench/stats';
 
@@ -85,4 +85,42 @@ test('medians over rounds', () => {
     { ...base, ok: 10, per_s: 110, p50_us: 20, p99_us: 60, host_cpu_ms_per_1000: 2 },
   ]);
   assert.deepEqual([s.p50_us, s.p99_us, s.per_s, s.failed, s.ok], [20, 60, 100, 1, 29]);
+});
+
+// Issue 14: the IPv6 rows load the same cluster as kube-proxy writes it per family.
+const svc6: ServicePort = {
+  name: 'ns1/svc1:p80', namespace: 'ns1', service: 'svc1', portName: 'p80',
+  vip: 'fd00:172:30::41', port: 80, proto: 'tcp', endpoints: [{ address: 'fd00:10:180::1', port: 80 }], family: 6,
+};
+
+test('ip6tables rules: [address]:port endpoints, the IPv6 pod CIDR', () => {
+  const text = iptablesRestoreInput([svc6]).split('\n');
+  const sep = sepChain(svc6, '[fd00:10:180::1]:80');
+  for (const line of [
+    `-A ${svcChain(svc6)} -m comment --comment "ns1/svc1:p80 cluster IP" -m tcp -p tcp -d fd00:172:30::41 --dport 80 ! -s fd00:18::/64 -j KUBE-MARK-MASQ`,
+    `-A ${sep} -m comment --comment ns1/svc1:p80 -m tcp -p tcp -j DNAT --to-destination [fd00:10:180::1]:80`,
+  ]) assert.ok(text.includes(line), `missing: ${line}`);
+});
+
+test('nftables ip6: table ip6 kube-proxy, ip6 matches, colons of the endpoint chain name as dots', () => {
+  const lines = nftServicesChunk([svc6]).trim().split('\n');
+  const epc = endpointChain(svc6, 'fd00:10:180::1', 80);
+  assert.match(epc, /^endpoint-[A-Z2-7]{8}-ns1\/svc1\/tcp\/p80__fd00\.10\.180\.\.1\/80$/);
+  assert.ok(lines.includes(`add rule ip6 kube-proxy ${epc} ip6 saddr fd00:10:180::1 jump mark-for-masquerade`));
+  assert.ok(lines.includes(`add rule ip6 kube-proxy ${epc} meta l4proto tcp dnat to [fd00:10:180::1]:80`));
+  assert.ok(lines.includes('add element ip6 kube-proxy service-ips { fd00:172:30::41 . tcp . 80 : goto service-ULMVA6XW-ns1/svc1/tcp/p80 }'));
+  const base = nftBaseRuleset('fd00:18::1', 6);
+  assert.match(base, /add map ip6 kube-proxy service-ips \{ type ipv6_addr \. inet_proto \. inet_service : verdict/);
+  assert.match(base, /services ip6 daddr \. meta l4proto \. th dport vmap @service-ips/);
+  assert.doesNotMatch(base, / ip daddr|ipv4_addr/);
+});
+
+test('IPv6 service ports: the IPv4 ports\' names and ports, ULA addresses', () => {
+  const v4 = makeServicePorts(3, ['tcp', 'udp']);
+  const v6 = makeServicePorts(3, ['tcp', 'udp'], 6);
+  assert.deepEqual(v6.map((p) => [p.name, p.port, p.proto]), v4.map((p) => [p.name, p.port, p.proto]));
+  assert.deepEqual(v6.slice(0, 2).map((p) => p.vip), ['fd00:19::1', 'fd00:19::1']);
+  assert.equal(v6[0]!.endpoints[9]!.address, 'fd00:18:1::a');
+  assert.equal(vipFor(65533, 6).vip, 'fd00:19::fffe');
+  assert.deepEqual(vipFor(65534, 6), { vip: 'fd00:19::1', port: 81 });
 });

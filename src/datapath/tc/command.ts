@@ -6,7 +6,7 @@ import { formatConntrack, readConntrack } from './conntrack';
 
 export const commands: Record<string, Command> = {
   ct: {
-    summary: 'ct list [-o json]: flows the TC path tracks (NodePort/ExternalIP/LoadBalancer from outside)',
+    summary: 'ct list [-o json]: flows the TC path tracks (NodePort/ExternalIP/LoadBalancer from outside), IPv4 and IPv6',
     values: ['bpffs', 'output'],
     run(args) {
       if (args.positional[0] !== 'list') throw new Error('usage: sluice ct list [-o json] [--bpffs DIR]');

@@ -5,17 +5,21 @@
 // Deadlines are bpf_ktime_get_ns() values (CLOCK_MONOTONIC); process.hrtime
 // reads the same clock, so "expires in" is exact.
 import * as abi from '../../abi/generated';
-import { numberToIp4, protoName } from '../addr';
+import { bytesToIp6, numberToIp4, protoName } from '../addr';
 import type { TypedMap } from '../typedMap';
 import { progTestRun, type BpfProgram } from '../../bpf/program';
 import { openTcMaps } from './maps';
 
 export type ConntrackMap = TypedMap<abi.Lb4CtKey, abi.Lb4CtEntry>;
+/** IPv6 (issue 14): sluice_ct6, the same rows with 16-byte addresses. */
+export type Conntrack6Map = TypedMap<abi.Lb6CtKey, abi.Lb6CtEntry>;
 
 /** One flow: its original (client -> frontend) and reply entries merged. */
 export interface ConntrackRow {
+  /** 4: sluice_ct4, 6: sluice_ct6. */
+  family: 4 | 6;
   proto: string;
-  client: string; // "198.18.0.10:40000"
+  client: string; // "198.18.0.10:40000", "[2001:db8::10]:40000"
   frontend: string;
   backend: string;
   /** Source the backend sees, "addr:port" (SNAT, or the client with a remapped port); undefined: the client as is. */
@@ -54,20 +58,25 @@ export function conntrackState(proto: number, flags: number): ConntrackState {
 
 export const monotonicNs = (): bigint => process.hrtime.bigint();
 
-const ep = (address: number, port: number) => `${numberToIp4(address)}:${port}`;
+/** An entry of either family: addresses a number (IPv4) or 16 bytes (IPv6). */
+type AnyCtEntry = abi.Lb4CtEntry | abi.Lb6CtEntry;
 
-function flowId(v: abi.Lb4CtEntry): string {
-  return `${v.proto}|${v.flags & abi.LB_CT_FLAG_POD}|${v.client_address}:${v.client_port}|${v.frontend_address}:${v.frontend_port}`;
+const ep = (address: number | Uint8Array, port: number) =>
+  typeof address === 'number' ? `${numberToIp4(address)}:${port}` : `[${bytesToIp6(address)}]:${port}`;
+
+function flowId(v: AnyCtEntry): string {
+  return `${v.proto}|${v.flags & abi.LB_CT_FLAG_POD}|${ep(v.client_address, v.client_port)}|${ep(v.frontend_address, v.frontend_port)}`;
 }
 
-/** The flows in the conntrack map, oldest deadline first. */
-export function listConntrack(map: ConntrackMap, now: bigint = monotonicNs()): ConntrackRow[] {
+/** The flows in a conntrack map (IPv4 or IPv6), oldest deadline first. */
+export function listConntrack(map: ConntrackMap | Conntrack6Map, now: bigint = monotonicNs()): ConntrackRow[] {
   const rows = new Map<string, ConntrackRow>();
-  for (const [key, v] of map.readAll()) {
+  for (const [key, v] of (map as TypedMap<{ dir: number }, AnyCtEntry>).readAll()) {
     const id = flowId(v);
     let row = rows.get(id);
     if (!row) {
       row = {
+        family: typeof v.client_address === 'number' ? 4 : 6,
         proto: protoName(v.proto),
         client: ep(v.client_address, v.client_port),
         frontend: ep(v.frontend_address, v.frontend_port),
@@ -166,11 +175,11 @@ export function startConntrackGc(gcProgram: BpfProgram, intervalMs: number, onRu
   return () => clearInterval(timer);
 }
 
-/** For `sluice ct list`: the flows in the map pinned under `bpffs` (opens and closes it). */
+/** For `sluice ct list`: the flows in the maps pinned under `bpffs`, IPv4 then IPv6 (opens and closes them). */
 export function readConntrack(bpffs: string): ConntrackRow[] {
   const maps = openTcMaps(bpffs);
   try {
-    return listConntrack(maps.conntrack);
+    return [...listConntrack(maps.conntrack), ...(maps.conntrack6 ? listConntrack(maps.conntrack6) : [])];
   } finally {
     maps.close();
   }
