@@ -10,7 +10,8 @@
 // the object generator (its source and a sample of its output). A run whose
 // key has no complete entry builds one (into a temporary directory, renamed
 // into place when complete, so an interrupted build leaves nothing that looks
-// usable); entries for the same S with another key are removed then.
+// usable; a build that runs out of budget keeps what it created for the next
+// one to go on from); entries for the same S with another key are removed then.
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -79,7 +80,7 @@ export function findSnapshot(root: string, key: string): Snapshot | undefined {
  * ClusterIPs. Other entries for the same S (stale keys) and leftovers of
  * interrupted builds are removed after a successful build.
  */
-export async function ensureSnapshot(root: string, input: SnapshotKeyInput, build: (etcdDir: string) => Promise<string[]>, log: (m: string) => void = () => undefined): Promise<Snapshot> {
+export async function ensureSnapshot(root: string, input: SnapshotKeyInput, build: (etcdDir: string, partialDir: string) => Promise<string[]>, log: (m: string) => void = () => undefined): Promise<Snapshot> {
   const key = snapshotKey(input);
   const found = findSnapshot(root, key);
   if (found) return found;
@@ -89,13 +90,16 @@ export async function ensureSnapshot(root: string, input: SnapshotKeyInput, buil
   fs.mkdirSync(tmp);
   const t0 = Date.now();
   try {
-    const clusterIPs = await build(path.join(tmp, 'etcd'));
+    // A build that ran out of budget leaves what it created in partialDir (an
+    // etcd data directory): the next build for this key starts from it.
+    const clusterIPs = await build(path.join(tmp, 'etcd'), partialDir(root, key));
     if (!fs.existsSync(path.join(tmp, 'etcd', 'member'))) throw new Error(`snapshot build left no etcd data directory in ${tmp}/etcd`);
     const meta: SnapshotMeta = { key, input, builtAt: new Date().toISOString(), buildMs: Date.now() - t0, clusterIPs };
     fs.writeFileSync(path.join(tmp, META), JSON.stringify(meta));
     const dir = path.join(root, key);
     fs.rmSync(dir, { recursive: true, force: true });
     fs.renameSync(tmp, dir);
+    fs.rmSync(partialDir(root, key), { recursive: true, force: true });
     for (const stale of staleEntries(root, key, input.services)) {
       log(`snapshot: removing ${stale} (another key for ${input.services} Services, or an interrupted build)`);
       fs.rmSync(path.join(root, stale), { recursive: true, force: true });
@@ -107,16 +111,21 @@ export async function ensureSnapshot(root: string, input: SnapshotKeyInput, buil
   }
 }
 
+/** Where an unfinished build of `key` keeps what it created. */
+export function partialDir(root: string, key: string): string {
+  return path.join(root, `.partial-${key}`);
+}
+
 /** Entries that the key `key` (for S Services) replaces: other keys of the same S, and dead builds. */
 export function staleEntries(root: string, key: string, services: number): string[] {
   const prefix = `up-${services}x`;
   const out: string[] = [];
   for (const name of fs.readdirSync(root)) {
-    if (name === key) continue;
+    if (name === key || name === `.partial-${key}`) continue;
     const building = /^\.building-(.+)-(\d+)$/.exec(name);
     if (building) {
       if (!pidAlive(Number(building[2]))) out.push(name);
-    } else if (name.startsWith(prefix)) {
+    } else if (name.startsWith(prefix) || name.startsWith(`.partial-${prefix}`)) {
       out.push(name);
     }
   }

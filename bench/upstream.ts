@@ -382,7 +382,7 @@ export async function measureUpstream(opts: UpstreamOptions): Promise<UpstreamRe
   try {
     snap = await ensureSnapshot(opts.snapshotRoot ?? SNAPSHOT_ROOT, {
       kubernetes: v.kubernetes, etcd: v.etcd, services: opts.services, endpointsPerService: ENDPOINTS, serviceCidr: UPSTREAM_SERVICE_CIDR, generator: upstreamGeneratorHash(),
-    }, (etcdDir) => buildUpstreamSnapshot(binaries, opts.services, etcdDir, (opts.createBudgetS ?? 900) * 1000, opts.log), opts.log);
+    }, (etcdDir, partial) => buildUpstreamSnapshot(binaries, opts.services, etcdDir, partial, (opts.createBudgetS ?? 900) * 1000, opts.log), opts.log);
   } catch (e) {
     return { ...result, skipped: `the objects could not be created: ${(e as Error).message}` };
   }

@@ -126,14 +126,31 @@ export function rawClient(c: ApiConn, parallel: number) {
   return { call, close: () => agent.destroy() };
 }
 
+/** Every object of `resource` (a path), listed in pages: name -> object. */
+async function listAll(api: ReturnType<typeof rawClient>, resource: string): Promise<Map<string, Record<string, any>>> {
+  const out = new Map<string, Record<string, any>>();
+  let cont = '';
+  do {
+    const r = await api.call('GET', `${resource}?limit=500${cont ? `&continue=${encodeURIComponent(cont)}` : ''}`);
+    if (r.status !== 200) throw new Error(`list ${resource}: HTTP ${r.status}`);
+    for (const o of r.json['items'] ?? []) out.set(o.metadata.name, o);
+    cont = r.json['metadata']?.['continue'] ?? '';
+  } while (cont);
+  return out;
+}
+
 /**
  * S Services and their slices through the API, `parallel` requests in
- * flight; resolves with the ClusterIPs. Logs progress every 10 s.
+ * flight; resolves with the ClusterIPs. Objects already there (a resumed
+ * build) are listed first and not created again. Logs progress every 10 s.
  */
 export async function createUpstreamObjects(c: ApiConn, services: number, parallel: number, deadline: number, log: (m: string) => void): Promise<string[]> {
   const api = rawClient(c, parallel);
   const ns = UPSTREAM_NAMESPACE;
   const vips: string[] = new Array(services);
+  const haveSvc = await listAll(api, `/api/v1/namespaces/${ns}/services`);
+  const haveEps = await listAll(api, `/apis/discovery.k8s.io/v1/namespaces/${ns}/endpointslices`);
+  if (haveSvc.size > 1) log(`snapshot: resuming: ${haveSvc.size} Services and ${haveEps.size} slices already there`);
   let next = 0;
   let done = 0;
   const t0 = Date.now();
@@ -154,9 +171,9 @@ export async function createUpstreamObjects(c: ApiConn, services: number, parall
     while (next < services) {
       if (Date.now() > deadline) throw new Error(`creating ${services} Services: ${done} done when the budget ran out`);
       const i = next++;
-      const svc = await must('POST', `/api/v1/namespaces/${ns}/services`, upstreamService(i), `create Service ${i}`);
+      const svc = haveSvc.get(upstreamName(i)) ?? await must('POST', `/api/v1/namespaces/${ns}/services`, upstreamService(i), `create Service ${i}`);
       vips[i] = svc['spec']['clusterIP'];
-      await must('POST', `/apis/discovery.k8s.io/v1/namespaces/${ns}/endpointslices`, upstreamSlice(i, UPSTREAM_ENDPOINTS, svc['metadata']['uid']), `create EndpointSlice ${i}`);
+      if (!haveEps.has(upstreamName(i))) await must('POST', `/apis/discovery.k8s.io/v1/namespaces/${ns}/endpointslices`, upstreamSlice(i, UPSTREAM_ENDPOINTS, svc['metadata']['uid']), `create EndpointSlice ${i}`);
       done++;
     }
   };
@@ -171,18 +188,33 @@ export async function createUpstreamObjects(c: ApiConn, services: number, parall
 
 /**
  * Builds the snapshot's etcd data directory: a fresh etcd + kube-apiserver
- * (the bench's options, no controller manager), the objects created through
- * the API, both stopped (etcd on SIGTERM), the data directory copied to etcdDir.
+ * (the bench's options, no controller manager; started from partialDir when
+ * an earlier build left one), the objects created through the API, both
+ * stopped (etcd on SIGTERM), the data directory copied to etcdDir. When the
+ * budget runs out, what was created goes to partialDir before the error.
  */
-export async function buildUpstreamSnapshot(bin: Binaries, services: number, etcdDir: string, budgetMs: number, log: (m: string) => void): Promise<string[]> {
+export async function buildUpstreamSnapshot(bin: Binaries, services: number, etcdDir: string, partialDir: string, budgetMs: number, log: (m: string) => void): Promise<string[]> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'slsnap-'));
   const processes: ManagedProcess[] = [];
-  try {
-    const cp = await startControlPlane(bin, dir, processes, { ...UPSTREAM_CONTROL_PLANE, controllerManager: false });
-    const t0 = Date.now();
-    const vips = await createUpstreamObjects(cp, services, 64, t0 + budgetMs, log);
-    log(`snapshot: ${services} Services x ${UPSTREAM_ENDPOINTS} endpoints created in ${((Date.now() - t0) / 1000).toFixed(1)} s (64 requests in flight)`);
+  const resume = fs.existsSync(path.join(partialDir, 'member'));
+  const stopAll = async () => {
     for (const p of [...processes].reverse()) await stopPid(p.pid, 30_000);
+  };
+  try {
+    const cp = await startControlPlane(bin, dir, processes, { ...UPSTREAM_CONTROL_PLANE, controllerManager: false, ...(resume ? { etcdSeedDir: partialDir } : {}) });
+    const t0 = Date.now();
+    let vips: string[];
+    try {
+      vips = await createUpstreamObjects(cp, services, 64, t0 + budgetMs, log);
+    } catch (e) {
+      await stopAll();
+      fs.rmSync(partialDir, { recursive: true, force: true });
+      fs.cpSync(cp.etcdDataDir, partialDir, { recursive: true });
+      log(`snapshot: kept what was created in ${partialDir}: the next run goes on from there`);
+      throw e;
+    }
+    log(`snapshot: ${services} Services x ${UPSTREAM_ENDPOINTS} endpoints created in ${((Date.now() - t0) / 1000).toFixed(1)} s (64 requests in flight)`);
+    await stopAll();
     fs.cpSync(cp.etcdDataDir, etcdDir, { recursive: true });
     return vips;
   } finally {

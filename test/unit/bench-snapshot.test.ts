@@ -9,6 +9,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { ensureSnapshot, findSnapshot, generatorHash, snapshotKey, staleEntries, type SnapshotKeyInput } from '../../bench/snapshot';
 import { upstreamGeneratorHash, upstreamSlice } from '../../bench/upstreamObjects';
+import { writeUpstreamResults } from '../../bench/upstreamResults';
 
 const BASE: SnapshotKeyInput = { kubernetes: 'v1.34.4', etcd: 'v3.6.16', services: 10000, endpointsPerService: 10, serviceCidr: '10.96.0.0/14', generator: 'abc' };
 
@@ -95,4 +96,47 @@ test('a failed or interrupted build leaves no usable entry, and is cleaned up by
   const s = await ensureSnapshot(root, BASE, fakeBuild(calls));
   assert.equal(s.cached, false);
   assert.deepEqual(fs.readdirSync(root), [snapshotKey(BASE)]);
+});
+
+test('the results file keeps the latest run per Service count, with its commit and ratios', (t) => {
+  const docs = tmpRoot(t);
+  const machine = { hostname: 'h', cpuModel: 'Xeon', nproc: 2, memoryMiB: 1, kernel: 'Linux', tools: {}, date: '' };
+  const row = (id: string, cold: number, rss: number) => ({ id, label: id, changeMs: [10], timeouts: 0, coldStartMs: cold, rssMiB: rss });
+  const run = (services: number, commit: string) => ({
+    commit, machine, startedAt: 'then', durationS: 1, loadavg: { start: [1, 2, 3], end: [1, 2, 3] },
+    result: { services, endpointsPerService: 10, rows: [row('kube-proxy-nftables', 4000, 200), row('sluice', 1000, 100)], notes: [] },
+  });
+  writeUpstreamResults(docs, run(10000, 'aaa'));
+  writeUpstreamResults(docs, run(100000, 'bbb'));
+  writeUpstreamResults(docs, run(10000, 'ccc'));
+  const all = JSON.parse(fs.readFileSync(path.join(docs, 'bench-kubeproxy-results.json'), 'utf8'));
+  assert.deepEqual(Object.keys(all).sort(), ['10000', '100000']);
+  assert.equal(all['10000'].commit, 'ccc');
+  const md = fs.readFileSync(path.join(docs, 'bench-kubeproxy-results.md'), 'utf8');
+  assert.match(md, /## 10000 Services[\s\S]*commit: ccc[\s\S]*## 100000 Services[\s\S]*commit: bbb/);
+  assert.match(md, /\| kube-proxy-nftables \| 0\.25x \| – \| – \| 1\.00x \| 0\.50x \|/);
+});
+
+test('a build that runs out of budget hands what it made to the next build, which removes it when done', async (t) => {
+  const root = tmpRoot(t);
+  const seen: string[] = [];
+  await assert.rejects(ensureSnapshot(root, BASE, async (_etcd, partial) => {
+    seen.push(partial);
+    fs.mkdirSync(path.join(partial, 'member'), { recursive: true });
+    throw new Error('budget ran out');
+  }), /budget ran out/);
+  assert.equal(findSnapshot(root, snapshotKey(BASE)), undefined);
+  assert.ok(fs.existsSync(path.join(seen[0]!, 'member')), 'the partial build was not kept');
+  // The next build gets the same partial directory, and it is gone after success.
+  const s = await ensureSnapshot(root, BASE, async (etcd, partial) => {
+    assert.equal(partial, seen[0]);
+    assert.ok(fs.existsSync(path.join(partial, 'member')));
+    return fakeBuild([])(etcd);
+  });
+  assert.equal(s.cached, false);
+  assert.deepEqual(fs.readdirSync(root), [snapshotKey(BASE)]);
+  // A partial of another key for the same S is stale; one of another S is not.
+  fs.mkdirSync(path.join(root, `.partial-${snapshotKey({ ...BASE, generator: 'old' })}`));
+  fs.mkdirSync(path.join(root, `.partial-${snapshotKey({ ...BASE, services: 5 })}`));
+  assert.deepEqual(staleEntries(root, snapshotKey(BASE), BASE.services), [`.partial-${snapshotKey({ ...BASE, generator: 'old' })}`]);
 });
