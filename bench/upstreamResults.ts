@@ -32,7 +32,7 @@ export function ratioLines(u: UpstreamResult): string[] {
     const s = [...xs].sort((a, b) => a - b);
     return s.length ? s[Math.floor(0.5 * s.length)] : undefined;
   };
-  const ratio = (a: number | undefined, b: number | undefined) => (a !== undefined && b !== undefined && b > 0 ? `${(a / b).toFixed(2)}x` : '–');
+  const ratio = (a: number | undefined, b: number | undefined) => (a !== undefined && b !== undefined && b > 0 ? `${a / b < 0.1 ? (a / b).toPrecision(2) : (a / b).toFixed(2)}x` : '–');
   const lines = ['Sluice ÷ kube-proxy, side by side (below 1: Sluice takes less):', '',
     '| vs | cold start | CPU to programmed | full sync (own metric) | one change p50 | RSS |', '|---|---:|---:|---:|---:|---:|'];
   for (const k of kps) {
