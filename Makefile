@@ -78,11 +78,17 @@ bench: build
 	@node dist/bench/main.js $(if $(QUICK),--quick,)
 
 # Upstream kube-proxy (iptables, nftables; defaults and tuned) vs the agent on
-# the real kube-apiserver, alone (bench/upstream.ts): 10 000 Services, or
-# QUICK=1 for 300 Services and 5 changes. SERVICES=N overrides.
+# the real kube-apiserver, alone (bench/upstream.ts): 10 000 Services
+# (SERVICES=100000 allowed), or QUICK=1 for 300 Services and 5 changes. The
+# objects come from a cached etcd snapshot (/var/cache/sluice/snapshots, built
+# through the API on the first run for its key: bench/snapshot.ts). A full
+# (not QUICK) run writes docs/bench-kubeproxy-results.{json,md}.
+KP_SERVICES = $(or $(SERVICES),$(if $(QUICK),300,10000))
 bench-kubeproxy: build
 	@flock /tmp/sluice-bench.lock node dist/bench/part.js upstream \
-	  --services $(or $(SERVICES),$(if $(QUICK),300,10000)) --changes $(if $(QUICK),5,20) --cold-budget-s $(if $(QUICK),60,300)
+	  --services $(KP_SERVICES) --changes $(if $(QUICK),5,20) \
+	  --cold-budget-s $(if $(QUICK),60,$(if $(filter 100000,$(KP_SERVICES)),900,300)) \
+	  --create-budget-s $(if $(filter 100000,$(KP_SERVICES)),7200,1800) $(if $(QUICK),,--write-results)
 
 clean:
 	rm -rf $(BUILD) dist

@@ -2,6 +2,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { execFileSync } from 'node:child_process';
+import * as path from 'node:path';
 
 export interface MachineInfo {
   hostname: string;
@@ -38,4 +39,15 @@ export function describeMachine(): MachineInfo {
     },
     date: new Date().toISOString(),
   };
+}
+
+/** HEAD, marked +dirty when the work tree differs from it (the numbers then belong to no commit). */
+export function measuredCommit(root = path.resolve(__dirname, '..', '..')): string | undefined {
+  const git = (...args: string[]) => execFileSync('git', ['-C', root, ...args], { encoding: 'utf8' }).trim();
+  try {
+    const head = git('rev-parse', 'HEAD');
+    return git('status', '--porcelain', '--untracked-files=no') ? `${head}+dirty` : head;
+  } catch {
+    return undefined;
+  }
 }

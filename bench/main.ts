@@ -6,13 +6,12 @@
 // A report, not a test: it prints a markdown table, writes JSON and an SVG
 // chart to bench/results/, marks each target PASS/FAIL and always exits 0
 // unless the harness itself broke.
-import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { killRunning } from './exec';
 import { Harness } from './harness';
-import { describeMachine } from './machine';
+import { describeMachine, measuredCommit } from './machine';
 import { backendTargets, DirectMode, LoadOutcome, makeBaselineModes, Mode, serviceTargets, Target } from './modes';
 import { loadKey, writeReport, BenchReport, ScaleResult, SeriesResult } from './report';
 import { SluiceSockMode, SluiceTcMode } from './sluice';
@@ -79,17 +78,6 @@ interface Series {
   rounds: Record<Proto, RoundResult[]>;
   /** The direct round run right next to each round (docs/bench.md). */
   baseline: Record<Proto, RoundResult[]>;
-}
-
-/** HEAD, marked +dirty when the work tree differs from it (the numbers then belong to no commit). */
-function measuredCommit(): string | undefined {
-  const git = (...args: string[]) => execFileSync('git', ['-C', ROOT, ...args], { encoding: 'utf8' }).trim();
-  try {
-    const head = git('rev-parse', 'HEAD');
-    return git('status', '--porcelain', '--untracked-files=no') ? `${head}+dirty` : head;
-  } catch {
-    return undefined;
-  }
 }
 
 function writeTargets(dir: string, name: string, targets: Target[]): string {

@@ -4,7 +4,7 @@
 //   node dist/bench/part.js controlplane [--services N] [--changes N] [--bench-shaped]
 //   node dist/bench/part.js nodeport [--services N] [--rounds N]
 //   node dist/bench/part.js ruleupdates [--services N] [--changes N]
-//   node dist/bench/part.js upstream [--services N] [--changes N] [--cold-budget-s N] [--create-budget-s N] [--only id,id]   (make bench-kubeproxy)
+//   node dist/bench/part.js upstream [--services N] [--changes N] [--cold-budget-s N] [--create-budget-s N] [--only id,id] [--write-results]   (make bench-kubeproxy)
 //   node dist/bench/part.js statememory [--services N]   (no root needed)
 //   node dist/bench/part.js lc [--services N] [--rounds N] [--per-round N]   (least-connection connect ratio)
 //   node dist/bench/part.js maglev [--services N]        (Maglev table build time and memory)
@@ -17,7 +17,8 @@ import { Harness } from './harness';
 import { measureControlPlane } from './controlplane';
 import { measureNodePort } from './nodeport';
 import { measureUpstream } from './upstream';
-import { upstreamMarkdown, upstreamTargets } from './report';
+import { describeMachine, measuredCommit } from './machine';
+import { loadavg, runMarkdown, writeUpstreamResults, type UpstreamRun } from './upstreamResults';
 import { measureRuleUpdates } from './ruleupdates';
 import { backendTargets, DirectMode, makeBaselineModes, serviceTargets } from './modes';
 import { Family, makeServicePorts, targetLines } from './services';
@@ -60,12 +61,17 @@ async function main(): Promise<void> {
       });
     } else if (part === 'upstream') {
       const only = process.argv.indexOf('--only');
+      const startedAt = new Date();
+      const load0 = loadavg();
       result = await measureUpstream({
         root: ROOT, services: flag('services', 10000), changes: flag('changes', 20), coldBudgetS: flag('cold-budget-s', 300), createBudgetS: flag('create-budget-s', 900), log,
         ...(only > 0 ? { only: process.argv[only + 1]!.split(',') } : {}),
       });
       const up = result as Awaited<ReturnType<typeof measureUpstream>>;
-      process.stderr.write([...upstreamMarkdown(up), ...upstreamTargets(up).map((t) => `- ${t.verdict}: ${t.target}: ${t.detail}`), ''].join('\n'));
+      const run: UpstreamRun = { commit: measuredCommit(ROOT), machine: describeMachine(), startedAt: startedAt.toISOString(), durationS: (Date.now() - startedAt.getTime()) / 1000, loadavg: { start: load0, end: loadavg() }, result: up };
+      process.stderr.write(runMarkdown(run).join('\n') + '\n');
+      // `make bench-kubeproxy`: the run goes into the committed results file (not a QUICK one, not a skipped one).
+      if (process.argv.includes('--write-results') && !up.skipped) log(`upstream: wrote ${writeUpstreamResults(path.join(ROOT, 'docs'), run).join(', ')}`);
     } else if (part === 'nodeport') {
       result = await measureNodePort({
         root: ROOT, services: flag('services', 1000), rounds: flag('rounds', 3), roundMs: flag('round-ms', 2000), budgetMs: flag('budget-s', 120) * 1000,

@@ -431,7 +431,8 @@ export function upstreamMarkdown(u: UpstreamResult | undefined): string[] {
     lines.push(`| ${r.label} | ${r.minSyncPeriod ?? ''} | ${f(r.coldStartMs)}${vs.cold} | ${f(r.coldCpuS, 2)}${vs.cpu} | ${f(r.firstSyncS, 3)} | ${f(pct(r.changeMs, 0.5), 1)}${vs.p50} | ${f(pct(r.changeMs, 0.99), 1)} | ${f(r.changeSyncMeanMs, 1)} | ${f(r.rssMiB, 1)} (${f(r.peakRssMiB, 1)})${vs.rss} | ${r.changeMs.length} (${r.timeouts}) | ${r.stopped ?? ''} |`);
   }
   lines.push('');
-  if (u.createMs !== undefined) lines.push(`Creating the objects in the API server took ${(u.createMs / 1000).toFixed(1)} s; each proxy's cold start had a ${u.coldBudgetS ?? '?'} s budget.`);
+  if (u.snapshot) lines.push(`The objects came from ${u.snapshot.cached ? 'a cached' : 'a new'} etcd snapshot (${u.snapshot.key}; creating them through the API took ${(u.snapshot.buildMs / 1000).toFixed(1)} s when it was built); each proxy's cold start had a ${u.coldBudgetS ?? '?'} s budget.`);
+  else if (u.createMs !== undefined) lines.push(`Creating the objects in the API server took ${(u.createMs / 1000).toFixed(1)} s; each proxy's cold start had a ${u.coldBudgetS ?? '?'} s budget.`);
   for (const n of u.notes) lines.push(`- ${n}`);
   lines.push('');
   return lines;

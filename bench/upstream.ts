@@ -27,7 +27,7 @@
 // Locks: /tmp/sluice-cluster.lock while the control plane is up (it shares
 // the machine with the cluster tier); `make bench-kubeproxy` takes
 // /tmp/sluice-bench.lock around the whole part.
-import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
+import type { V1EndpointSlice } from '@kubernetes/client-node';
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -38,8 +38,10 @@ import { pinnedVersions, type Binaries } from '../test/cluster/binaries';
 import type { ClusterNode } from '../test/cluster/nodes';
 import { openSockLbMaps, type SockLbMaps } from '../src/datapath/maps';
 import { ip4ToNumber } from '../src/datapath/addr';
-import { LB_PROTO_TCP } from '../src/abi/generated';
+import { LB_PROTO_TCP, SLUICE_MAP_BACKENDS4, SLUICE_MAP_RANGES4, SLUICE_MAP_REVNAT4, SLUICE_MAP_SERVICES4, SLUICE_MAX_RANGE4 } from '../src/abi/generated';
 import { run } from './exec';
+import { SNAPSHOT_ROOT, ensureSnapshot, type Snapshot } from './snapshot';
+import { UPSTREAM_CONTROL_PLANE, UPSTREAM_ENDPOINTS, UPSTREAM_NAMESPACE, UPSTREAM_SERVICE_CIDR, buildUpstreamSnapshot, upstreamGeneratorHash, upstreamName } from './upstreamObjects';
 
 export interface UpstreamRow {
   id: string;
@@ -64,49 +66,22 @@ export interface UpstreamResult {
   services: number;
   endpointsPerService: number;
   kubernetesVersion?: string;
+  /** Creating the objects through the API for the snapshot (only when it was built by this run). */
   createMs?: number;
+  /** The etcd snapshot the control plane started from (bench/snapshot.ts). */
+  snapshot?: { key: string; cached: boolean; builtAt: string; buildMs: number; serviceCidr: string };
+  /** kube-apiserver start on the snapshot -> ready. */
+  clusterStartMs?: number;
   /** Wall-clock budget for each proxy's cold start (the row stops there). */
   coldBudgetS?: number;
   rows: UpstreamRow[];
   notes: string[];
 }
 
-const ENDPOINTS = 10;
+const ENDPOINTS = UPSTREAM_ENDPOINTS;
 const METRICS_PORT = 10249;
 const TUNED_MIN_SYNC = '5ms';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Endpoint addresses of Service i (198.19.0.0/16, the cluster's pod CIDR; nothing answers: only rules are measured). */
-function endpoints(i: number, count: number): V1EndpointSlice['endpoints'] {
-  return Array.from({ length: count }, (_, j) => ({ addresses: [`198.19.${(i >> 4) & 255}.${((i & 15) << 4) + j}`], conditions: { ready: true } }));
-}
-
-function sliceBody(i: number, count: number): V1EndpointSlice {
-  const name = `up-${i}`;
-  return {
-    metadata: { name, labels: { 'kubernetes.io/service-name': name } },
-    addressType: 'IPv4', ports: [{ name: 'http', port: 8080, protocol: 'TCP' }], endpoints: endpoints(i, count),
-  } as V1EndpointSlice;
-}
-
-/** S Services and their slices, `parallel` requests in flight (the API server has no client-side QPS limit to raise here). */
-async function createServices(c: Cluster, n: number, parallel: number, deadline: number): Promise<string[]> {
-  const vips: string[] = [];
-  let next = 0;
-  const worker = async () => {
-    while (next < n) {
-      if (Date.now() > deadline) throw new Error(`creating ${n} Services: ${next} done when the budget ran out`);
-      const i = next++;
-      const svc = (await c.core.createNamespacedService({ namespace: 'default', body: {
-        metadata: { name: `up-${i}` }, spec: { ports: [{ name: 'http', port: 80, protocol: 'TCP' }] },
-      } as V1Service })) as V1Service;
-      vips[i] = svc.spec!.clusterIP!;
-      await c.discovery.createNamespacedEndpointSlice({ namespace: 'default', body: sliceBody(i, ENDPOINTS) });
-    }
-  };
-  await Promise.all(Array.from({ length: parallel }, worker));
-  return vips;
-}
 
 /** Holds an flock(1) lock until release() (or until this process dies: the holder's stdin closes). */
 async function holdLock(file: string, timeoutS: number): Promise<{ release(): void } | undefined> {
@@ -198,8 +173,10 @@ async function kubeProxyServices(node: ClusterNode, mode: KubeProxyMode, legacy:
     const r = await run(['nsenter', `--net=/run/netns/${node.netns}`, legacy ? 'iptables-legacy-save' : 'iptables-save', '-t', 'nat'], { timeoutMs: 120_000 });
     return new Set([...r.stdout.matchAll(/^-A (KUBE-SVC-\S+) .*-j KUBE-SEP-/gm)].map((m) => m[1])).size;
   }
-  const r = await run(['nsenter', `--net=/run/netns/${node.netns}`, 'nft', 'list', 'table', 'ip', 'kube-proxy'], { timeoutMs: 120_000 });
-  return new Set([...r.stdout.matchAll(/chain (service-\S+-default\/up-\d+\/tcp\/http) /g)].map((m) => m[1])).size;
+  // Only the service-ips verdict map (one element per Service port): listing the
+  // whole table at 10 000 Services took over 120 s on the loaded machine.
+  const r = await run(['nsenter', `--net=/run/netns/${node.netns}`, 'nft', 'list', 'map', 'ip', 'kube-proxy', 'service-ips'], { timeoutMs: 300_000 });
+  return new Set([...r.stdout.matchAll(/goto (service-\S+-default\/up-\d+\/tcp\/http)/g)].map((m) => m[1])).size;
 }
 
 interface Run {
@@ -211,6 +188,16 @@ interface Run {
   coldBudgetMs: number;
   cluster: Cluster;
   log: (m: string) => void;
+  /** Each changed Service's full endpoint list, as first read. */
+  fullEndpoints: Map<number, V1EndpointSlice['endpoints']>;
+}
+
+/** Service i's slice as stored, with its endpoints cut to `count` (the first ones of the full set). */
+async function sliceWith(r: Run, i: number, count: number): Promise<V1EndpointSlice> {
+  const cur = await r.cluster.discovery.readNamespacedEndpointSlice({ name: upstreamName(i), namespace: UPSTREAM_NAMESPACE });
+  const full = r.fullEndpoints.get(i) ?? cur.endpoints;
+  r.fullEndpoints.set(i, full);
+  return { ...cur, endpoints: full.slice(0, count) };
 }
 
 /** Back-to-back EndpointSlice changes; `visible(i, want, writeAt)` resolves with ms or undefined on timeout. */
@@ -218,8 +205,9 @@ async function changes(r: Run, visible: (i: number, want: number, writeAt: numbe
   for (let k = 0; k < r.changes; k++) {
     const i = (k * 7919) % r.services;
     const want = Math.floor(k / r.services) % 2 === 0 ? ENDPOINTS - 1 : ENDPOINTS;
+    const body = await sliceWith(r, i, want);
     const writeAt = Date.now();
-    await r.cluster.discovery.replaceNamespacedEndpointSlice({ name: `up-${i}`, namespace: 'default', body: sliceBody(i, want) });
+    await r.cluster.discovery.replaceNamespacedEndpointSlice({ name: upstreamName(i), namespace: UPSTREAM_NAMESPACE, body });
     const ms = await visible(i, want, writeAt);
     if (ms === undefined) r.row.timeouts++;
     else r.row.changeMs.push(ms);
@@ -227,7 +215,7 @@ async function changes(r: Run, visible: (i: number, want: number, writeAt: numbe
   // Back to 10 endpoints, so the next row starts from the same objects.
   for (let k = 0; k < Math.min(r.changes, r.services); k++) {
     const i = (k * 7919) % r.services;
-    await r.cluster.discovery.replaceNamespacedEndpointSlice({ name: `up-${i}`, namespace: 'default', body: sliceBody(i, ENDPOINTS) });
+    await r.cluster.discovery.replaceNamespacedEndpointSlice({ name: upstreamName(i), namespace: UPSTREAM_NAMESPACE, body: await sliceWith(r, i, ENDPOINTS) });
   }
 }
 
@@ -300,8 +288,16 @@ async function measureSluice(r: Run, root: string): Promise<void> {
   const port = 10250;
   const key = (vip: string) => ({ address: ip4ToNumber(vip), port: 80, proto: LB_PROTO_TCP, scope: 0 });
   const count = (vip: string) => maps!.services.get(key(vip))?.count;
+  // Maps sized for the scale past the defaults (they hold 10k x 10), as bench/controlplane.ts does.
+  const config = path.join(cluster.dir, `agent-bench-${node.name}.yaml`);
+  const atLeast = (n: number, min: number) => Math.max(min, 2 ** Math.ceil(Math.log2(n * 1.1)));
+  fs.writeFileSync(config, ['maxEntries:',
+    `  ${SLUICE_MAP_SERVICES4}: ${atLeast(r.services, 524288)}`,
+    `  ${SLUICE_MAP_RANGES4}: ${atLeast(r.services * ENDPOINTS * 1.25, SLUICE_MAX_RANGE4)}`,
+    `  ${SLUICE_MAP_BACKENDS4}: ${atLeast(Math.min(r.services * ENDPOINTS, 131072), 262144)}`,
+    `  ${SLUICE_MAP_REVNAT4}: ${atLeast(r.services, 65536)}`, ''].join('\n'));
   const t0 = Date.now();
-  const proc = cluster.startInNode(node, 'sluice-agent-bench', [path.join(root, 'bin', 'sluice'), 'agent', '--kubeconfig', node.kubeconfigPath,
+  const proc = cluster.startInNode(node, 'sluice-agent-bench', [path.join(root, 'bin', 'sluice'), 'agent', ...(r.services > 10000 ? ['--config', config] : []), '--kubeconfig', node.kubeconfigPath,
     '--node-name', node.name, '--cgroup-path', node.cgroup, '--bpffs', node.bpffsDir,
     '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', `127.0.0.1:${port}`], { cgroup: node.cgroup });
   try {
@@ -344,6 +340,8 @@ export interface UpstreamOptions {
   createBudgetS?: number;
   /** Rows to run (default all): ids of ROWS. */
   only?: string[];
+  /** Where the etcd snapshots live (default SNAPSHOT_ROOT, /var/cache/sluice/snapshots). */
+  snapshotRoot?: string;
 }
 
 const ROWS: Array<{ id: string; label: string; mode?: KubeProxyMode; minSync?: string; legacy?: boolean }> = [
@@ -378,22 +376,41 @@ export async function measureUpstream(opts: UpstreamOptions): Promise<UpstreamRe
   const result: UpstreamResult = { services: opts.services, endpointsPerService: ENDPOINTS, coldBudgetS, rows: [], notes: [], kubernetesVersion: pinnedVersions().kubernetes };
   const binaries = cachedBinaries();
   if (typeof binaries === 'string') return { ...result, skipped: binaries };
-  if (opts.services > 65000) return { ...result, skipped: `${opts.services} Services do not fit the cluster tier's Service CIDR (10.96.0.0/16: 65 534 ClusterIPs)` };
+  // The objects: a cached etcd data directory of a control plane that holds
+  // them (built through the API on the first run for this key; loopback only,
+  // so it needs no cluster lock).
+  let snap: Snapshot;
+  const v = pinnedVersions();
+  try {
+    snap = await ensureSnapshot(opts.snapshotRoot ?? SNAPSHOT_ROOT, {
+      kubernetes: v.kubernetes, etcd: v.etcd, services: opts.services, endpointsPerService: ENDPOINTS, serviceCidr: UPSTREAM_SERVICE_CIDR, generator: upstreamGeneratorHash(),
+    }, (etcdDir, partial) => buildUpstreamSnapshot(binaries, opts.services, etcdDir, partial, (opts.createBudgetS ?? 900) * 1000, opts.log), opts.log);
+  } catch (e) {
+    return { ...result, skipped: `the objects could not be created: ${(e as Error).message}` };
+  }
+  result.snapshot = { key: snap.meta.key, cached: snap.cached, builtAt: snap.meta.builtAt, buildMs: snap.meta.buildMs, serviceCidr: UPSTREAM_SERVICE_CIDR };
+  if (!snap.cached) result.createMs = snap.meta.buildMs;
+  opts.log(`upstream: ${opts.services} Services x ${ENDPOINTS} endpoints: ${snap.cached ? 'cached' : 'new'} etcd snapshot ${snap.dir} (built ${snap.meta.builtAt} in ${(snap.meta.buildMs / 1000).toFixed(1)} s)`);
   const lock = await holdLock('/tmp/sluice-cluster.lock', 900);
   if (!lock) return { ...result, skipped: 'the cluster lock (/tmp/sluice-cluster.lock) was not free within 15 min' };
   try {
-    const started = await startCluster({ nodes: rows.length, binaries });
+    let t = Date.now();
+    const started = await startCluster({ nodes: rows.length, binaries, controlPlane: { ...UPSTREAM_CONTROL_PLANE, etcdSeedDir: snap.etcdDir } });
     if (!started.ok) return { ...result, skipped: started.skip };
+    result.clusterStartMs = Date.now() - t;
     const c = started.cluster;
     try {
-      let t = Date.now();
-      const vips = await createServices(c, opts.services, 32, t + (opts.createBudgetS ?? 900) * 1000);
-      result.createMs = Date.now() - t;
-      opts.log(`upstream: ${opts.services} Services x ${ENDPOINTS} endpoints created in the real API server in ${(result.createMs / 1000).toFixed(1)} s (32 requests in flight)`);
+      const vips = snap.meta.clusterIPs;
+      // The API server reads the snapshot's objects back: check the last Service and slice.
+      const last = opts.services - 1;
+      const svc = await c.core.readNamespacedService({ name: upstreamName(last), namespace: UPSTREAM_NAMESPACE });
+      const eps = await c.discovery.readNamespacedEndpointSlice({ name: upstreamName(last), namespace: UPSTREAM_NAMESPACE });
+      if (svc.spec?.clusterIP !== vips[last] || eps.endpoints.length !== ENDPOINTS) throw new Error(`the snapshot's ${upstreamName(last)} reads back as ${svc.spec?.clusterIP} with ${eps.endpoints.length} endpoints, not ${vips[last]} with ${ENDPOINTS}`);
+      opts.log(`upstream: cluster up on the snapshot in ${(result.clusterStartMs / 1000).toFixed(1)} s`);
       for (const [k, spec] of rows.entries()) {
         const row: UpstreamRow = { id: spec.id, label: spec.label, minSyncPeriod: spec.mode ? (spec.minSync ?? '1s (default)') : '0 (default)', changeMs: [], timeouts: 0 };
         result.rows.push(row);
-        const r: Run = { row, node: c.nodes[k]!, vips, services: opts.services, changes: opts.changes, coldBudgetMs: coldBudgetS * 1000, cluster: c, log: opts.log };
+        const r: Run = { row, node: c.nodes[k]!, vips, services: opts.services, changes: opts.changes, coldBudgetMs: coldBudgetS * 1000, cluster: c, log: opts.log, fullEndpoints: new Map() };
         // The tuned twin of a row that did not program within the budget would not either (same first sync): skip it.
         const twin = spec.minSync ? result.rows.find((x) => x.id === spec.id.replace(/-tuned$/, '')) : undefined;
         if (twin && twin.coldStartMs === undefined) {

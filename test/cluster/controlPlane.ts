@@ -2,7 +2,7 @@
 // (only the EndpointSlice controllers) on 127.0.0.1 with free ports, using
 // locally generated certificates. Nothing is exposed beyond loopback.
 import { connect, createServer } from 'node:net';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { join } from 'node:path';
 import type { Binaries } from './binaries';
@@ -24,6 +24,22 @@ export interface ControlPlane {
   /** Admin kubeconfig for clients in the root network namespace. */
   kubeconfigPath: string;
   processes: ManagedProcess[];
+  /** etcd's data directory (the bench copies it into a snapshot: bench/snapshot.ts). */
+  etcdDataDir: string;
+}
+
+/** What a caller may change about the control plane (the defaults are the cluster tier's). */
+export interface ControlPlaneOptions {
+  /** IPv4 Service CIDR (default SERVICE_CIDR). The bench at 100 000 Services needs a wider one. */
+  serviceCidr?: string;
+  /** An etcd data directory to start from (copied, never used in place): a prepared cluster's objects. */
+  etcdSeedDir?: string;
+  /** etcd's --quota-backend-bytes (default 1 GiB). */
+  etcdQuotaBytes?: number;
+  /** Extra kube-apiserver flags (e.g. raised --max-requests-inflight for bulk creation). */
+  apiserverArgs?: string[];
+  /** Start kube-controller-manager (default true). */
+  controllerManager?: boolean;
 }
 
 export async function freePort(): Promise<number> {
@@ -67,27 +83,28 @@ function mustStayUp(p: ManagedProcess): () => void {
  * the port in between: etcd then exits with "address already in use" at
  * once. Try again with new ports, at most three times.
  */
-async function startEtcd(bin: Binaries, dir: string, processes: ManagedProcess[]): Promise<{ etcd: ManagedProcess; etcdClient: number }> {
+async function startEtcd(bin: Binaries, dir: string, processes: ManagedProcess[], opts: ControlPlaneOptions): Promise<{ etcd: ManagedProcess; etcdClient: number; dataDir: string }> {
   const log = join(dir, 'logs', 'etcd.log');
   for (let attempt = 1; ; attempt++) {
     const etcdClient = await freePort();
     const etcdPeer = await freePort();
     // A data directory per attempt: a failed start may have written its peer URL into it.
     const dataDir = join(dir, attempt === 1 ? 'etcd' : `etcd-${attempt}`);
+    if (opts.etcdSeedDir && !existsSync(dataDir)) cpSync(opts.etcdSeedDir, dataDir, { recursive: true });
     const etcd = startProcess('etcd', [
       bin.etcd, '--name=sluice-test', `--data-dir=${dataDir}`,
       `--listen-client-urls=http://127.0.0.1:${etcdClient}`, `--advertise-client-urls=http://127.0.0.1:${etcdClient}`,
       `--listen-peer-urls=http://127.0.0.1:${etcdPeer}`, `--initial-advertise-peer-urls=http://127.0.0.1:${etcdPeer}`,
       `--initial-cluster=sluice-test=http://127.0.0.1:${etcdPeer}`,
-      '--listen-metrics-urls=', '--unsafe-no-fsync', '--quota-backend-bytes=1073741824', '--log-level=warn',
+      '--listen-metrics-urls=', '--unsafe-no-fsync', `--quota-backend-bytes=${opts.etcdQuotaBytes ?? 1073741824}`, '--log-level=warn',
     ], log);
     processes.push(etcd);
     const listening = await waitFor('etcd listening or exited', 30_000, async () => {
       if (!isAlive(etcd.pid)) return false;
       return (await canConnect(etcdClient)) ? true : undefined;
     });
-    if (listening) return { etcd, etcdClient };
-    if (attempt >= 3 || !tailLog(log, 5).includes('address already in use')) return { etcd, etcdClient }; // mustStayUp reports it
+    if (listening) return { etcd, etcdClient, dataDir };
+    if (attempt >= 3 || !tailLog(log, 5).includes('address already in use')) return { etcd, etcdClient, dataDir }; // mustStayUp reports it
   }
 }
 
@@ -105,11 +122,11 @@ function canConnect(port: number): Promise<boolean> {
  * started process is pushed into `processes` as soon as it exists, so the
  * caller can stop them even when a later step fails.
  */
-export async function startControlPlane(bin: Binaries, dir: string, processes: ManagedProcess[]): Promise<ControlPlane> {
+export async function startControlPlane(bin: Binaries, dir: string, processes: ManagedProcess[], opts: ControlPlaneOptions = {}): Promise<ControlPlane> {
   mkdirSync(join(dir, 'logs'), { recursive: true });
   const pki = await generatePki(join(dir, 'pki'), KUBERNETES_SERVICE_IP);
 
-  const { etcd, etcdClient } = await startEtcd(bin, dir, processes);
+  const { etcd, etcdClient, dataDir: etcdDataDir } = await startEtcd(bin, dir, processes, opts);
 
   const apiserverPort = await freePort();
   const apiserver = startProcess('kube-apiserver', [
@@ -125,18 +142,19 @@ export async function startControlPlane(bin: Binaries, dir: string, processes: M
     `--service-account-key-file=${pki.serviceAccountPub}`,
     `--service-account-signing-key-file=${pki.serviceAccountKey}`,
     '--service-account-issuer=https://kubernetes.default.svc',
-    `--service-cluster-ip-range=${SERVICE_CIDR},${SERVICE_CIDR6}`,
+    `--service-cluster-ip-range=${opts.serviceCidr ?? SERVICE_CIDR},${SERVICE_CIDR6}`,
     '--authorization-mode=Node,RBAC',
     // Pods here have no service account token to mount (there is no kubelet).
     '--disable-admission-plugins=ServiceAccount',
     '--allow-privileged=true', '--enable-priority-and-fairness=false', '--profiling=false',
     '--v=1',
+    ...(opts.apiserverArgs ?? []),
   ], join(dir, 'logs', 'kube-apiserver.log'));
   processes.push(apiserver);
 
   const cp: ControlPlane = {
     dir, pki, apiserverPort, server: `https://127.0.0.1:${apiserverPort}`,
-    kubeconfigPath: join(dir, 'admin.kubeconfig'), processes,
+    kubeconfigPath: join(dir, 'admin.kubeconfig'), processes, etcdDataDir,
   };
   writeKubeconfig(cp.kubeconfigPath, cp.server, pki);
 
@@ -146,6 +164,7 @@ export async function startControlPlane(bin: Binaries, dir: string, processes: M
     const r = await apiGet(cp, '/readyz');
     return r.status === 200 ? true : undefined;
   }, 500);
+  if (opts.controllerManager === false) return cp;
 
   const kcm = startProcess('kube-controller-manager', [
     bin.kubeControllerManager,

@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { ensureBinaries, type Binaries } from './binaries';
 import { podNetworkConfList, type PluginConf } from './cni';
-import { SERVICE_CIDR, SERVICE_CIDR6, startControlPlane, type ControlPlane } from './controlPlane';
+import { SERVICE_CIDR, SERVICE_CIDR6, startControlPlane, type ControlPlane, type ControlPlaneOptions } from './controlPlane';
 import { cleanupKubeProxyRules, startKubeProxy, type KubeProxy, type KubeProxyMode } from './kubeProxy';
 import { CLUSTER_POD_CIDR, CLUSTER_POD_CIDR6, NODE_CIDR, NODE_CIDR6, createFabric, createFabricClient, createNode, waitForApiInNode, type ClusterNode } from './nodes';
 import { createPod, serveHttp, type ClusterPod, type Place, type PodSpec } from './pods';
@@ -31,6 +31,8 @@ export interface ClusterOptions {
   /** Started by `harness up`: the processes outlive this one and `down` removes them. */
   detached?: boolean;
   binaries?: Binaries;
+  /** The control plane's options (Service CIDR, an etcd data directory to start from, apiserver flags): controlPlane.ts. */
+  controlPlane?: ControlPlaneOptions;
 }
 
 export interface Cluster {
@@ -112,7 +114,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<StartResu
 
   try {
     createCgroup(cgroupRoot);
-    const cp: ControlPlane = await startControlPlane(binaries, dir, processes);
+    const cp: ControlPlane = await startControlPlane(binaries, dir, processes, opts.controlPlane);
     track();
     const kc = new KubeConfig();
     kc.loadFromFile(cp.kubeconfigPath);
@@ -146,7 +148,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<StartResu
     const kubeProxies: KubeProxy[] = [];
     const conflistFor = (node: ClusterNode) => podNetworkConfList({
       name: `sluice-test-${node.name}`, bridge: node.bridge, podCidr: node.podCidr,
-      ipamDataDir: join(dir, 'ipam', node.name), serviceCidr: SERVICE_CIDR, clusterCidr: CLUSTER_POD_CIDR, nodeCidr: NODE_CIDR,
+      ipamDataDir: join(dir, 'ipam', node.name), serviceCidr: opts.controlPlane?.serviceCidr ?? SERVICE_CIDR, clusterCidr: CLUSTER_POD_CIDR, nodeCidr: NODE_CIDR,
       podCidr6: node.podCidr6, serviceCidr6: SERVICE_CIDR6, clusterCidr6: CLUSTER_POD_CIDR6, nodeCidr6: NODE_CIDR6,
       extraPlugins: opts.extraCniPlugins,
     });
@@ -154,7 +156,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<StartResu
 
     const cluster: Cluster = {
       dir, prefix, cgroupRoot, binaries, kubeconfigPath: cp.kubeconfigPath, server: cp.server,
-      serviceCidr: SERVICE_CIDR, serviceCidr6: SERVICE_CIDR6, clusterPodCidr: CLUSTER_POD_CIDR,
+      serviceCidr: opts.controlPlane?.serviceCidr ?? SERVICE_CIDR, serviceCidr6: SERVICE_CIDR6, clusterPodCidr: CLUSTER_POD_CIDR,
       kc, core, discovery, nodes, pods, kubeProxies,
 
       async addPod(spec) {
