@@ -20,9 +20,13 @@
  * The IPv6 steps are BPF subprograms (__noinline): each has its own
  * 512-byte stack, and the IPv4 path in the same program keeps its own.
  *
- * Not (yet) for IPv6: fragments (passed untouched, nat6.h), least-connection
- * counts (IPv6 flows do not hold them), per-device SNAT addresses (egress.h:
- * IPv6 flows take the one address of SLUICE_MAP_TC_CONFIG6).
+ * least-connection flows hold a count like IPv4's (markers in
+ * SLUICE_MAP_LC_FLOW6, given back at the TCP close or by the conntrack GC);
+ * Maglev hashes the 5-tuple (lb6_maglev_flow_hash), the same on every node.
+ *
+ * Not (yet) for IPv6: fragments (passed untouched, nat6.h), per-device SNAT
+ * addresses (egress.h: IPv6 flows take the one address of
+ * SLUICE_MAP_TC_CONFIG6).
  */
 #ifndef SLUICE_BPF_TC_LB6_H
 #define SLUICE_BPF_TC_LB6_H
@@ -291,6 +295,8 @@ lb6_ct_create_flow(struct __sk_buff *skb, const struct lb6_tuple *t, struct lb6_
 		lb_count(LB_CNT_TC_CT_FAILED);
 		return -1;
 	}
+	if (e->flags & LB_CT_FLAG_LC)
+		lc6_flow_open(&key, e->backend_id);
 	lb_count(LB_CNT_TC_TRANSLATED);
 	return 0;
 }
@@ -434,6 +440,7 @@ lb6_tc_new_flow(struct __sk_buff *skb, const struct lb6_packet *pkt, const struc
 	struct lb6_backend *backend;
 	struct lb4_service *found, svc;
 	__u32 backend_id = 0;
+	__u64 client;
 
 	lb6_addr_copy(skey.address, t->daddr);
 	skey.port = t->dport;
@@ -451,7 +458,13 @@ lb6_tc_new_flow(struct __sk_buff *skb, const struct lb6_packet *pkt, const struc
 		return TC_ACT_SHOT;
 	}
 	lb6_addr_copy(akey.client, t->saddr);
-	backend = lb6_pick_backend_copy(&skey, &svc, &akey, sw[0] ^ sw[1] ^ sw[2] ^ sw[3], &backend_id);
+	/* Maglev hashes the flow (the same on every node); with ClientIP
+	 * affinity, and for source-hash, the client. */
+	if (svc.algorithm == LB_ALG_MAGLEV && !(svc.flags & LB_SVC_FLAG_AFFINITY))
+		client = lb6_maglev_flow_hash(t->saddr, t->daddr, t->sport, t->dport, t->proto);
+	else
+		client = sw[0] ^ sw[1] ^ sw[2] ^ sw[3];
+	backend = lb6_pick_backend_copy(&skey, &svc, &akey, client, &backend_id);
 	if (!backend) {
 		lb_count(LB_CNT_TC_NO_BACKEND);
 		return TC_ACT_SHOT;
@@ -470,7 +483,9 @@ lb6_tc_new_flow(struct __sk_buff *skb, const struct lb6_packet *pkt, const struc
 	e->rev_nat_id = svc.rev_nat_id;
 	e->proto = t->proto;
 	e->ifindex = skb->ingress_ifindex;
-	e->expires_ns = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, 0);
+	if (svc.algorithm == LB_ALG_LEAST_CONN)
+		e->flags |= LB_CT_FLAG_LC;
+	e->expires_ns = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, e->flags);
 
 	/* As tc_lb.h: only externalTrafficPolicy Local to a local backend (not
 	 * the client itself: hairpin) keeps the client's address. */
