@@ -110,6 +110,25 @@ describe('least-connection, IPv6 TC flows', () => {
     assert.deepEqual(active(), [0, 0, 0, 0]);
   });
 
+  test('externalTrafficPolicy Cluster (SNAT): the reply comes back at ingress, and FIN both ways gives the count back', () => {
+    n.v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 11, backends: BACKENDS, algorithm: abi.LB_ALG_LEAST_CONN });
+    const s = syn();
+    const { verdict, out } = n.h.run('ingress', frame6(s));
+    assert.ok(verdict === TC_ACT_OK || verdict === 7 /* TC_ACT_REDIRECT */, `verdict ${verdict}`);
+    const held = BACKENDS.filter((b) => counts.get(b.id) === 1);
+    assert.equal(held.length, 1, `one count held: ${active()}`);
+    const e = [...n.v6.conntrack.entries()].find(([k]) => k.dir === abi.LB_CT_DIR_ORIGINAL)![1];
+    assert.ok(e.flags & abi.LB_CT_FLAG_SNAT, 'SNATed');
+    assert.ok(e.flags & abi.LB_CT_FLAG_LC, 'the flow carries LB_CT_FLAG_LC');
+    assert.ok(out.length > 0);
+    const reply = (flags: number): L4Spec6 => ({ proto: 'tcp', src: bytesToIp6(e.backend_address), dst: NODE, sport: e.backend_port, dport: e.nat_port, tcpFlags: flags });
+    n.h.run('ingress', frame6(reply(TCP_SYN | TCP_ACK)));
+    n.h.run('ingress', frame6({ ...s, tcpFlags: TCP_FIN | TCP_ACK }));
+    assert.equal(counts.get(held[0]!.id), 1, 'half-closed: still active');
+    n.h.run('ingress', frame6(reply(TCP_FIN | TCP_ACK)));
+    assert.deepEqual(active(), [0, 0, 0, 0], 'FIN both ways (the reply at ingress): released');
+  });
+
   test('flows that end without a close (SYN only, UDP, a lost conntrack entry) come back at the GC', async () => {
     for (let i = 0; i < 6; i++) send(n, BACKENDS, syn());
     for (let i = 0; i < 6; i++) send(n, BACKENDS, { proto: 'udp', src: CLIENT, dst: NODE, sport: 43000 + i, dport: NODE_PORT, payload: Buffer.from('q') });
