@@ -6,10 +6,15 @@
 //   candidate sizes (the numbers that chose the default; docs/algorithms.md).
 //   Built by the agent's writer (src/datapath/maglev.ts) into a scratch
 //   HASH_OF_MAPS of our own: no data path, no traffic.
-// * Socket connect latency per algorithm at the bench's largest data-path
-//   scale: the bench's socket-LB maps are re-marked with each algorithm in
-//   turn (and Maglev tables written), and connect rounds alternate with
-//   direct. ALGORITHM_ROWS is the list: a new algorithm is one row.
+// * Socket connect latency per algorithm at the bench's tax scale
+//   (measureAlgorithmConnect): Maglev tables are written once, then every
+//   round visits every algorithm (order reversed on odd rounds), re-marking
+//   the socket-LB masters and running a direct and a Sluice round back to
+//   back, as the main rows interleave their series: a load change on the
+//   shared machine hits every algorithm alike. The Sluice rounds run under
+//   bpf_stats, so each row carries connect4's (and sock_release's) ns per
+//   run next to its ratio. ALGORITHM_ROWS is the list: a new algorithm is
+//   one row.
 import * as abi from '../src/abi/generated';
 import { BpfMap } from '../src/bpf/map';
 import { MapType } from '../src/bpf/constants';
@@ -17,7 +22,8 @@ import { MaglevTables } from '../src/datapath/maglev';
 import { DEFAULT_MAGLEV_TABLE_SIZE } from '../src/datapath/maglevTable';
 import { openSockLbMaps } from '../src/datapath/maps';
 import { numberToIp4, protoName } from '../src/datapath/addr';
-import { median } from './stats';
+import { median, type RoundResult } from './stats';
+import type { ProgRef, ProgStats } from './progstats';
 
 /** NodePortResult.maglev (bench/nodeport.ts). */
 export interface NodePortMaglev {
@@ -63,6 +69,9 @@ export interface AlgorithmConnectRow {
   sluiceP50Us: number;
   directP50Us: number;
   failed: number;
+  /** bpf_stats over this algorithm's Sluice rounds: ns per run of connect4 and of sock_release. */
+  connect4Ns?: number;
+  releaseNs?: number;
 }
 
 export interface AlgorithmBenchResult {
@@ -121,15 +130,17 @@ export function measureMaglevBuild(services: number, log: (m: string) => void): 
 
 /**
  * Re-mark every master entry of the bench's socket-LB maps with `code`; for
- * Maglev first write each frontend's table (make-before-break, as the agent).
+ * Maglev first write each frontend's table (make-before-break, as the agent)
+ * unless `tables` is false (written already: they stay in the outer map
+ * whatever the masters say).
  */
-export function markAlgorithm(bpffs: string, code: number): void {
+export function markAlgorithm(bpffs: string, code: number, tables = true): void {
   const maps = openSockLbMaps(bpffs);
   try {
     const masters = maps.services.readAll();
     // Each master names its backend ids' range (backend_id: first index).
     const idsOf = (v: abi.Lb4Service) => Array.from({ length: v.count }, (_, i) => maps.ranges.get(v.backend_id + i) ?? 0);
-    if (code === abi.LB_ALG_MAGLEV) {
+    if (code === abi.LB_ALG_MAGLEV && tables) {
       if (!maps.maglev) throw new Error(`${bpffs}: no ${abi.SLUICE_MAP_MAGLEV4} pinned`);
       const tables = new MaglevTables(maps.maglev);
       for (const [k, v] of masters) {
@@ -147,6 +158,63 @@ export function markAlgorithm(bpffs: string, code: number): void {
     maps.close();
   }
 }
+
+export interface AlgorithmConnectPlan {
+  bpffs: string;
+  services: number;
+  rounds: number;
+  /** One connect round through direct (the backends) or Sluice (the VIPs). */
+  round: (via: 'direct' | 'sluice', round: number) => Promise<RoundResult>;
+  progStats: ProgStats;
+  /** The socket-LB programs (bpf_stats); empty: ratios only. */
+  progs: ProgRef[];
+  log: (m: string) => void;
+}
+
+/**
+ * Connect p50 per algorithm against direct, interleaved (see the header):
+ * round r visits every algorithm, each a direct and a Sluice round back to
+ * back, which comes first alternating. Leaves the masters on random.
+ */
+export async function measureAlgorithmConnect(p: AlgorithmConnectPlan): Promise<AlgorithmConnectRow[]> {
+  const pairs = new Map<string, Array<[RoundResult, RoundResult]>>(ALGORITHM_ROWS.map((r) => [r.name, []]));
+  const series = (name: string) => `algorithm ${name}: socket LB, ${p.services} Services, TCP`;
+  try {
+    markAlgorithm(p.bpffs, abi.LB_ALG_MAGLEV); // the tables, once
+    for (let r = 0; r < p.rounds; r++) {
+      const order = r % 2 === 0 ? ALGORITHM_ROWS : [...ALGORITHM_ROWS].reverse();
+      for (const [i, row] of order.entries()) {
+        markAlgorithm(p.bpffs, row.code, false);
+        const sluice = () => p.progStats.measure(series(row.name), p.progs, () => p.round('sluice', r), p.services);
+        if ((r + i) % 2 === 0) {
+          const d = await p.round('direct', r);
+          pairs.get(row.name)!.push([d, await sluice()]);
+        } else {
+          const s = await sluice();
+          pairs.get(row.name)!.push([await p.round('direct', r), s]);
+        }
+      }
+    }
+  } finally {
+    markAlgorithm(p.bpffs, abi.LB_ALG_RANDOM, false);
+  }
+  const stat = (name: string, program: RegExp) =>
+    p.progStats.rows().find((x) => x.series === series(name) && program.test(x.program))?.nsPerRun;
+  return ALGORITHM_ROWS.map((row) => {
+    const ps = pairs.get(row.name)!;
+    const out: AlgorithmConnectRow = {
+      algorithm: row.name, rounds: ps.length,
+      p50Ratio: median(ps.map(([d, s]) => s.p50_us / d.p50_us)),
+      sluiceP50Us: median(ps.map(([, s]) => s.p50_us)), directP50Us: median(ps.map(([d]) => d.p50_us)),
+      failed: ps.reduce((n, [, s]) => n + (s.attempted - s.ok) + s.wrong_peer, 0),
+      connect4Ns: stat(row.name, /connect4/), releaseNs: stat(row.name, /release|sock_rel/),
+    };
+    p.log(`algorithm ${row.name}: connect p50 ${out.p50Ratio.toFixed(3)}x direct over ${ps.length} pairs; connect4 ${nsText(out.connect4Ns)}${out.releaseNs ? `, sock_release ${nsText(out.releaseNs)}` : ''}`);
+    return out;
+  });
+}
+
+const nsText = (ns?: number) => (ns === undefined || Number.isNaN(ns) ? 'n/a' : `${ns.toFixed(0)} ns`);
 
 const mib = (b: number) => (b / 2 ** 20).toFixed(1);
 
@@ -166,7 +234,7 @@ export function algorithmTargets(a: AlgorithmBenchResult | undefined, np?: NodeP
   out.push({
     target: `Socket LB: every algorithm's ClusterIP TCP connect p50 within 1.05x direct${a.connectServices ? ` at ${a.connectServices} Services` : ''}`,
     verdict: rows.length === 0 ? 'n/a' : rows.every((r) => r.p50Ratio <= 1.05 && r.failed === 0) && missing.length === 0 ? 'PASS' : 'FAIL',
-    detail: rows.map((r) => `${r.algorithm} ${r.p50Ratio.toFixed(3)}x${r.failed ? ` (${r.failed} failed)` : ''}`).join(', ') + (missing.length ? `; not measured: ${missing.join(', ')}` : '') || a.notes.join('; '),
+    detail: rows.map((r) => `${r.algorithm} ${r.p50Ratio.toFixed(3)}x (connect4 ${nsText(r.connect4Ns)})${r.failed ? ` (${r.failed} failed)` : ''}`).join(', ') + (missing.length ? `; not measured: ${missing.join(', ')}` : '') || a.notes.join('; '),
   });
   if (a.maglev) {
     const g = a.maglev;
@@ -193,9 +261,9 @@ export function algorithmMarkdown(a: AlgorithmBenchResult | undefined): string[]
     lines.push('');
   }
   if (a.connect.length) {
-    lines.push(`Socket LB connect per algorithm${a.connectServices ? ` at ${a.connectServices} Services` : ''} (rounds alternate with direct; ratio = median of per-pair p50 ratios):`, '');
-    lines.push('| algorithm | rounds | Sluice p50 µs | direct p50 µs | p50 ratio | failed |', '|---|---|---|---|---|---|');
-    for (const r of a.connect) lines.push(`| ${r.algorithm} | ${r.rounds} | ${r.sluiceP50Us.toFixed(1)} | ${r.directP50Us.toFixed(1)} | ${r.p50Ratio.toFixed(3)}x | ${r.failed} |`);
+    lines.push(`Socket LB connect per algorithm${a.connectServices ? ` at ${a.connectServices} Services` : ''} (every round visits every algorithm, each a direct and a Sluice round back to back; ratio = median of per-pair p50 ratios; ns per run from bpf_stats over the Sluice rounds):`, '');
+    lines.push('| algorithm | rounds | Sluice p50 µs | direct p50 µs | p50 ratio | connect4 ns | sock_release ns | failed |', '|---|---|---|---|---|---|---|---|');
+    for (const r of a.connect) lines.push(`| ${r.algorithm} | ${r.rounds} | ${r.sluiceP50Us.toFixed(1)} | ${r.directP50Us.toFixed(1)} | ${r.p50Ratio.toFixed(3)}x | ${nsText(r.connect4Ns)} | ${nsText(r.releaseNs)} | ${r.failed} |`);
     lines.push('');
   }
   lines.push(`Added to the run: ${a.addedS.toFixed(0)} s.`, '');

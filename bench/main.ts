@@ -15,15 +15,14 @@ import { describeMachine, measuredCommit } from './machine';
 import { backendTargets, DirectMode, LoadOutcome, makeBaselineModes, Mode, serviceTargets, Target } from './modes';
 import { loadKey, writeReport, BenchReport, ScaleResult, SeriesResult } from './report';
 import { SluiceSockMode, SluiceTcMode } from './sluice';
-import { median, RoundResult, summarize } from './stats';
+import { RoundResult, summarize } from './stats';
 import { runRound } from './rounds';
-import * as abi from '../src/abi/generated';
 import { Family, FAMILIES, makeServicePorts, Proto, ServicePort, targetLines } from './services';
 import { measureControlPlane } from './controlplane';
 import { measureNodePort } from './nodeport';
 import { measureRuleUpdates } from './ruleupdates';
 import { measureUpstream } from './upstream';
-import { ALGORITHM_ROWS, markAlgorithm, measureMaglevBuild, type AlgorithmBenchResult } from './algorithms';
+import { measureAlgorithmConnect, measureMaglevBuild, type AlgorithmBenchResult } from './algorithms';
 import { ProgStats, type ProgRef } from './progstats';
 
 interface Plan {
@@ -266,36 +265,13 @@ async function main(): Promise<void> {
         const t0 = Date.now();
         const alg: AlgorithmBenchResult = (report.algorithms ??= { connect: [], addedS: 0, notes: [] });
         alg.connectServices = scale;
-        const rounds = p.quick ? 2 : 3;
         try {
-          for (const row of ALGORITHM_ROWS) {
-            markAlgorithm(sock.bpffs, row.code);
-            const pairs: Array<[RoundResult, RoundResult]> = [];
-            for (let r = 0; r < rounds; r++) {
-              // Back to back, the order alternating (A B, B A, ...).
-              const one = (m: Mode) => runRound(m, 'tcp', m === direct ? directTargets[4].tcp : vipTargets[4].tcp, p, 7000 + r, h.serverPid);
-              if (r % 2 === 0) {
-                const d = await one(direct);
-                pairs.push([d, await one(sock)]);
-              } else {
-                const s2 = await one(sock);
-                pairs.push([await one(direct), s2]);
-              }
-            }
-            alg.connect.push({
-              algorithm: row.name, rounds,
-              p50Ratio: median(pairs.map(([d, s]) => s.p50_us / d.p50_us)),
-              sluiceP50Us: median(pairs.map(([, s]) => s.p50_us)), directP50Us: median(pairs.map(([d]) => d.p50_us)),
-              failed: pairs.reduce((n, [, s]) => n + (s.attempted - s.ok) + s.wrong_peer, 0),
-            });
-            log(`scale ${scale}: algorithm ${row.name}: connect p50 ${alg.connect.at(-1)!.p50Ratio.toFixed(3)}x direct`);
-          }
+          alg.connect = await measureAlgorithmConnect({
+            bpffs: sock.bpffs, services: scale, rounds: p.quick ? 4 : 7, progStats, progs: progs.get(sock) ?? [], log,
+            round: (via, r) => runRound(via === 'direct' ? direct : sock, 'tcp', via === 'direct' ? directTargets[4].tcp : vipTargets[4].tcp, p, 7000 + r, h.serverPid),
+          });
         } catch (e) {
           alg.notes.push(`connect per algorithm: ${(e as Error).message}`);
-        } finally {
-          try {
-            markAlgorithm(sock.bpffs, abi.LB_ALG_RANDOM);
-          } catch { /* the next scale reloads */ }
         }
         alg.addedS += (Date.now() - t0) / 1000;
       }

@@ -785,6 +785,8 @@ _Static_assert(sizeof(struct lb_event) == 72, "lb_event layout");
 #define SLUICE_MAP_LC_FLOW4  sluice_lc_flow4 /* lb4_ct_key (original direction) -> lb_lc_flow (hash) */
 #define SLUICE_MAX_LC_COUNT4 262145 /* SLUICE_MAX_BACKENDS + 1: backend ids 1..SLUICE_MAX_BACKENDS */
 #define SLUICE_MAX_LC_FLOW4  131072 /* SLUICE_MAX_CT4 / 2: one per flow; a flow has two conntrack entries */
+#define SLUICE_MAP_LC_FLOW6  sluice_lc_flow6 /* lb6_ct_key (original direction) -> lb_lc_flow (hash): IPv6 TC flows */
+#define SLUICE_MAX_LC_FLOW6  32768  /* SLUICE_MAX_CT6 / 2 */
 #define LB_LC_SCAN           16 /* slots compared per pick: all of a frontend with <= 16, else 16 from a random start */
 #define LB_CT_FLAG_LC        (1 << 14) /* conntrack: the flow holds a least-connection count (marker in SLUICE_MAP_LC_FLOW4) */
 

@@ -129,8 +129,8 @@ static __always_inline void lb6_ct_delete_flow(const struct lb6_ct_entry *e)
 	bpf_map_delete_elem(&SLUICE_MAP_CT6, &reply);
 }
 
-/* lb4_ct_touch over SLUICE_MAP_CT6 (least-connection is not tracked for
- * IPv6 flows: LB_CT_FLAG_LC is never set on them). */
+/* lb4_ct_touch over SLUICE_MAP_CT6 (a least-connection flow gives its count
+ * back when it reaches CLOSING, lc6_flow_close). */
 static __noinline int
 lb6_ct_touch(struct lb6_ct_entry *entry, const struct lb4_tc_config *cfg, const struct lb6_tuple *t, __u32 len)
 {
@@ -139,8 +139,13 @@ lb6_ct_touch(struct lb6_ct_entry *entry, const struct lb4_tc_config *cfg, const 
 	__u16 flags = lb4_ct_next_flags(entry->flags, entry->dir, t->proto, t->tcp_flags);
 	__u64 expires = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, flags);
 
-	if (flags != entry->flags)
+	if (flags != entry->flags) {
+		if ((flags & LB_CT_FLAG_LC) && (flags & LB_CT_FLAG_CLOSING) && !(entry->flags & LB_CT_FLAG_CLOSING)) {
+			lb6_ct_original_key(&peer_key, entry);
+			lc6_flow_close(&peer_key, entry->backend_id);
+		}
 		entry->flags = flags;
+	}
 	entry->expires_ns = expires;
 	__sync_fetch_and_add(&entry->packets, 1);
 	__sync_fetch_and_add(&entry->bytes, len);

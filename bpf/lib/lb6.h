@@ -74,6 +74,25 @@ static __always_inline struct lb6_backend *lb6_lookup_backend(__u32 backend_id)
 }
 
 /*
+ * The hash of an IPv6 flow for Maglev on the TC path (lb4_maglev_flow_hash's
+ * twin): its 5-tuple and nothing node-local, so every node that sees the
+ * flow picks the same table entry. The ports word is hashed, then each half
+ * of each address (two 32-bit words as loaded) is mixed in and hashed again.
+ * Mirrored in maglevFlowHash6 (src/datapath/maglev.ts); keep both the same.
+ */
+static __always_inline __u64
+lb6_maglev_flow_hash(const __u8 *saddr, const __u8 *daddr, __be16 sport, __be16 dport, __u8 proto)
+{
+	const __u32 *s = (const __u32 *)saddr, *d = (const __u32 *)daddr;
+	__u64 h = lb_hash64(((__u64)sport << 32) | ((__u64)dport << 16) | proto);
+
+	h = lb_hash64(h ^ (((__u64)s[0] << 32) | s[1]));
+	h = lb_hash64(h ^ (((__u64)s[2] << 32) | s[3]));
+	h = lb_hash64(h ^ (((__u64)d[0] << 32) | d[1]));
+	return lb_hash64(h ^ (((__u64)d[2] << 32) | d[3]));
+}
+
+/*
  * Maglev for an IPv6 frontend (issue 15): lb4_maglev_select's walk of the
  * frontend's table, with the backend in the IPv6 backends map. The table is
  * in the same outer map as IPv4's (SLUICE_MAP_MAGLEV4, keyed by rev-NAT id,

@@ -11,7 +11,8 @@
  *                count: translating it again (a TCP re-connect, a UDP send
  *                to another backend) moves the count.
  *   TC path      a new flow takes the count and records a marker keyed by
- *                its original conntrack key (SLUICE_MAP_LC_FLOW4), and its
+ *                its original conntrack key (SLUICE_MAP_LC_FLOW4, IPv6 flows
+ *                SLUICE_MAP_LC_FLOW6), and its
  *                conntrack entries carry LB_CT_FLAG_LC. The count comes back
  *                when the TCP state machine reaches CLOSING, or when the
  *                conntrack GC finds the flow gone (expired, evicted,
@@ -177,6 +178,15 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } SLUICE_MAP_LC_FLOW4 SEC(".maps");
 
+/* IPv6 TC flows' markers: the same words, keyed by the IPv6 original key. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb6_ct_key);
+	__type(value, struct lb_lc_flow);
+	__uint(max_entries, SLUICE_MAX_LC_FLOW6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_LC_FLOW6 SEC(".maps");
+
 static __always_inline __u64 lc_flow_word(__u32 backend_id, __u32 gen, __u32 state)
 {
 	return ((__u64)backend_id << 32) | ((__u64)(gen & 0x3fffffff) << 2) | (state & 3);
@@ -216,18 +226,18 @@ static __always_inline bool lc_flow_release(struct lb_lc_flow *m, __u64 seen)
  * still held and re-used (new generation); one the GC is deleting cannot
  * be, and the flow stays uncounted (counted as such; never a drift).
  */
-static __always_inline void lc4_flow_open(const struct lb4_ct_key *key, __u32 backend_id)
+static __always_inline void lc_flow_open(void *markers, const void *key, __u32 backend_id)
 {
 	struct lb_lc_flow fresh = { .word = lc_flow_word(backend_id, bpf_get_prandom_u32(), LB_LC_FLOW_HELD) };
 	struct lb_lc_flow *m;
 	__u64 seen, reviving;
 
-	if (bpf_map_update_elem(&SLUICE_MAP_LC_FLOW4, key, &fresh, BPF_NOEXIST) == 0) {
+	if (bpf_map_update_elem(markers, key, &fresh, BPF_NOEXIST) == 0) {
 		lc_count_add(backend_id, 1);
 		lb_count(LB_CNT_LC_HELD);
 		return;
 	}
-	m = bpf_map_lookup_elem(&SLUICE_MAP_LC_FLOW4, key);
+	m = bpf_map_lookup_elem(markers, key);
 	if (!m)
 		goto untracked;
 	seen = m->word;
@@ -249,11 +259,21 @@ untracked:
 	lb_count(LB_CNT_LC_UNTRACKED);
 }
 
+static __always_inline void lc4_flow_open(const struct lb4_ct_key *key, __u32 backend_id)
+{
+	lc_flow_open(&SLUICE_MAP_LC_FLOW4, key, backend_id);
+}
+
+static __always_inline void lc6_flow_open(const struct lb6_ct_key *key, __u32 backend_id)
+{
+	lc_flow_open(&SLUICE_MAP_LC_FLOW6, key, backend_id);
+}
+
 /* The TCP flow of conntrack entry `e` reached CLOSING: give its count back
  * (the GC would too, later: whichever comes first). */
-static __always_inline void lc4_flow_close(const struct lb4_ct_key *original, __u32 backend_id)
+static __always_inline void lc_flow_close(void *markers, const void *original, __u32 backend_id)
 {
-	struct lb_lc_flow *m = bpf_map_lookup_elem(&SLUICE_MAP_LC_FLOW4, original);
+	struct lb_lc_flow *m = bpf_map_lookup_elem(markers, original);
 	__u64 seen;
 
 	if (!m)
@@ -261,6 +281,16 @@ static __always_inline void lc4_flow_close(const struct lb4_ct_key *original, __
 	seen = m->word;
 	if (lc_flow_backend(seen) == backend_id && lc_flow_release(m, seen))
 		lb_count(LB_CNT_LC_RELEASED);
+}
+
+static __always_inline void lc4_flow_close(const struct lb4_ct_key *original, __u32 backend_id)
+{
+	lc_flow_close(&SLUICE_MAP_LC_FLOW4, original, backend_id);
+}
+
+static __always_inline void lc6_flow_close(const struct lb6_ct_key *original, __u32 backend_id)
+{
+	lc_flow_close(&SLUICE_MAP_LC_FLOW6, original, backend_id);
 }
 
 struct lc4_gc_ctx {
@@ -276,16 +306,19 @@ struct lc4_gc_ctx {
  * Only the GC deletes markers, and only claimed ones, which nobody else
  * changes: the delete cannot remove a marker a new flow just re-used.
  */
-static long lc4_gc_one(void *map, struct lb4_ct_key *key, struct lb_lc_flow *m, struct lc4_gc_ctx *ctx)
-{
-	__u64 seen = m->word;
-	struct lb4_ct_entry *e;
+/* Whether the marker's flow is alive: its original conntrack entry
+ * (expires_ns, flags, backend_id of either family) holds the count. */
+#define LC_FLOW_ALIVE(e, ctx, seen)                                                                       \
+	((e) && (e)->expires_ns > (ctx)->now && (e)->expires_ns != LB_CT_EXPIRES_CLAIMED &&                \
+	 ((e)->flags & LB_CT_FLAG_LC) && !((e)->flags & LB_CT_FLAG_CLOSING) &&                              \
+	 (e)->backend_id == lc_flow_backend(seen))
 
+/* The marker part of a GC step; `alive`: the flow still holds its count. */
+static __always_inline long lc_gc_marker(void *map, void *key, struct lb_lc_flow *m, struct lc4_gc_ctx *ctx,
+					 __u64 seen, bool alive)
+{
 	if (lc_flow_state(seen) == LB_LC_FLOW_HELD) {
-		e = bpf_map_lookup_elem(&SLUICE_MAP_CT4, key);
-		if (e && e->expires_ns > ctx->now && e->expires_ns != LB_CT_EXPIRES_CLAIMED &&
-		    (e->flags & LB_CT_FLAG_LC) && !(e->flags & LB_CT_FLAG_CLOSING) &&
-		    e->backend_id == lc_flow_backend(seen))
+		if (alive)
 			return 0;
 		if (!lc_flow_release(m, seen))
 			return 0;
@@ -302,12 +335,33 @@ static long lc4_gc_one(void *map, struct lb4_ct_key *key, struct lb_lc_flow *m, 
 	return 0;
 }
 
-/* One pass over the markers; returns how many counts it gave back. */
+static long lc4_gc_one(void *map, struct lb4_ct_key *key, struct lb_lc_flow *m, struct lc4_gc_ctx *ctx)
+{
+	__u64 seen = m->word;
+	struct lb4_ct_entry *e = NULL;
+
+	if (lc_flow_state(seen) == LB_LC_FLOW_HELD)
+		e = bpf_map_lookup_elem(&SLUICE_MAP_CT4, key);
+	return lc_gc_marker(map, key, m, ctx, seen, LC_FLOW_ALIVE(e, ctx, seen));
+}
+
+static long lc6_gc_one(void *map, struct lb6_ct_key *key, struct lb_lc_flow *m, struct lc4_gc_ctx *ctx)
+{
+	__u64 seen = m->word;
+	struct lb6_ct_entry *e = NULL;
+
+	if (lc_flow_state(seen) == LB_LC_FLOW_HELD)
+		e = bpf_map_lookup_elem(&SLUICE_MAP_CT6, key);
+	return lc_gc_marker(map, key, m, ctx, seen, LC_FLOW_ALIVE(e, ctx, seen));
+}
+
+/* One pass over both families' markers; returns how many counts it gave back. */
 static __always_inline int lc4_gc(void)
 {
 	struct lc4_gc_ctx ctx = { .now = bpf_ktime_get_ns() };
 
 	bpf_for_each_map_elem(&SLUICE_MAP_LC_FLOW4, lc4_gc_one, &ctx, 0);
+	bpf_for_each_map_elem(&SLUICE_MAP_LC_FLOW6, lc6_gc_one, &ctx, 0);
 	return ctx.released;
 }
 

@@ -277,9 +277,16 @@ lb6_flow_start(const struct lb6_tuple *t, struct lb6_service_key *skey, struct l
 	struct lb6_backend *backend;
 	struct lb6_ct_entry *e;
 	__u32 backend_id = 0;
+	__u64 client;
 
 	lb6_addr_copy(akey.client, t->saddr);
-	backend = lb6_pick_backend_copy(skey, svc, &akey, sw[0] ^ sw[1] ^ sw[2] ^ sw[3], &backend_id);
+	/* Maglev hashes the flow (the same on every node); with ClientIP
+	 * affinity, and for source-hash, the client. */
+	if (svc->algorithm == LB_ALG_MAGLEV && !(svc->flags & LB_SVC_FLAG_AFFINITY))
+		client = lb6_maglev_flow_hash(t->saddr, t->daddr, t->sport, t->dport, t->proto);
+	else
+		client = sw[0] ^ sw[1] ^ sw[2] ^ sw[3];
+	backend = lb6_pick_backend_copy(skey, svc, &akey, client, &backend_id);
 	if (!backend)
 		return LB6_START_NO_BACKEND;
 	e = lb6_ct_scratch();
@@ -295,7 +302,9 @@ lb6_flow_start(const struct lb6_tuple *t, struct lb6_service_key *skey, struct l
 	e->backend_id = backend_id;
 	e->rev_nat_id = svc->rev_nat_id;
 	e->proto = t->proto;
-	e->flags = lb_path_ct_flags(path); /* no LB_CT_FLAG_LC: IPv6 flows hold no least-connection count */
+	e->flags = lb_path_ct_flags(path);
+	if (svc->algorithm == LB_ALG_LEAST_CONN)
+		e->flags |= LB_CT_FLAG_LC;
 	e->ifindex = ifindex;
 	e->expires_ns = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, e->flags);
 	return 0;
@@ -397,6 +406,8 @@ lb6_ct_create_flow(struct __sk_buff *skb, const struct lb6_tuple *t, struct lb6_
 		lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_CT_FAILED));
 		return -1;
 	}
+	if (e->flags & LB_CT_FLAG_LC)
+		lc6_flow_open(&key, e->backend_id);
 	lb_count(lb_cnt_flow(e->flags, LB_CNT_TC_TRANSLATED));
 	return 0;
 }

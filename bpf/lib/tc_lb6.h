@@ -20,9 +20,13 @@
  * The IPv6 steps are BPF subprograms (__noinline): each has its own
  * 512-byte stack, and the IPv4 path in the same program keeps its own.
  *
- * Not (yet) for IPv6: fragments (passed untouched, nat6.h), least-connection
- * counts (IPv6 flows do not hold them), per-device SNAT addresses (egress.h:
- * IPv6 flows take the one address of SLUICE_MAP_TC_CONFIG6).
+ * least-connection flows hold a count like IPv4's (markers in
+ * SLUICE_MAP_LC_FLOW6, given back at the TCP close or by the conntrack GC);
+ * Maglev hashes the 5-tuple (lb6_maglev_flow_hash), the same on every node.
+ *
+ * Not (yet) for IPv6: fragments (passed untouched, nat6.h), per-device SNAT
+ * addresses (egress.h: IPv6 flows take the one address of
+ * SLUICE_MAP_TC_CONFIG6).
  */
 #ifndef SLUICE_BPF_TC_LB6_H
 #define SLUICE_BPF_TC_LB6_H

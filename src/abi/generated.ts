@@ -129,6 +129,7 @@ export const SLUICE_MAP_EVENTS_ON = "sluice_ev_on";
 export const SLUICE_MAP_FRAG4 = "sluice_frag4";
 export const SLUICE_MAP_LC_COUNT4 = "sluice_lc_cnt4";
 export const SLUICE_MAP_LC_FLOW4 = "sluice_lc_flow4";
+export const SLUICE_MAP_LC_FLOW6 = "sluice_lc_flow6";
 export const SLUICE_MAP_LC_SOCK4 = "sluice_lc_sock4";
 export const SLUICE_MAP_MAGLEV4 = "sluice_maglev4";
 export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
@@ -164,6 +165,7 @@ export const SLUICE_MAX_CT6 = 65536;
 export const SLUICE_MAX_FRAG4 = 8192;
 export const SLUICE_MAX_LC_COUNT4 = 262145;
 export const SLUICE_MAX_LC_FLOW4 = 131072;
+export const SLUICE_MAX_LC_FLOW6 = 32768;
 export const SLUICE_MAX_MAGLEV4 = 131072;
 export const SLUICE_MAX_NODEIP4 = 256;
 export const SLUICE_MAX_NODEIP6 = 256;
@@ -1714,6 +1716,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_frag4: {"name":"sluice_frag4","type":9,"keyType":"lb4_frag_key","keySize":12,"valueType":"lb4_frag_ports","valueSize":4,"maxEntries":8192},
   sluice_lc_cnt4: {"name":"sluice_lc_cnt4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":262145},
   sluice_lc_flow4: {"name":"sluice_lc_flow4","type":1,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb_lc_flow","valueSize":8,"maxEntries":131072,"flags":1},
+  sluice_lc_flow6: {"name":"sluice_lc_flow6","type":1,"keyType":"lb6_ct_key","keySize":40,"valueType":"lb_lc_flow","valueSize":8,"maxEntries":32768,"flags":1},
   sluice_lc_sock4: {"name":"sluice_lc_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb_lc_sock","valueSize":8,"maxEntries":0},
   sluice_maglev4: {"name":"sluice_maglev4","type":13,"keyType":"lb4_maglev_key","keySize":8,"maxEntries":131072,"flags":1},
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},

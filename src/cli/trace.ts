@@ -37,6 +37,10 @@ export interface TraceMaps {
   serviceName(revNatId: number, proto: ProtoName): ServiceName | undefined;
   /** A frontend's Maglev table (sluice_maglev4), undefined when it has none. */
   maglevTable?(f: { revNatId: number; proto: ProtoName; scope: 'external' | 'internal' }): { m: number; ids: Uint32Array } | undefined;
+  /** Round-robin: the frontend's cursor (sluice_rr4), undefined beyond the array or when not pinned. */
+  rrCursor?(revNatId: number): number | undefined;
+  /** least-connection: the backend's active count (sluice_lc_cnt4, signed), undefined when not pinned. */
+  lcCount?(backendId: number): number | undefined;
   /** bpf_ktime_get_ns() now (CLOCK_MONOTONIC). */
   nowNs(): bigint;
 }
@@ -103,7 +107,14 @@ export interface TraceResult {
    * affinity): computed with the data path's hashes. `backendId` is absent
    * when it cannot be known in advance (note says why).
    */
-  pick?: { algorithm: string; hashedBy: string; backendId?: number; backend?: string; slot?: number; entry?: number; note?: string; shares?: Record<string, number> };
+  pick?: {
+    algorithm: string; hashedBy: string; backendId?: number; backend?: string; slot?: number; entry?: number; note?: string; shares?: Record<string, number>;
+    /** Round-robin: the frontend's cursor now (the next pick takes slot cursor % count + 1). */
+    cursor?: number;
+    /** least-connection: each backend's active count now ("#id" -> count), and the least loaded ones. */
+    active?: Record<string, number>;
+    least?: number[];
+  };
   verdict: { action: Action; reason: string; counter?: string };
 }
 
@@ -406,6 +417,8 @@ function affinityOf(input: TraceInput, svc: abi.Lb4Service, m: TraceMaps, client
  */
 function predictPick(input: TraceInput, svc: abi.Lb4Service, scope: number, backends: TraceBackend[], m: TraceMaps, daddr: number): TraceResult['pick'] {
   const algorithm = ALGORITHMS[svc.algorithm] ?? `algorithm ${svc.algorithm}`;
+  if (svc.algorithm === abi.LB_ALG_ROUND_ROBIN) return rrPick(algorithm, svc, backends, m);
+  if (svc.algorithm === abi.LB_ALG_LEAST_CONN) return lcPick(algorithm, svc, backends, m);
   if (svc.algorithm !== abi.LB_ALG_SOURCE_HASH && svc.algorithm !== abi.LB_ALG_MAGLEV) return undefined;
   const affinity = (svc.flags & abi.LB_SVC_FLAG_AFFINITY) !== 0;
   let clientId: bigint | undefined;
@@ -463,5 +476,57 @@ function predictPick(input: TraceInput, svc: abi.Lb4Service, scope: number, back
   pick.backendId = row?.id;
   if (row && !row.missing) pick.backend = `${row.address}:${row.port}`;
   else pick.note = `slot ${pick.slot} is missing (agent mid-update): the program retries below it`;
+  return pick;
+}
+
+/**
+ * Round-robin's next pick from live state (lb4_slot_choice): the frontend's
+ * cursor in sluice_rr4, slot cursor % count + 1. It is the next new
+ * connection or flow of this frontend from any client that takes it.
+ */
+function rrPick(algorithm: string, svc: abi.Lb4Service, backends: TraceBackend[], m: TraceMaps): TraceResult['pick'] {
+  const pick: NonNullable<TraceResult['pick']> = { algorithm, hashedBy: 'the frontend\'s cursor' };
+  const cursor = m.rrCursor?.(svc.rev_nat_id);
+  if (cursor === undefined) {
+    pick.note = `no round-robin cursor for rev-NAT id ${svc.rev_nat_id} (${abi.SLUICE_MAP_RR4} not pinned, or the id is beyond it: random)`;
+    return pick;
+  }
+  pick.cursor = cursor;
+  pick.slot = (cursor % svc.count) + 1;
+  const row = backends[pick.slot - 1];
+  pick.backendId = row?.id;
+  if (row && !row.missing) pick.backend = `${row.address}:${row.port}`;
+  else pick.note = `slot ${pick.slot} is missing (agent mid-update): the program retries below it`;
+  return pick;
+}
+
+/**
+ * least-connection from live state (lc4_select): the active count of every
+ * backend now and the least loaded. With at most LB_LC_SCAN backends the
+ * pick is the least loaded (a tie: any of the tied, by the scan's random
+ * start); with more, the least of a random window of LB_LC_SCAN.
+ */
+function lcPick(algorithm: string, svc: abi.Lb4Service, backends: TraceBackend[], m: TraceMaps): TraceResult['pick'] {
+  const pick: NonNullable<TraceResult['pick']> = { algorithm, hashedBy: 'active connections' };
+  const usable = backends.filter((b) => !b.missing);
+  const counts = usable.map((b) => [b, m.lcCount?.(b.id)] as const);
+  if (counts.some(([, n]) => n === undefined) || usable.length === 0) {
+    pick.note = `active counts unavailable (${abi.SLUICE_MAP_LC_COUNT4} not pinned)`;
+    return pick;
+  }
+  pick.active = Object.fromEntries(counts.map(([b, n]) => [`#${b.id}`, n!]));
+  const min = Math.min(...counts.map(([, n]) => n!));
+  const least = counts.filter(([, n]) => n === min).map(([b]) => b);
+  pick.least = least.map((b) => b.id);
+  if (svc.count > abi.LB_LC_SCAN) {
+    pick.note = `least loaded now: ${least.map((b) => `#${b.id}`).join(', ')} (${min} active); with ${svc.count} backends a pick compares a random window of ${abi.LB_LC_SCAN}, so it takes the least of that window`;
+  } else if (least.length === 1) {
+    const b = least[0]!;
+    pick.backendId = b.id;
+    pick.slot = b.slot;
+    pick.backend = `${b.address}:${b.port}`;
+  } else {
+    pick.note = `tied at ${min} active: one of ${least.map((b) => `#${b.id}`).join(', ')} (the scan starts at a random slot)`;
+  }
   return pick;
 }

@@ -36,6 +36,13 @@ function pinnedTraceMaps(bpffs: string, maps: SockLbMaps, opened: BpfMap[]): Tra
     opened.push(m);
     return m;
   };
+  const rrMap = openIf(abi.SLUICE_MAP_RR4);
+  const lcMap = openIf(abi.SLUICE_MAP_LC_COUNT4);
+  const arrayU32 = (map: BpfMap | undefined, i: number, signed: boolean): number | undefined => {
+    if (!map || i < 0 || i >= map.maxEntries) return undefined;
+    const v = map.lookup(u32Codec.encode(i));
+    return v ? (signed ? v.readInt32LE(0) : v.readUInt32LE(0)) : undefined;
+  };
   const ctMap = openIf(abi.SLUICE_MAP_CT4);
   const cfgMap = openIf(abi.SLUICE_MAP_TC_CONFIG);
   const ct = ctMap && new TypedMap(ctMap, abi.lb4_ct_keyCodec, abi.lb4_ct_entryCodec);
@@ -56,6 +63,8 @@ function pinnedTraceMaps(bpffs: string, maps: SockLbMaps, opened: BpfMap[]): Tra
     isNodePortAddress: (address) => maps.nodeIps.get(address) !== undefined,
     serviceName: (revNatId, proto) => serviceNameOf(names, revNatId, proto),
     maglevTable: (f) => (maps.maglev ? readMaglevTable(maps.maglev, f) : undefined),
+    rrCursor: (revNatId) => arrayU32(rrMap, revNatId, false),
+    lcCount: (backendId) => arrayU32(lcMap, backendId, true),
     nowNs: () => process.hrtime.bigint(), // CLOCK_MONOTONIC, as bpf_ktime_get_ns()
   };
 }
@@ -74,7 +83,9 @@ export function renderTrace(r: TraceResult): string {
   }
   if (r.pick) {
     const p = r.pick;
-    const shares = p.shares ? `; table shares ${Object.entries(p.shares).map(([id, x]) => `${id} ${(x * 100).toFixed(1)}%`).join(', ')}` : '';
+    const shares = (p.shares ? `; table shares ${Object.entries(p.shares).map(([id, x]) => `${id} ${(x * 100).toFixed(1)}%`).join(', ')}` : '') +
+      (p.cursor !== undefined ? `; cursor ${p.cursor}` : '') +
+      (p.active ? `; active ${Object.entries(p.active).map(([id, n]) => `${id} ${n}`).join(', ')}` : '');
     lines.push(`pick:      ${p.algorithm} by ${p.hashedBy}: ${p.backend ? `backend #${p.backendId} ${p.backend}${p.slot !== undefined ? ` (slot ${p.slot})` : ` (entry ${p.entry})`}` : p.note ?? '-'}${shares}`);
   }
   for (const c of r.conntrack ?? []) {

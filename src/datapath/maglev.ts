@@ -21,7 +21,7 @@ import { BpfMap } from '../bpf/map';
 import { MapType } from '../bpf/constants';
 import { libbpf } from '../bpf/libbpf';
 import { buildMaglevTable, maglevBackendName, DEFAULT_MAGLEV_TABLE_SIZE } from './maglevTable';
-import { ip4ToNumber, protoName, protoNumber } from './addr';
+import { ip4ToNumber, ip6ToBytes, protoName, protoNumber } from './addr';
 
 const ROW = abi.LB_MAGLEV_ROW;
 const ROW_BYTES = ROW * 4;
@@ -123,6 +123,22 @@ const be32 = (address: string) => {
 export function maglevFlowHash(t: { saddr: string; daddr: string; sport: number; dport: number; proto: string }): bigint {
   const ports = (be16(t.sport) << 32n) | (be16(t.dport) << 16n) | BigInt(protoNumber(t.proto));
   return hash64(((be32(t.saddr) << 32n) | be32(t.daddr)) ^ hash64(ports));
+}
+
+/**
+ * lb6_maglev_flow_hash (bpf/lib/lb6.h) in TypeScript: the IPv6 TC path's hash
+ * of a flow. The ports word is hashed, then each address half (two 32-bit
+ * words as the data path loads them, little-endian) is mixed in and hashed
+ * again: source high, source low, destination high, destination low.
+ */
+export function maglevFlowHash6(t: { saddr: string; daddr: string; sport: number; dport: number; proto: string }): bigint {
+  const ports = (be16(t.sport) << 32n) | (be16(t.dport) << 16n) | BigInt(protoNumber(t.proto));
+  let h = hash64(ports);
+  for (const address of [t.saddr, t.daddr]) {
+    const b = ip6ToBytes(address);
+    for (const half of [0, 8]) h = hash64(h ^ ((BigInt(b.readUInt32LE(half)) << 32n) | BigInt(b.readUInt32LE(half + 4))));
+  }
+  return h;
 }
 
 /** The table entry a hash selects (lb4_maglev_select: low 32 bits mod M). */

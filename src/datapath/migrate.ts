@@ -100,6 +100,7 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // survive, or counts drift; a socket's note of its count lives with the socket.
   [abi.SLUICE_MAP_LC_COUNT4]: { kind: 'carry' },
   [abi.SLUICE_MAP_LC_FLOW4]: { kind: 'carry' },
+  [abi.SLUICE_MAP_LC_FLOW6]: { kind: 'carry' },
   [abi.SLUICE_MAP_LC_SOCK4]: { kind: 'drop', reason: 'per-socket state cannot be copied from user space: sockets open across a layout change would never give their counts back (keep lb_lc_sock compatible instead)' },
   // Maglev: the outer map holds inner-map references that user space cannot
   // copy between map families; tables are rebuilt when the frontend's

@@ -127,3 +127,44 @@ test('source-hash and maglev: the trace names the backend the program then picks
     tables.close();
   }
 });
+
+test('round-robin and least-connection: the trace shows the live cursor and active counts, and names the backend the program then picks', () => {
+  const backendsOf = (base: number) => [1, 2, 3, 4].map((i) => ({ id: base + i, address: `198.18.4.${base + i}`, port: 8080, local: false }));
+  const rr = backendsOf(20);
+  const lc = backendsOf(30);
+  h.upsertFrontend({ address: '198.18.0.1', port: 30092, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 7, backends: rr, algorithm: abi.LB_ALG_ROUND_ROBIN });
+  h.upsertFrontend({ address: '198.18.0.1', port: 30093, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 8, backends: lc, algorithm: abi.LB_ALG_LEAST_CONN });
+  const picked = (src: string, sport: number, dport: number): string => {
+    const { out } = h.run('ingress', frame({ proto: 'tcp', src, dst: '198.18.0.1', sport, dport, tcpFlags: TCP_SYN }));
+    return `${numberToIp4(out.readUInt32BE(14 + 16))}:${out.readUInt16BE(14 + 20 + 2)}`;
+  };
+  // Round-robin: the cursor names the next slot, whoever the client is.
+  const rrSeen = new Set<string>();
+  for (let i = 0; i < 8; i++) {
+    const r = sluiceTrace(`198.18.8.${i}:${41000 + i}`, '198.18.0.1:30092/tcp');
+    assert.equal(r.pick?.hashedBy, 'the frontend\'s cursor');
+    assert.ok(r.pick?.backend, JSON.stringify(r.pick));
+    assert.equal(r.pick.slot, (r.pick.cursor! % 4) + 1);
+    assert.equal(picked(`198.18.8.${i}`, 41000 + i, 30092), r.pick.backend, `round-robin flow ${i}`);
+    rrSeen.add(r.pick.backend);
+  }
+  assert.equal(rrSeen.size, 4, 'eight flows went round all four');
+  // least-connection: skewed counts; the least loaded is named, then taken.
+  const counts = h.obj.map(abi.SLUICE_MAP_LC_COUNT4);
+  const setCount = (id: number, n: number) => { const k = Buffer.alloc(4); k.writeUInt32LE(id); const v = Buffer.alloc(4); v.writeUInt32LE(n); counts.update(k, v); };
+  [3, 1, 2, 5].forEach((n, i) => setCount(lc[i]!.id, n));
+  const first = sluiceTrace('198.18.8.100:42100', '198.18.0.1:30093/tcp');
+  assert.deepEqual(first.pick?.active, { '#31': 3, '#32': 1, '#33': 2, '#34': 5 });
+  assert.deepEqual(first.pick?.least, [32]);
+  assert.equal(first.pick?.backend, '198.18.4.32:8080');
+  assert.equal(picked('198.18.8.100', 42100, 30093), first.pick.backend);
+  // #32 now holds 2, as #33: a tie, both named, and the program takes one of them.
+  const tie = sluiceTrace('198.18.8.101:42101', '198.18.0.1:30093/tcp');
+  assert.deepEqual(tie.pick?.least, [32, 33]);
+  assert.equal(tie.pick?.backend, undefined);
+  assert.match(tie.pick?.note ?? '', /tied at 2 active: one of #32, #33/);
+  assert.ok(['198.18.4.32:8080', '198.18.4.33:8080'].includes(picked('198.18.8.101', 42101, 30093)));
+  const text = spawnSync(bin, ['trace', '198.18.8.102:42102', '198.18.0.1:30093/tcp', '--path', 'north-south', '--bpffs', h.pinDir], { encoding: 'utf8' });
+  assert.match(text.stdout, /^pick: +least-connection by active connections: .*; active #31 3, #32 \d, #33 \d, #34 5/m, text.stdout + text.stderr);
+  for (const b of lc) setCount(b.id, 0);
+});
