@@ -9,7 +9,7 @@ BPF_HDRS := $(wildcard bpf/lib/*.h) native/sluice_abi.h
 TS_SRCS := $(shell find src test bench -name '*.ts' 2>/dev/null)
 NATIVE_BINS := $(patsubst native/%.c,$(BUILD)/%,$(wildcard native/*.c))
 
-.PHONY: all deps build bpf ts native test-helpers abi abi-check test test-unit demo bench bench-kubeproxy clean soak
+.PHONY: all deps build bpf ts native test-helpers abi abi-check test test-unit demo bench bench-bins bench-kubeproxy clean soak
 
 all: build
 
@@ -74,8 +74,9 @@ test-unit: build
 demo: build
 	@./bin/sluice demo $(DEMO_ARGS)
 
+# Under the bench lock: two runs at once would measure each other.
 bench: build
-	@node dist/bench/main.js $(if $(QUICK),--quick,)
+	@flock /tmp/sluice-bench.lock node dist/bench/main.js $(if $(QUICK),--quick,)
 
 # Upstream kube-proxy (iptables, nftables; defaults and tuned) vs the agent on
 # the real kube-apiserver, alone (bench/upstream.ts): 10 000 Services
@@ -110,6 +111,8 @@ $(BUILD)/sluiceload: bench/sluiceload.c native/sluice_abi.h
 	@mkdir -p $(BUILD)
 	$(CC) -O2 -Wall -Werror -Inative -o $@ $< -lbpf
 bench: $(BENCH_BINS)
+# The C parts alone (`make bench` builds them and then runs the whole bench).
+bench-bins: $(BENCH_BINS)
 
 # ---- real nodes (issue 16; docs/real-nodes.md) ----------------------------------
 # image: Sluice's OCI image from Debian packages (mmdebstrap) and `make build`
