@@ -1,7 +1,7 @@
 // Nanoseconds per packet of DSR (issue 17 item 2, docs/dsr.md) against SNAT,
 // as the kernel measures a TC program run (BPF_PROG_TEST_RUN duration;
 // nothing attached, no sysctl), inside a throwaway namespace whose FIB the
-// program consults (the harness of bench/xdpcost.ts):
+// program consults (bench/costNode.ts, shared with bench/xdpcost.ts):
 //
 //   ingress node   a data packet of a known NodePort flow to a backend on
 //                  another node: SNAT (rewrite, FIB, redirect) against DSR
@@ -15,8 +15,9 @@
 //   node dist/bench/dsrcost.js [--runs 15] [--calls 2000]
 import * as abi from '../src/abi/generated';
 import { progTestRun } from '../src/bpf';
-import { writeNodePortMode, writeTcConfig } from '../src/datapath/tc/config';
+import { writeNodePortMode } from '../src/datapath/tc/config';
 import { XdpHarness } from '../test/bpf/xdp_harness';
+import { NODE, NODE_PORT, setUpCostNode } from './costNode';
 import { frame, ipip, ipPacket, TCP_ACK, TCP_SYN, type L4Spec } from '../test/bpf/tc_packet';
 
 const arg = (name: string, def: number) => {
@@ -25,7 +26,6 @@ const arg = (name: string, def: number) => {
 };
 const RUNS = arg('runs', 15);
 const CALLS = arg('calls', 2000);
-const NODE = '198.18.0.1';
 const CLIENT = '198.18.0.10';
 const LOCAL_BE = { id: 5, address: '198.18.1.10', port: 8080, local: true };
 
@@ -35,19 +35,9 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 function main(): void {
   const h = new XdpHarness();
   try {
-    h.ip('link', 'add', 'ext0', 'address', '02:00:00:00:00:01', 'type', 'veth', 'peer', 'name', 'ext0p');
-    h.ip('link', 'set', 'ext0p', 'up');
-    h.ip('addr', 'add', `${NODE}/24`, 'dev', 'ext0');
-    h.ip('link', 'set', 'ext0', 'up');
-    h.ip('neigh', 'add', '198.18.0.2', 'lladdr', '02:00:00:00:00:22', 'dev', 'ext0', 'nud', 'permanent');
-    h.ip('route', 'add', '198.18.2.0/24', 'via', '198.18.0.2', 'dev', 'ext0');
-    const ifindex = h.ifindex('ext0');
-    writeTcConfig(h.tc.tc.config, { snatAddress: NODE });
-    h.tc.upsertFrontend({ address: NODE, port: 30080, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 7, backends: [{ id: 2, address: '198.18.2.20', port: 8080, local: false }] });
+    const { tcCtx } = setUpCostNode(h);
     h.tc.upsertFrontend({ address: '198.18.100.10', port: 80, proto: 'tcp', flags: abi.LB_SVC_FLAG_EXTERNAL_IP, revNatId: 8, backends: [LOCAL_BE] });
     h.tc.upsertFrontend({ address: '198.18.100.11', port: 80, proto: 'tcp', flags: abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES, revNatId: 9, backends: [LOCAL_BE] });
-    const tcCtx = Buffer.alloc(192);
-    tcCtx.writeUInt32LE(ifindex, 36);
     const prog = h.tc.obj.program('sluice_tc_ingress').fd;
     const once = (pkt: Buffer) => h.inside(() => progTestRun(prog, { dataIn: pkt, ctxIn: tcCtx }));
 
@@ -56,11 +46,11 @@ function main(): void {
       return [syn, { ...syn, tcpFlags: TCP_ACK, payload: Buffer.alloc(64) }];
     };
     // The flows exist from here on; the mode counts at a flow's first packet only.
-    const [snatSyn, snatData] = flow(62000, NODE, 30080);
+    const [snatSyn, snatData] = flow(62000, NODE, NODE_PORT);
     once(frame(snatSyn));
     if (!h.tc.tc.dsr) throw new Error('no sluice_dsr_cfg in this TC object');
     writeNodePortMode(h.tc.tc.dsr, 'dsr');
-    const [dsrSyn, dsrData] = flow(62001, NODE, 30080);
+    const [dsrSyn, dsrData] = flow(62001, NODE, NODE_PORT);
     once(frame(dsrSyn));
     const [rxSyn, rxData] = flow(62002, '198.18.100.10', 80);
     once(ipip('198.18.0.2', LOCAL_BE.address, ipPacket(rxSyn)));

@@ -17,9 +17,9 @@
 //   node dist/bench/xdpcost.js [--runs 15] [--calls 2000]
 import * as abi from '../src/abi/generated';
 import { progTestRun } from '../src/bpf';
-import { writeTcConfig } from '../src/datapath/tc/config';
 import { syncFrontendAddresses } from '../src/datapath/xdp/xdp';
 import { XdpHarness } from '../test/bpf/xdp_harness';
+import { NODE, NODE_PORT, setUpCostNode } from './costNode';
 import { frame, TCP_ACK, TCP_SYN } from '../test/bpf/tc_packet';
 
 const arg = (name: string, def: number) => {
@@ -28,22 +28,13 @@ const arg = (name: string, def: number) => {
 };
 const RUNS = arg('runs', 15);
 const CALLS = arg('calls', 2000);
-const NODE = '198.18.0.1';
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 function main(): void {
   const h = new XdpHarness();
   try {
-    h.ip('link', 'add', 'ext0', 'address', '02:00:00:00:00:01', 'type', 'veth', 'peer', 'name', 'ext0p');
-    h.ip('link', 'set', 'ext0p', 'up');
-    h.ip('addr', 'add', `${NODE}/24`, 'dev', 'ext0');
-    h.ip('link', 'set', 'ext0', 'up');
-    h.ip('neigh', 'add', '198.18.0.2', 'lladdr', '02:00:00:00:00:22', 'dev', 'ext0', 'nud', 'permanent');
-    h.ip('route', 'add', '198.18.2.0/24', 'via', '198.18.0.2', 'dev', 'ext0');
-    const ifindex = h.ifindex('ext0');
-    writeTcConfig(h.tc.tc.config, { snatAddress: NODE });
-    h.tc.upsertFrontend({ address: NODE, port: 30080, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 7, backends: [{ id: 2, address: '198.18.2.20', port: 8080, local: false }] });
+    const { ifindex, tcCtx } = setUpCostNode(h);
     syncFrontendAddresses(h.maps.frontends, [{ address: NODE, flags: abi.LB_SVC_FLAG_NODEPORT }]);
 
     const xdpCtx = (len: number) => {
@@ -52,8 +43,6 @@ function main(): void {
       ctx.writeUInt32LE(ifindex, 12);
       return ctx;
     };
-    const tcCtx = Buffer.alloc(192);
-    tcCtx.writeUInt32LE(ifindex, 36);
     const progs = {
       xdp: h.xdp.program(abi.SLUICE_PROG_XDP).fd,
       xdpPass: h.xdp.program(abi.SLUICE_PROG_XDP_PASS).fd,
@@ -65,8 +54,8 @@ function main(): void {
     const other = frame({ proto: 'tcp', src: '198.18.0.10', dst: '198.18.0.99', sport: 40000, dport: 80, tcpFlags: TCP_ACK });
     const repeated = (p: keyof typeof progs) => h.inside(() => progTestRun(progs[p], { dataIn: other, ctxIn: ctxFor(p, other), repeat: CALLS }).duration);
     // Rewritten by the program: a fresh copy per run, CALLS runs averaged.
-    const syn = frame({ proto: 'tcp', src: '198.18.0.10', dst: NODE, sport: 62000, dport: 30080, tcpFlags: TCP_SYN });
-    const data = frame({ proto: 'tcp', src: '198.18.0.10', dst: NODE, sport: 62000, dport: 30080, tcpFlags: TCP_ACK });
+    const syn = frame({ proto: 'tcp', src: '198.18.0.10', dst: NODE, sport: 62000, dport: NODE_PORT, tcpFlags: TCP_SYN });
+    const data = frame({ proto: 'tcp', src: '198.18.0.10', dst: NODE, sport: 62000, dport: NODE_PORT, tcpFlags: TCP_ACK });
     h.runXdp(syn, ifindex); // the flow exists from here on (shared conntrack)
     const fresh = (p: keyof typeof progs, expect: number) => h.inside(() => {
       let sum = 0;
