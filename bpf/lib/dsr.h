@@ -90,12 +90,7 @@ lb4_dsr_forward(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 		lb_count(LB_CNT_TC_FIB_FAILED);
 		return TC_ACT_OK;
 	}
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return bpf_redirect_neigh(fib.ifindex, NULL, 0, 0);
-	if (bpf_skb_store_bytes(skb, 0, fib.dmac, 6, 0) < 0 ||
-	    bpf_skb_store_bytes(skb, 6, fib.smac, 6, 0) < 0)
-		return TC_ACT_SHOT;
-	return bpf_redirect(fib.ifindex, 0);
+	return lb_fib_redirect(skb, &fib, rc);
 }
 
 /* The frontend's backends, searched for the local one the outer header names. */

@@ -67,6 +67,22 @@ static __always_inline int lb4_dec_ttl(struct __sk_buff *skb)
 }
 
 /*
+ * Send a packet the FIB found a way for (rc SUCCESS or NO_NEIGH): with the
+ * next hop's MACs, or through the kernel's neighbour resolution when it has
+ * none yet. Shared by every path that forwards a packet it rewrote (IPv4,
+ * IPv6, DSR's encapsulation).
+ */
+static __always_inline int lb_fib_redirect(struct __sk_buff *skb, const struct bpf_fib_lookup *fib, int rc)
+{
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return bpf_redirect_neigh(fib->ifindex, NULL, 0, 0);
+	if (bpf_skb_store_bytes(skb, 0, fib->dmac, 6, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, 6, fib->smac, 6, 0) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect(fib->ifindex, 0);
+}
+
+/*
  * Forward a translated packet whose source is a local address: route it with
  * the FIB and redirect it to the egress of the chosen device. When there is no
  * route (or the TTL is spent) the stack gets the packet and decides.
@@ -97,12 +113,7 @@ lb4_tc_redirect(struct __sk_buff *skb, const struct lb4_packet *arrived, const s
 	}
 	if (lb4_dec_ttl(skb) < 0)
 		return TC_ACT_OK;
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return bpf_redirect_neigh(fib.ifindex, NULL, 0, 0);
-	if (bpf_skb_store_bytes(skb, 0, fib.dmac, 6, 0) < 0 ||
-	    bpf_skb_store_bytes(skb, 6, fib.smac, 6, 0) < 0)
-		return TC_ACT_SHOT;
-	return bpf_redirect(fib.ifindex, 0);
+	return lb_fib_redirect(skb, &fib, rc);
 }
 
 /* A frame going back where it came from: source and destination MACs swap. */

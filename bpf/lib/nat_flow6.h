@@ -183,12 +183,7 @@ static __noinline int lb6_tc_forward(struct __sk_buff *skb, const struct lb6_tup
 	}
 	if (lb6_dec_hoplimit(skb) < 0)
 		return TC_ACT_OK;
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return bpf_redirect_neigh(fib.ifindex, NULL, 0, 0);
-	if (bpf_skb_store_bytes(skb, 0, fib.dmac, 6, 0) < 0 ||
-	    bpf_skb_store_bytes(skb, 6, fib.smac, 6, 0) < 0)
-		return TC_ACT_SHOT;
-	return bpf_redirect(fib.ifindex, 0);
+	return lb_fib_redirect(skb, &fib, rc);
 }
 
 /* Forward a translated packet (`arrived` as it came in, now `to`). */
