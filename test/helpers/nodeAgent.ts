@@ -23,9 +23,12 @@ export class NodeAgent {
     this.bpffs = path.join(bpffsRoot(), suffix);
   }
 
-  /** Start the API server, the forwarders and the agent in `netnsPath` with `args` (plus the sandbox flags). */
-  static async start(netnsPath: string, nodeName: string, args: string[]): Promise<NodeAgent> {
-    const api = await startApiServer({ port: 0 });
+  /**
+   * Start the API server, the forwarders and the agent in `netnsPath` with `args` (plus the sandbox flags).
+   * `serviceCIDR`: the API server's (e.g. "v4,v6" for IPv6 Services); its default otherwise.
+   */
+  static async start(netnsPath: string, nodeName: string, args: string[], opts: { serviceCIDR?: string } = {}): Promise<NodeAgent> {
+    const api = await startApiServer({ port: 0, ...(opts.serviceCIDR ? { serviceCIDR: opts.serviceCIDR } : {}) });
     const a = new NodeAgent(api, fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-node-')));
     try {
       const kubeconfig = path.join(a.tmp, 'kubeconfig');
