@@ -979,6 +979,17 @@ _Static_assert(sizeof(struct lb_xdp_stats) == 48, "lb_xdp_stats layout");
 
 #define SLUICE_MAX_CT6 65536 /* 32768 IPv6 flows; preallocated LRU (about 12 MiB) */
 
+/*
+ * Multi-homed nodes, IPv6 (issue 14 item 3 with issue 10 item 9): the twin of
+ * SLUICE_MAP_SNAT_DEV4. A new IPv6 flow SNATed to a backend on another node
+ * takes the IPv6 address the agent wrote here for the device the FIB sends
+ * it out of (node-to-node devices other than the external ones); otherwise
+ * lb6_tc_config.snat_address. Counted at LB_CNT_TC_SNAT_EGRESS_DEV, as IPv6
+ * events count at their IPv4 twins' rows.
+ */
+#define SLUICE_MAP_SNAT_DEV6 sluice_snatdev6 /* __u32 ifindex -> lb6_snat_device (hash, written by the agent) */
+#define SLUICE_MAX_SNAT_DEV6 256 /* node devices with their own IPv6 SNAT address */
+
 #define LB_CNT_TC6_FRAG_PASSED   125 /* IPv6 fragment (any, on the TC paths): passed untouched, not translated */
 #define LB_CNT_TC6_EXTHDR_PASSED 126 /* IPv6 packet passed untouched: routing header with segments left, or more extension headers than the walk reads */
 
@@ -1019,7 +1030,12 @@ struct lb6_tc_config {
 
 _Static_assert(sizeof(struct lb6_ct_key) == 40, "lb6_ct_key layout");
 _Static_assert(sizeof(struct lb6_ct_entry) == 112, "lb6_ct_entry layout");
+struct lb6_snat_device {
+	__u8 address[16]; /* the IPv6 address SNATed flows leaving through this device take */
+} __attribute__((aligned(4)));
+
 _Static_assert(sizeof(struct lb6_tc_config) == 16, "lb6_tc_config layout");
+_Static_assert(sizeof(struct lb6_snat_device) == 16, "lb6_snat_device layout");
 /* ==== end of IPv6, TC north-south ================================================= */
 
 /* ==== Direct Server Return, IPv4 north-south (issue 17 item 2; bpf/lib/dsr.h, docs/dsr.md) ==== */

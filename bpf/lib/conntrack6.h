@@ -26,6 +26,38 @@ static __always_inline void lb6_tc_snat_address(__u8 *out)
 	w[0] = w[1] = w[2] = w[3] = 0;
 }
 
+/*
+ * The IPv6 twin of lb4_snat_address_ctx (egress.h, multi-homed nodes): the
+ * SNAT address of a new flow to `backend` is the one the agent wrote in
+ * SLUICE_MAP_SNAT_DEV6 for the device the FIB sends it out of (a
+ * node-to-node device, where the reply comes back), else the node's IPv6
+ * SNAT address. One FIB lookup per new SNATed flow.
+ */
+static __noinline void lb6_snat_address_for(struct __sk_buff *skb, const __u8 *backend, __u8 *out)
+{
+	struct bpf_fib_lookup fib = {};
+	struct lb6_snat_device *dev;
+	__u32 ifindex;
+	int rc;
+
+	fib.family = AF_INET6;
+	lb6_addr_copy((__u8 *)fib.ipv6_dst, backend);
+	fib.ifindex = skb->ingress_ifindex;
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	/* FRAG_NEEDED still names the egress device (pmtu.h answers later). */
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH ||
+	    rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		ifindex = fib.ifindex;
+		dev = bpf_map_lookup_elem(&SLUICE_MAP_SNAT_DEV6, &ifindex);
+		if (dev && !lb6_is_zero(dev->address)) {
+			lb_count(LB_CNT_TC_SNAT_EGRESS_DEV);
+			lb6_addr_copy(out, dev->address);
+			return;
+		}
+	}
+	lb6_tc_snat_address(out);
+}
+
 static __always_inline void
 lb6_ct_key_set(struct lb6_ct_key *key, const __u8 *saddr, const __u8 *daddr, __be16 sport,
 	       __be16 dport, __u8 proto, __u8 dir)

@@ -330,6 +330,15 @@ struct {
 	__uint(max_entries, 1);
 } SLUICE_MAP_TC_CONFIG6 SEC(".maps");
 
+/* Per-device IPv6 SNAT addresses (multi-homed nodes), written by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lb6_snat_device);
+	__uint(max_entries, SLUICE_MAX_SNAT_DEV6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_SNAT_DEV6 SEC(".maps");
+
 /* ==== end of IPv6, TC north-south ================================================== */
 
 /* DSR (issue 17 item 2): the node's --nodeport-mode. */

@@ -616,7 +616,7 @@ lb6_flow_new(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct l
 		return LB6_FLOW_NEW; /* DNAT only: the client's address is kept */
 	}
 	if (!pod)
-		lb6_tc_snat_address(e->nat_address);
+		lb6_snat_address_for(skb, e->backend_address, e->nat_address);
 	if (lb6_is_zero(e->nat_address)) {
 		lb_path_count(path, LB_CNT_TC_SNAT_FAILED);
 		return TC_ACT_SHOT;

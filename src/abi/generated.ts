@@ -142,6 +142,7 @@ export const SLUICE_MAP_RR4 = "sluice_rr4";
 export const SLUICE_MAP_SERVICES4 = "sluice_svc4";
 export const SLUICE_MAP_SERVICES6 = "sluice_svc6";
 export const SLUICE_MAP_SNAT_DEV4 = "sluice_snatdev4";
+export const SLUICE_MAP_SNAT_DEV6 = "sluice_snatdev6";
 export const SLUICE_MAP_SOCK4 = "sluice_sock4";
 export const SLUICE_MAP_SOCK6 = "sluice_sock6";
 export const SLUICE_MAP_SOCKTERM4 = "sluice_sk_term4";
@@ -175,6 +176,7 @@ export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
 export const SLUICE_MAX_SNAT_DEV4 = 256;
+export const SLUICE_MAX_SNAT_DEV6 = 256;
 export const SLUICE_MAX_SOCKTERM4 = 4096;
 export const SLUICE_MAX_SOCKTERM6 = 4096;
 export const SLUICE_MAX_SOCK_TCP4 = 131072;
@@ -1132,6 +1134,24 @@ export function decodeLb6ServiceKey(buf: Buffer, off = 0): Lb6ServiceKey {
 }
 export const lb6_service_keyCodec: Codec<Lb6ServiceKey> = { size: 24, encode: encodeLb6ServiceKey, decode: decodeLb6ServiceKey };
 
+/** struct lb6_snat_device (16 bytes) */
+export interface Lb6SnatDevice {
+  address: Buffer;
+}
+export const LB6_SNAT_DEVICE_SIZE = 16;
+export const lb6_snat_deviceLayout: StructLayout = {"name":"lb6_snat_device","size":16,"fields":[{"name":"address","kind":"bytes","offset":0,"size":16}]};
+export function encodeLb6SnatDevice(v: Lb6SnatDevice, buf: Buffer = Buffer.alloc(16), off = 0): Buffer {
+  buf.fill(0, off, off + 16);
+  v.address.copy(buf, off + 0, 0, 16);
+  return buf;
+}
+export function decodeLb6SnatDevice(buf: Buffer, off = 0): Lb6SnatDevice {
+  return {
+    address: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+  };
+}
+export const lb6_snat_deviceCodec: Codec<Lb6SnatDevice> = { size: 16, encode: encodeLb6SnatDevice, decode: decodeLb6SnatDevice };
+
 /** struct lb6_sock_pair (48 bytes) */
 export interface Lb6SockPair {
   frontend_address: Buffer;
@@ -1730,6 +1750,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
   sluice_sk_term6: {"name":"sluice_sk_term6","type":1,"keyType":"lb6_sock_term_key","keySize":20,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
   sluice_snatdev4: {"name":"sluice_snatdev4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_snat_device","valueSize":4,"maxEntries":256,"flags":1},
+  sluice_snatdev6: {"name":"sluice_snatdev6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_snat_device","valueSize":16,"maxEntries":256,"flags":1},
   sluice_sock4: {"name":"sluice_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb4_sock_state","valueSize":104,"maxEntries":0},
   sluice_sock6: {"name":"sluice_sock6","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb6_sock_state","valueSize":200,"maxEntries":0},
   sluice_sock_cfg: {"name":"sluice_sock_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb_sock_config","valueSize":16,"maxEntries":1},

@@ -11,8 +11,8 @@ import { bpfObjectPath } from '../datapath/sockLb';
 import { attachLoaded, loadTcObject } from '../datapath/tc/attachMain';
 import { summarize } from '../datapath/migrate';
 import { detachTc, deviceIndex, UnsupportedDeviceError } from '../datapath/tc/attach';
-import { ip4ToNumber } from '../datapath/addr';
-import { readRoutes, routeFor, type Route } from '../datapath/tc/routes';
+import { ip4ToNumber, ip6ToBytes, isIp6 } from '../datapath/addr';
+import { readRoutes, readRoutes6, routeFor, routeFor6, type Route } from '../datapath/tc/routes';
 import { openTcMaps, type TcMaps } from '../datapath/tc/maps';
 import { TC_DEFAULTS, writeNodePortMode, writeTcConfig, writeTcConfig6 } from '../datapath/tc/config';
 import { reserveSnatPorts } from '../datapath/tc/reservedPorts';
@@ -36,10 +36,11 @@ export interface NorthSouth {
    */
   localBackends(addresses: Iterable<string>): void;
   /**
-   * The addresses of backends on other nodes: a device other than the
-   * external ones that routes to them (a private node-to-node network) gets
-   * the TC programs and its own SNAT address, as MASQUERADE picks the egress
-   * device's address, so the reply comes back to it and is restored there.
+   * The addresses of backends on other nodes (both families): a device other
+   * than the external ones that routes to them (a private node-to-node
+   * network) gets the TC programs and its own SNAT address of that family,
+   * as MASQUERADE picks the egress device's address, so the reply comes back
+   * to it and is restored there.
    */
   remoteBackends(addresses: Iterable<string>): void;
   backendsDeleted(ids: number[]): void;
@@ -234,18 +235,24 @@ function attachExternal(tcObject: ReturnType<typeof loadTcObject>, bpffs: string
 /**
  * Node-to-node devices of a multi-homed node: devices other than the
  * external ones through which the main routing table reaches backends on
- * other nodes. Each gets the TC programs (the reply of a SNATed flow comes
- * back on it) and an entry in the per-device SNAT map with the address the
- * kernel would pick there (the route's `src`, else the device's first
- * address). Routes are read once per sync; each address is matched once
- * until the routes change.
+ * other nodes (IPv4 routes for IPv4 backends, IPv6 routes for IPv6 ones).
+ * Each gets the TC programs (the reply of a SNATed flow comes back on it)
+ * and, per family it routes backends of, an entry in that family's
+ * per-device SNAT map (sluice_snatdev4 / sluice_snatdev6) with the address
+ * the kernel would pick there (the route's `src`, else the device's first
+ * global address of the family). Routes are read once per sync; each
+ * address is matched once until the routes change.
  */
+type Family = 4 | 6;
+
 class NodeDevices {
   private readonly attached = new Map<string, number>(); // device -> ifindex
-  private readonly refused = new Set<string>(); // failed once: logged and counted once
+  private readonly snat = { 4: new Set<string>(), 6: new Set<string>() }; // devices with a SNAT entry per family
+  private readonly refused = new Set<string>(); // "<family> <device>" failed once: logged and counted once
   private readonly deviceOf = new Map<string, string | undefined>();
   private routesKey = '';
   private routes: Route[] = [];
+  private routes6: ReturnType<typeof readRoutes6> = [];
 
   constructor(
     private readonly tcObject: ReturnType<typeof loadTcObject>,
@@ -258,47 +265,59 @@ class NodeDevices {
 
   sync(addresses: Iterable<string>): void {
     let routes: Route[];
+    let routes6: ReturnType<typeof readRoutes6>;
     try {
       routes = readRoutes();
+      routes6 = this.maps.snatDevices6 ? readRoutes6() : [];
     } catch (err) {
       this.log.error({ error: (err as Error).message }, 'reading the routing table failed: node-to-node devices not updated');
       return;
     }
-    const key = JSON.stringify(routes);
+    const key = JSON.stringify([routes, routes6], (_, v: unknown) => (typeof v === 'bigint' ? v.toString(16) : v));
     if (key !== this.routesKey) {
       this.routesKey = key;
       this.routes = routes;
+      this.routes6 = routes6;
       this.deviceOf.clear();
       this.refused.clear(); // a changed table may make a failed device worth another try
     }
     for (const address of addresses) {
       if (this.deviceOf.has(address)) continue;
-      const route = routeFor(this.routes, address);
+      const family: Family = isIp6(address) ? 6 : 4;
+      // Without sluice_snatdev6 (an older object) IPv6 flows have the one SNAT address: nothing to do.
+      if (family === 6 && !this.maps.snatDevices6) continue;
+      const route = family === 6 ? routeFor6(this.routes6, address) : routeFor(this.routes, address);
       const dev = route && route.type === 'unicast' ? route.dev : undefined;
       this.deviceOf.set(address, dev);
-      if (!dev || dev === 'lo' || this.external.has(dev) || this.attached.has(dev) || this.refused.has(dev)) continue;
-      this.attach(dev, route!, address);
+      if (!dev || dev === 'lo' || this.external.has(dev) || this.snat[family].has(dev) || this.refused.has(`${family} ${dev}`)) continue;
+      this.attach(dev, route!.prefsrc, address, family);
     }
     for (const [dev, ifindex] of this.attached) {
       if (deviceExists(dev)) continue;
       this.attached.delete(dev);
-      this.maps.snatDevices.delete(ifindex);
+      if (this.snat[4].delete(dev)) this.maps.snatDevices.delete(ifindex);
+      if (this.snat[6].delete(dev)) this.maps.snatDevices6?.delete(ifindex);
       for (const [address, d] of this.deviceOf) if (d === dev) this.deviceOf.delete(address);
       for (const direction of ['ingress', 'egress'] as const) detachTc(this.bpffs, dev, direction);
     }
   }
 
-  private attach(dev: string, route: Route, backend: string): void {
-    const address = route.prefsrc ?? firstIPv4(dev);
+  private attach(dev: string, prefsrc: string | undefined, backend: string, family: Family): void {
+    const address = prefsrc ?? (family === 6 ? firstIPv6(dev) : firstIPv4(dev));
     try {
-      if (!address) throw new Error('it has no IPv4 address to SNAT to');
-      attachLoaded(this.tcObject, this.bpffs, [dev]);
-      const ifindex = deviceIndex(dev);
-      this.maps.snatDevices.set(ifindex, { address: ip4ToNumber(address) });
-      this.attached.set(dev, ifindex);
-      this.log.info({ device: dev, ifindex, snatAddress: address, backend }, 'TC attached to a node-to-node device (flows to other nodes leave by it: SNAT to its address, replies restored there)');
+      if (!address) throw new Error(`it has no ${family === 6 ? 'global IPv6' : 'IPv4'} address to SNAT to`);
+      let ifindex = this.attached.get(dev);
+      if (ifindex === undefined) {
+        attachLoaded(this.tcObject, this.bpffs, [dev]);
+        ifindex = deviceIndex(dev);
+        this.attached.set(dev, ifindex);
+      }
+      if (family === 6) this.maps.snatDevices6!.set(ifindex, { address: ip6ToBytes(address) });
+      else this.maps.snatDevices.set(ifindex, { address: ip4ToNumber(address) });
+      this.snat[family].add(dev);
+      this.log.info({ device: dev, ifindex, family: `IPv${family}`, snatAddress: address, backend }, 'TC attached to a node-to-node device (flows to other nodes leave by it: SNAT to its address, replies restored there)');
     } catch (err) {
-      this.refused.add(dev);
+      this.refused.add(`${family} ${dev}`);
       this.metrics.errors.inc({ reason: err instanceof UnsupportedDeviceError ? 'tc_device_not_ethernet' : 'tc_attach_failed' });
       this.log.error({ device: dev, backend, error: (err as Error).message }, `TC attach to node-to-node device ${dev} (backend ${backend}) failed: flows to backends behind it may get no reply: ${(err as Error).message}`);
     }

@@ -543,14 +543,10 @@ export class Syncer {
     for (const f of specs) {
       if ((f.flags & EXTERNAL_FLAGS) !== 0 && !isIp6(f.address)) northSouth.add(f.address);
       if ((f.flags & EXTERNAL_FLAGS) === 0 || f.scope !== 'external') continue;
-      // Both families' local backends: their SNATed replies enter on their own
-      // device (issue 14: an IPv6-only pod's veth got no TC before). Remote
-      // ones name node-to-node devices by the IPv4 routes (per-device SNAT,
-      // egress.h); IPv6 flows have one SNAT address, so only IPv4 ones count.
-      for (const b of f.backends) {
-        if (b.local) local.add(b.address);
-        else if (!isIp6(b.address)) remote.add(b.address);
-      }
+      // Both families' backends (issue 14): local ones' SNATed replies enter
+      // on their own device; remote ones name node-to-node devices by the
+      // routes of their family (per-device SNAT, egress.h and conntrack6.h).
+      for (const b of f.backends) (b.local ? local : remote).add(b.address);
     }
     this.externalLocal.set(key, local);
     this.externalRemote.set(key, remote);

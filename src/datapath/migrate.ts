@@ -81,6 +81,7 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_NODEIP4]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_SRCRANGE4]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_SNAT_DEV4]: { kind: 'rebuild' },
+  [abi.SLUICE_MAP_SNAT_DEV6]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_SVC_NAMES]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_FRAG4]: { kind: 'drop', reason: 'fragment ports live for one datagram; a datagram in flight during the swap is lost, as with any fragment loss' },
   [abi.SLUICE_MAP_EVENTS]: { kind: 'drop', reason: 'events not yet read by `sluice monitor` are lost' },

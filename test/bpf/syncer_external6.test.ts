@@ -4,8 +4,10 @@
 // ExternalIP / LoadBalancer frontend, so that SNATed replies entering there
 // are translated. An IPv6-only local backend must be in that index too (it
 // was skipped: its pod's veth got no TC, and the replies of its SNATed IPv6
-// flows were never restored). Real Syncer over maps pinned in a throwaway
-// bpffs directory (the TC object's maps), a NodePort Service per family.
+// flows were never restored), and so must a remote IPv6 one (skipped too:
+// its node-to-node device got no TC nor IPv6 SNAT address on a multi-homed
+// node). Real Syncer over maps pinned in a throwaway bpffs directory (the TC
+// object's maps), a NodePort Service per family.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
@@ -82,9 +84,10 @@ test('local and remote backends of IPv4 and IPv6 NodePorts are both in the exter
     const { local, remote } = syncer.takeExternalBackends();
     assert.deepEqual([...local ?? []].sort(), ['198.18.20.2', 'fd00:20::2'],
       'the local IPv6 backend is indexed: the agent attaches TC to its device for the SNATed replies');
-    // Remote backends name node-to-node devices by the IPv4 route table (multi-homed nodes,
-    // per-device SNAT): IPv6 has one SNAT address, so only IPv4 ones are listed there.
-    assert.deepEqual([...remote ?? []].sort(), ['198.18.30.2']);
+    // Remote backends of both families name node-to-node devices by their family's routes
+    // (multi-homed nodes, per-device SNAT): the IPv6 one was left out before.
+    assert.deepEqual([...remote ?? []].sort(), ['198.18.30.2', 'fd00:30::2'],
+      'the remote IPv6 backend is indexed: the agent finds its node-to-node device by the IPv6 routes');
   } finally {
     syncer.stop();
   }

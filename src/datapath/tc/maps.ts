@@ -18,6 +18,8 @@ export interface TcMaps {
   /** IPv6 (issue 14): conntrack and the node's IPv6 SNAT address; absent in pins older than them. */
   conntrack6?: TypedMap<abi.Lb6CtKey, abi.Lb6CtEntry>;
   config6?: TypedMap<number, abi.Lb6TcConfig>;
+  /** ifindex -> IPv6 SNAT address of flows leaving by that device (multi-homed nodes); absent in pins older than it. */
+  snatDevices6?: TypedMap<number, abi.Lb6SnatDevice>;
   /** DSR (issue 17): the node's --nodeport-mode; absent in pins older than it. */
   dsr?: TypedMap<number, abi.LbDsrConfig>;
   close(): void;
@@ -44,6 +46,9 @@ export function openTcMaps(bpffs: string): TcMaps {
       ...(fs.existsSync(path.join(bpffs, abi.SLUICE_MAP_CT6)) ? {
         conntrack6: new TypedMap(open(abi.SLUICE_MAP_CT6), abi.lb6_ct_keyCodec, abi.lb6_ct_entryCodec),
         config6: new TypedMap(open(abi.SLUICE_MAP_TC_CONFIG6), u32Codec, abi.lb6_tc_configCodec),
+      } : {}),
+      ...(fs.existsSync(path.join(bpffs, abi.SLUICE_MAP_SNAT_DEV6)) ? {
+        snatDevices6: new TypedMap(open(abi.SLUICE_MAP_SNAT_DEV6), u32Codec, abi.lb6_snat_deviceCodec),
       } : {}),
       ...(fs.existsSync(path.join(bpffs, abi.SLUICE_MAP_DSR_CFG)) ? {
         dsr: new TypedMap(open(abi.SLUICE_MAP_DSR_CFG), u32Codec, abi.lb_dsr_configCodec),
