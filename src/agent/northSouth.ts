@@ -253,6 +253,7 @@ class NodeDevices {
   private routesKey = '';
   private routes: Route[] = [];
   private routes6: ReturnType<typeof readRoutes6> = [];
+  private routes6Failed = false;
 
   constructor(
     private readonly tcObject: ReturnType<typeof loadTcObject>,
@@ -265,13 +266,20 @@ class NodeDevices {
 
   sync(addresses: Iterable<string>): void {
     let routes: Route[];
-    let routes6: ReturnType<typeof readRoutes6>;
+    let routes6: ReturnType<typeof readRoutes6> = [];
     try {
       routes = readRoutes();
-      routes6 = this.maps.snatDevices6 ? readRoutes6() : [];
     } catch (err) {
       this.log.error({ error: (err as Error).message }, 'reading the routing table failed: node-to-node devices not updated');
       return;
+    }
+    try {
+      if (this.maps.snatDevices6) routes6 = readRoutes6();
+      this.routes6Failed = false;
+    } catch (err) {
+      // A node without IPv6 still serves IPv4: its IPv6 backends then match no device (logged once).
+      if (!this.routes6Failed) this.log.error({ error: (err as Error).message }, 'reading the IPv6 routing table failed: IPv6 node-to-node devices not updated');
+      this.routes6Failed = true;
     }
     const key = JSON.stringify([routes, routes6], (_, v: unknown) => (typeof v === 'bigint' ? v.toString(16) : v));
     if (key !== this.routesKey) {
