@@ -14,12 +14,11 @@ import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import * as abi from '../../src/abi/generated';
-import { writeTcConfig } from '../../src/datapath/tc/config';
-import { TcHarness } from './tc_harness';
-import { Tc6Maps } from './tc_harness6';
+import { bounced, expectPacket as expectFrame } from './pod_harness';
+import { tc6Fixture } from './tc_harness6';
 import { TcNetns } from './tc_netns';
-import { TC_ACT_OK, TC_ACT_REDIRECT, TCP_ACK, TCP_SYN, diffHex } from './tc_packet';
-import { ethernet6, exthdr, fragment6, frame6, icmp6, ip6Packet, swapMacs, type L4Spec6 } from './tc_packet6';
+import { TC_ACT_OK, TC_ACT_REDIRECT, TCP_ACK, TCP_SYN } from './tc_packet';
+import { ethernet6, exthdr, fragment6, frame6, icmp6, ip6Packet, type L4Spec6 } from './tc_packet6';
 
 const CLIENT = '2001:db8::10';
 const NODE = '2001:db8::1'; // NodePort address and IPv6 SNAT address
@@ -29,24 +28,7 @@ const REMOTE_BE = { id: 2, address: 'fd00:2::20', port: 8080, local: false };
 const LOCAL_POLICY = abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES;
 const CHUNK = 1448; // 40 + 8 + 1 448 = 1 496 bytes: fits a 1 500-byte link
 
-let h: TcHarness;
-let v6: Tc6Maps;
-
-before(() => {
-  h = TcHarness.create('sluice-tcfrag6');
-  v6 = new Tc6Maps(h);
-});
-after(() => h?.close());
-beforeEach(() => {
-  h.reset();
-  v6.reset();
-  writeTcConfig(h.tc.config, { snatAddress: '198.18.0.1' });
-  v6.setSnat(NODE);
-});
-
-function expectFrame(actual: Buffer, expected: Buffer, what: string): void {
-  assert.ok(actual.equals(expected), `${what}: output differs from the expected packet\n${diffHex(actual, expected)}`);
-}
+const fx = tc6Fixture('sluice-tcfrag6', NODE);
 
 const payload = (n: number, seed: number) => Buffer.from(Array.from({ length: n }, (_, i) => (i * 7 + seed) & 0xff));
 
@@ -54,60 +36,60 @@ type Dgram = Omit<L4Spec6, 'proto' | 'payload'>;
 /** A 4 000-byte UDP datagram as three fragments (1 448, 1 448, 1 112 bytes of payload). */
 const udpFragments = (s: Dgram, id: number) => fragment6(ip6Packet({ proto: 'udp', payload: payload(4000, id & 0xff), ...s }), CHUNK, id);
 
-const delta = (row: number, before: bigint) => h.counter(row) - before;
+const delta = (row: number, before: bigint) => fx.h.counter(row) - before;
 
 describe('IPv6 fragments of a UDP datagram: the later ones take the first one\'s ports', () => {
   test('NodePort to a remote backend: every fragment DNATed + SNATed, the reply\'s fragments restored', () => {
-    v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 3, backends: [REMOTE_BE] });
-    const tracked = h.counter(abi.LB_CNT_TC6_FRAG_TRACKED);
-    const found = h.counter(abi.LB_CNT_TC6_FRAG_FOUND);
+    fx.v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 3, backends: [REMOTE_BE] });
+    const tracked = fx.h.counter(abi.LB_CNT_TC6_FRAG_TRACKED);
+    const found = fx.h.counter(abi.LB_CNT_TC6_FRAG_FOUND);
     const request: Dgram = { src: CLIENT, dst: NODE, sport: 62000, dport: NODE_PORT };
     const sent = udpFragments(request, 0x51515151);
     assert.equal(sent.length, 3);
     const translated = udpFragments({ ...request, src: NODE, dst: REMOTE_BE.address, dport: REMOTE_BE.port }, 0x51515151);
     sent.forEach((f, i) => {
-      const { verdict, out } = h.run('ingress', f);
+      const { verdict, out } = fx.h.run('ingress', f);
       assert.equal(verdict, TC_ACT_OK, `verdict of request fragment ${i}`);
       expectFrame(out, translated[i]!, `request fragment ${i}`);
     });
     const reply: Dgram = { src: REMOTE_BE.address, sport: REMOTE_BE.port, dst: NODE, dport: 62000 };
     const restored = udpFragments({ ...reply, src: NODE, sport: NODE_PORT, dst: CLIENT }, 0x62626262);
-    udpFragments(reply, 0x62626262).forEach((f, i) => expectFrame(h.run('ingress', f).out, restored[i]!, `reply fragment ${i}`));
+    udpFragments(reply, 0x62626262).forEach((f, i) => expectFrame(fx.h.run('ingress', f).out, restored[i]!, `reply fragment ${i}`));
     assert.equal(delta(abi.LB_CNT_TC6_FRAG_TRACKED, tracked), 2n, 'two first fragments remembered');
     assert.equal(delta(abi.LB_CNT_TC6_FRAG_FOUND, found), 4n, 'four later fragments translated');
-    assert.equal(v6.rows().length, 2, 'one flow');
+    assert.equal(fx.v6.rows().length, 2, 'one flow');
   });
 
   test('externalTrafficPolicy Local: DNAT only, the reply\'s fragments get the frontend back on egress', () => {
-    v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: LOCAL_POLICY, revNatId: 4, backends: [LOCAL_BE] });
+    fx.v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: LOCAL_POLICY, revNatId: 4, backends: [LOCAL_BE] });
     const request: Dgram = { src: CLIENT, dst: NODE, sport: 40000, dport: NODE_PORT };
     const dnat = udpFragments({ ...request, dst: LOCAL_BE.address, dport: LOCAL_BE.port }, 0x1111);
-    udpFragments(request, 0x1111).forEach((f, i) => expectFrame(h.run('ingress', f).out, dnat[i]!, `request fragment ${i}`));
+    udpFragments(request, 0x1111).forEach((f, i) => expectFrame(fx.h.run('ingress', f).out, dnat[i]!, `request fragment ${i}`));
     const reply: Dgram = { src: LOCAL_BE.address, sport: LOCAL_BE.port, dst: CLIENT, dport: 40000 };
     const restored = udpFragments({ ...reply, src: NODE, sport: NODE_PORT }, 0x2222);
-    udpFragments(reply, 0x2222).forEach((f, i) => expectFrame(h.run('egress', f).out, restored[i]!, `reply fragment ${i}`));
+    udpFragments(reply, 0x2222).forEach((f, i) => expectFrame(fx.h.run('egress', f).out, restored[i]!, `reply fragment ${i}`));
   });
 
   test('a later fragment whose first was not seen, or of a datagram that is no flow, passes untouched', () => {
-    v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 3, backends: [REMOTE_BE] });
-    const unknown = h.counter(abi.LB_CNT_TC6_FRAG_UNKNOWN);
+    fx.v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 3, backends: [REMOTE_BE] });
+    const unknown = fx.h.counter(abi.LB_CNT_TC6_FRAG_UNKNOWN);
     const [, orphan] = udpFragments({ src: CLIENT, dst: NODE, sport: 62000, dport: NODE_PORT }, 0x7777);
-    const r = h.run('ingress', orphan!);
+    const r = fx.h.run('ingress', orphan!);
     assert.equal(r.verdict, TC_ACT_OK);
     expectFrame(r.out, orphan!, 'orphan fragment');
     assert.equal(delta(abi.LB_CNT_TC6_FRAG_UNKNOWN, unknown), 1n);
     // Ports known, but port 9 is no frontend: no flow is opened by any fragment.
     for (const f of udpFragments({ src: CLIENT, dst: NODE, sport: 62000, dport: 9 }, 0x7778)) {
-      const { verdict, out } = h.run('ingress', f);
+      const { verdict, out } = fx.h.run('ingress', f);
       assert.equal(verdict, TC_ACT_OK);
       expectFrame(out, f, 'fragment of a datagram to no frontend');
     }
-    assert.equal(v6.rows().length, 0);
+    assert.equal(fx.v6.rows().length, 0);
   });
 
   test('a later fragment not followed by TCP/UDP passes untouched (ipv6_fragment_passed); an atomic fragment is a whole packet', () => {
-    v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: LOCAL_POLICY, revNatId: 4, backends: [LOCAL_BE] });
-    const passed = h.counter(abi.LB_CNT_TC6_FRAG_PASSED);
+    fx.v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'udp', flags: LOCAL_POLICY, revNatId: 4, backends: [LOCAL_BE] });
+    const passed = fx.h.counter(abi.LB_CNT_TC6_FRAG_PASSED);
     // Offset 8, M clear, next header destination options (60).
     const later = ethernet6(Buffer.concat([
       ip6Packet({ proto: 'udp', src: CLIENT, dst: NODE, sport: 1, dport: 2 }).subarray(0, 40),
@@ -115,22 +97,22 @@ describe('IPv6 fragments of a UDP datagram: the later ones take the first one\'s
     ]));
     later.writeUInt16BE(24, 14 + 4);
     later.writeUInt8(44, 14 + 6);
-    expectFrame(h.run('ingress', later).out, later, 'later fragment with a destination options header');
+    expectFrame(fx.h.run('ingress', later).out, later, 'later fragment with a destination options header');
     assert.equal(delta(abi.LB_CNT_TC6_FRAG_PASSED, passed), 1n);
     // Atomic fragment (RFC 6946: offset 0, M clear): translated like any packet.
     const atomic: L4Spec6 = {
       proto: 'udp', src: CLIENT, dst: NODE, sport: 40001, dport: NODE_PORT, payload: Buffer.from('whole'),
       ext: [exthdr(44, Buffer.from([0, 0, 0, 0, 0, 9]))],
     };
-    expectFrame(h.run('ingress', frame6(atomic)).out, frame6({ ...atomic, dst: LOCAL_BE.address, dport: LOCAL_BE.port }), 'atomic fragment');
+    expectFrame(fx.h.run('ingress', frame6(atomic)).out, frame6({ ...atomic, dst: LOCAL_BE.address, dport: LOCAL_BE.port }), 'atomic fragment');
   });
 
   test('a TCP first fragment opens the flow like a whole SYN would; its later fragment follows it', () => {
-    v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: LOCAL_POLICY, revNatId: 5, backends: [LOCAL_BE] });
+    fx.v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: LOCAL_POLICY, revNatId: 5, backends: [LOCAL_BE] });
     const seg = { proto: 'tcp' as const, src: CLIENT, dst: NODE, sport: 40002, dport: NODE_PORT, tcpFlags: TCP_SYN, payload: payload(2000, 3) };
     const sent = fragment6(ip6Packet(seg), CHUNK, 0xabcdef01);
     const want = fragment6(ip6Packet({ ...seg, dst: LOCAL_BE.address, dport: LOCAL_BE.port }), CHUNK, 0xabcdef01);
-    sent.forEach((f, i) => expectFrame(h.run('ingress', f).out, want[i]!, `TCP fragment ${i}`));
+    sent.forEach((f, i) => expectFrame(fx.h.run('ingress', f).out, want[i]!, `TCP fragment ${i}`));
   });
 });
 
@@ -139,7 +121,7 @@ describe('IPv6 Packet Too Big from Sluice (routes in a namespace)', () => {
   let in0 = 0;
 
   before(() => {
-    ns = new TcNetns(h.pinDir);
+    ns = new TcNetns(fx.h.pinDir);
     // bpf_fib_lookup answers FWD_DISABLED for IPv6 on a device that does not forward.
     execFileSync('ip', ['netns', 'exec', ns.name, 'sysctl', '-qw', 'net.ipv6.conf.all.forwarding=1']);
     ns.ip('link', 'add', 'in0', 'type', 'veth', 'peer', 'name', 'in0p');
@@ -151,21 +133,21 @@ describe('IPv6 Packet Too Big from Sluice (routes in a namespace)', () => {
     in0 = ns.ifindex('in0');
   });
   after(() => ns?.destroy());
-  beforeEach(() => v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 6, backends: [REMOTE_BE] }));
+  beforeEach(() => fx.v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 6, backends: [REMOTE_BE] }));
 
   test('too big for out0 once SNATed: the client gets Packet Too Big (MTU 1280) from the frontend quoting 1 232 bytes of its packet', () => {
     const syn: L4Spec6 = { proto: 'tcp', src: CLIENT, dst: NODE, sport: 62003, dport: NODE_PORT, tcpFlags: TCP_SYN };
     assert.equal(ns.run('ingress', frame6(syn), in0).verdict, TC_ACT_REDIRECT, 'the SYN is forwarded by the program');
     const big: L4Spec6 = { ...syn, tcpFlags: TCP_ACK, payload: payload(1400, 1) };
-    const before = h.counter(abi.LB_CNT_TC_FRAG_NEEDED_SENT);
+    const before = fx.h.counter(abi.LB_CNT_TC_FRAG_NEEDED_SENT);
     const r = ns.run('ingress', frame6(big), in0);
     assert.equal(r.verdict, TC_ACT_REDIRECT, 'sent back out of the device it came in on');
     const mtu = Buffer.alloc(4);
     mtu.writeUInt32BE(1280, 0);
     // RFC 4443 2.4 (c): as much of the packet as fits in 1 280 bytes.
-    const expected = swapMacs(ethernet6(icmp6(NODE, CLIENT, 2, 0, mtu, ip6Packet(big).subarray(0, 1232))));
+    const expected = bounced(ethernet6(icmp6(NODE, CLIENT, 2, 0, mtu, ip6Packet(big).subarray(0, 1232))));
     expectFrame(r.out, expected, 'Packet Too Big');
     assert.equal(r.out.length, 14 + 1280);
-    assert.equal(h.counter(abi.LB_CNT_TC_FRAG_NEEDED_SENT) - before, 1n);
+    assert.equal(fx.h.counter(abi.LB_CNT_TC_FRAG_NEEDED_SENT) - before, 1n);
   });
 });

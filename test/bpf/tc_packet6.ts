@@ -131,11 +131,3 @@ export function fragment6(ipPkt: Buffer, chunk: number, id: number): Buffer[] {
   }
   return out;
 }
-
-/** A frame with its MAC addresses swapped (sent back out of the device it came in on). */
-export function swapMacs(f: Buffer): Buffer {
-  const out = Buffer.from(f);
-  f.copy(out, 0, 6, 12);
-  f.copy(out, 6, 0, 6);
-  return out;
-}

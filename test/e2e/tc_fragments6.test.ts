@@ -19,6 +19,7 @@ import * as abi from '../../src/abi/generated';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { TcHarness, attachInNetns, type TcBackend, type TcFrontend } from '../bpf/tc_harness';
 import { Tc6Maps } from '../bpf/tc_harness6';
+import { BIG_UDP_CLIENT } from './multihome_topology';
 import { Topology6, V6 } from './tc_topology6';
 
 const NODE_PORT = 30090;
@@ -33,16 +34,9 @@ u.on('message', (m, r) => u.send(m, r.port, r.address));
 u.bind(Number(port), '::', () => process.stdout.write('ready\\n'));
 `;
 
-/** One UDP datagram of N random bytes; prints "ok <N>" when the same bytes come back, else what happened. */
-const BIG_UDP_CLIENT6 = `
-const dgram = require('dgram'), crypto = require('crypto');
-const [host, port, size] = process.argv.slice(1);
-const msg = crypto.randomBytes(Number(size)); const u = dgram.createSocket('udp6');
-const done = (s) => { process.stdout.write(s); process.exit(0); };
-u.on('message', (m) => done(m.equals(msg) ? 'ok ' + m.length : 'mismatch ' + m.length));
-u.on('error', (e) => done('error ' + e.code));
-u.send(msg, Number(port), host); setTimeout(() => done('timeout'), 3000);
-`;
+/** multihome_topology.ts's client over an AF_INET6 socket. */
+const BIG_UDP_CLIENT6 = BIG_UDP_CLIENT.replace("createSocket('udp4')", "createSocket('udp6')");
+assert.notEqual(BIG_UDP_CLIENT6, BIG_UDP_CLIENT);
 
 let topo: Topology6;
 let h: TcHarness;
