@@ -8,14 +8,15 @@
  * folded into one bpf_csum_diff() and given to bpf_l4_csum_replace() with
  * BPF_F_PSEUDO_HDR, so the kernel's checksum state is honoured as in nat.h.
  *
- * Extension headers (RFC 8200 section 4): hop-by-hop, destination options
- * and routing headers are walked, at most LB_IP6_MAX_EXTHDRS of them, to the
- * upper-layer header. Passed untouched, never guessed at:
+ * Extension headers (RFC 8200 section 4): hop-by-hop, destination options,
+ * routing and Fragment headers are walked, at most LB_IP6_MAX_EXTHDRS of
+ * them, to the upper-layer header (a first fragment is parsed like a whole
+ * packet; an atomic fragment, RFC 6946, is one). Not parsed further:
  *  - a later fragment (offset > 0): no L4 header; LB6_PARSE_FRAG with its
- *    addresses, protocol and identification, for frag6.h to find its ports
- *    (a first fragment is walked through like any header and parsed; an
- *    atomic fragment, RFC 6946, is a whole packet);
+ *    addresses and protocol (and *frag's identification) for frag6.h, which
+ *    finds its ports or passes it untouched;
  *  - a second Fragment header (LB6_PARSE_FRAG, not a later fragment);
+ * Passed untouched, never guessed at:
  *  - a routing header with segments left (the destination is not the final
  *    one) or more headers than the walk reads (LB_CNT_TC6_EXTHDR_PASSED);
  *  - AH, ESP, No Next Header and anything else that is not TCP, UDP or
