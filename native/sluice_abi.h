@@ -990,7 +990,7 @@ _Static_assert(sizeof(struct lb_xdp_stats) == 48, "lb_xdp_stats layout");
 #define SLUICE_MAP_SNAT_DEV6 sluice_snatdev6 /* __u32 ifindex -> lb6_snat_device (hash, written by the agent) */
 #define SLUICE_MAX_SNAT_DEV6 256 /* node devices with their own IPv6 SNAT address */
 
-#define LB_CNT_TC6_FRAG_PASSED   125 /* IPv6 fragment (any, on the TC paths): passed untouched, not translated */
+#define LB_CNT_TC6_FRAG_PASSED   125 /* IPv6 later fragment the TC paths cannot track (not TCP/UDP right after the Fragment header, or two Fragment headers): passed untouched */
 #define LB_CNT_TC6_EXTHDR_PASSED 126 /* IPv6 packet passed untouched: routing header with segments left, or more extension headers than the walk reads */
 
 struct lb6_ct_key {
@@ -1037,6 +1037,47 @@ struct lb6_snat_device {
 _Static_assert(sizeof(struct lb6_tc_config) == 16, "lb6_tc_config layout");
 _Static_assert(sizeof(struct lb6_snat_device) == 16, "lb6_snat_device layout");
 /* ==== end of IPv6, TC north-south ================================================= */
+
+/* ==== IPv6 fragments and ICMPv6 quotes on the TC paths (issue 14 item 3, issue 10 item 8; bpf/lib/frag6.h) ==== */
+/*
+ * sluice_frag4's twin: the first fragment (offset 0, M set) of a TCP/UDP
+ * datagram leaves its ports under (addresses, 32-bit fragment
+ * identification, protocol); its later fragments (offset > 0, no L4 header)
+ * take them from there and are translated like the first, addresses only
+ * (the L4 checksum lives in the first fragment). Shared by the north-south
+ * and pod-veth paths (nat_flow6.h). An atomic fragment (offset 0, M clear,
+ * RFC 6946) is a whole packet and is translated as one.
+ *
+ * sluice_icmp6_tmp: scratch for an ICMPv6 error built by the TC paths
+ * (port unreachable, Packet Too Big): the bytes of the quoted packet while
+ * their checksum is summed (RFC 4443 section 2.4 (c): as much of the
+ * invoking packet as fits in the minimum IPv6 MTU, 1 232 bytes).
+ */
+#define SLUICE_MAP_FRAG6     sluice_frag6     /* lb6_frag_key -> lb4_frag_ports (LRU) */
+#define SLUICE_MAP_ICMP6_TMP sluice_icmp6_tmp /* __u32 0 -> lb6_icmp_scratch (per-CPU array of one) */
+
+#define SLUICE_MAX_FRAG6     8192 /* IPv6 datagrams in flight in fragments at once (as SLUICE_MAX_FRAG4) */
+
+/* Counters (rows 54-57 of the fragments/PMTU range; 57 free). */
+#define LB_CNT_TC6_FRAG_TRACKED 54 /* first fragment of an IPv6 TCP/UDP datagram: ports remembered */
+#define LB_CNT_TC6_FRAG_FOUND   55 /* later IPv6 fragment: ports found, translated like its first */
+#define LB_CNT_TC6_FRAG_UNKNOWN 56 /* later IPv6 fragment whose first was not seen here: passed untouched */
+
+struct lb6_frag_key {
+	__u8   saddr[16]; /* source address of the fragments as they arrive */
+	__u8   daddr[16]; /* destination address */
+	__be32 id;        /* Fragment header identification shared by the datagram's fragments */
+	__u8   proto;     /* LB_PROTO_TCP or LB_PROTO_UDP (the Fragment header's next header) */
+	__u8   pad[3];
+};
+
+struct lb6_icmp_scratch {
+	__u8 bytes[1536]; /* 3 x 512-byte checksum chunks >= the 1 232-byte quote */
+};
+
+_Static_assert(sizeof(struct lb6_frag_key) == 40, "lb6_frag_key layout");
+_Static_assert(sizeof(struct lb6_icmp_scratch) == 1536, "lb6_icmp_scratch layout");
+/* ==== end of IPv6 fragments and ICMPv6 quotes ===================================== */
 
 /* ==== Direct Server Return, IPv4 north-south (issue 17 item 2; bpf/lib/dsr.h, docs/dsr.md) ==== */
 /*

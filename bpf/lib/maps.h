@@ -321,6 +321,21 @@ struct {
 	__type(value, struct lb6_ct_entry);
 	__uint(max_entries, 1);
 } SLUICE_MAP_CT6_TMP SEC(".maps");
+
+/* IPv6 fragments' ports and the ICMPv6 error scratch (frag6.h, nat_flow6.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lb6_frag_key);
+	__type(value, struct lb4_frag_ports);
+	__uint(max_entries, SLUICE_MAX_FRAG6);
+} SLUICE_MAP_FRAG6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lb6_icmp_scratch);
+	__uint(max_entries, 1);
+} SLUICE_MAP_ICMP6_TMP SEC(".maps");
 #endif
 
 struct {

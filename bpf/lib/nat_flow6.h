@@ -26,8 +26,9 @@
  * one of the path's SNATed flows; a known flow's packet; a new flow.
  * Egress (lb6_flow_egress): a reply of a DNAT-only flow gets the frontend back
  * as its source. Neighbor Discovery and every other informational ICMPv6
- * message, non-Service traffic, fragments and packets whose extension headers
- * are not walked (nat6.h) pass untouched.
+ * message, non-Service traffic, later fragments whose first was not seen
+ * (frag6.h) and packets whose extension headers are not walked (nat6.h) pass
+ * untouched; a datagram's fragments are translated like its first.
  *
  * The steps are BPF subprograms (__noinline) where their frames would add up
  * past the 512-byte stack on one call chain; the IPv4 path of the same
@@ -38,6 +39,7 @@
 
 #include "nat_flow.h"
 #include "conntrack6.h"
+#include "frag6.h"
 
 /* ---- forwarding (nat_flow.h's lb4_tc_redirect) ---- */
 
@@ -51,16 +53,20 @@ static __always_inline int lb6_dec_hoplimit(struct __sk_buff *skb)
 	return bpf_skb_store_bytes(skb, LB_IP6_OFF_HOPLIMIT, &hops, 1, 0);
 }
 
-/* An ICMPv6 error message after its IPv6 header (RFC 4443 section 2.1). */
-struct lb6_icmp_error_msg {
+/* An ICMPv6 error message's header, after its IPv6 header (RFC 4443 section 2.1). */
+struct lb6_icmp_error_hdr {
 	__u8   type;
 	__u8   code;
 	__u16  checksum;
 	__be32 param; /* Packet Too Big: the MTU; else unused (0) */
-	__u8   quote[LB_IP6_HLEN + LB_ICMP_QUOTE_L4_BYTES]; /* the offending IPv6 header + 8 bytes */
 };
 
 #define LB_ICMP6_PORT_UNREACH 4 /* Destination Unreachable code (RFC 4443 section 3.1) */
+#define LB_IP6_MIN_MTU        1280
+/* RFC 4443 section 2.4 (c): as much of the invoking packet as fits in the
+ * minimum IPv6 MTU with the error's own IPv6 and ICMPv6 headers. */
+#define LB_ICMP6_QUOTE_MAX    (LB_IP6_MIN_MTU - LB_IP6_HLEN - sizeof(struct lb6_icmp_error_hdr))
+#define LB_ICMP6_CSUM_CHUNK   512 /* bpf_csum_diff's most bytes per call */
 
 /* The IPv6 pseudo-header of an upper-layer checksum (RFC 8200 section 8.1). */
 struct lb6_pseudo_hdr {
@@ -70,24 +76,64 @@ struct lb6_pseudo_hdr {
 	__be32 nexthdr;
 };
 
+/* The one's-complement sum of the quote (qlen bytes of the invoking packet,
+ * copied to the per-CPU scratch, zero-padded to 4 bytes), added to sum. */
+static __always_inline __s64
+lb6_icmp_quote_sum(struct __sk_buff *skb, struct lb6_icmp_scratch *buf, __u64 qlen, __s64 sum)
+{
+	__u64 n = (qlen + 3) & ~3ull;
+	int i;
+
+	if (bpf_skb_load_bytes(skb, LB_ETH_HLEN, buf->bytes, qlen) < 0)
+		return -1;
+#pragma unroll
+	for (i = 0; i < 3; i++) {
+		__u64 at = qlen + i;
+
+		if (at < n && at < sizeof(buf->bytes))
+			buf->bytes[at] = 0;
+	}
+#pragma unroll
+	for (i = 0; i < 3; i++) {
+		__u64 c = n > LB_ICMP6_CSUM_CHUNK ? LB_ICMP6_CSUM_CHUNK : n;
+
+		if (!c || sum < 0)
+			break;
+		sum = bpf_csum_diff(NULL, 0, (__be32 *)(buf->bytes + i * LB_ICMP6_CSUM_CHUNK), c, (__u32)sum);
+		n -= c;
+	}
+	return sum;
+}
+
 /*
  * Turn the frame, in place, into an ICMPv6 error `type`/`code` about it,
  * from the address it was sent to (about->daddr) back to its sender, quoting
- * its first 48 bytes (the IPv6 header and 8 bytes: enough for the sender to
- * find its socket when there are no extension headers), with the MAC
- * addresses swapped. The caller redirects it. 0, or -1 (nothing usable left).
+ * as much of it as fits in the minimum IPv6 MTU (1 232 bytes: the sender
+ * finds its socket past any extension headers; RFC 4443 section 2.4 (c)),
+ * with the MAC addresses swapped. The caller redirects it. 0, or -1 (nothing
+ * usable left).
  */
 static __noinline int
 lb6_icmp_error_reply(struct __sk_buff *skb, const struct lb6_tuple *about, __u8 type, __u8 code, __u32 param)
 {
-	struct lb6_icmp_error_msg icmp = {};
+	struct lb6_icmp_error_hdr icmp = {};
 	struct lb6_pseudo_hdr ph = {};
+	struct lb6_icmp_scratch *buf;
 	__u8 eth[LB_ETH_HLEN], mac[6], ip[8] = {};
-	__u32 len = LB_ETH_HLEN + LB_IP6_HLEN + sizeof(icmp);
+	__u64 qlen = skb->len; /* 64 bits: the checks below bound the register the helpers get */
+	__u32 zero = 0;
 	__s64 sum;
 
-	if (bpf_skb_load_bytes(skb, 0, eth, sizeof(eth)) < 0 ||
-	    bpf_skb_load_bytes(skb, LB_ETH_HLEN, icmp.quote, sizeof(icmp.quote)) < 0)
+	if (qlen < LB_ETH_HLEN + LB_IP6_HLEN)
+		return -1;
+	qlen -= LB_ETH_HLEN;
+	if (qlen > LB_ICMP6_QUOTE_MAX)
+		qlen = LB_ICMP6_QUOTE_MAX;
+	asm volatile("" : "+r"(qlen)); /* a check the verifier sees, not folded into the clamp */
+	if (qlen > LB_ICMP6_QUOTE_MAX)
+		return -1;
+	buf = bpf_map_lookup_elem(&SLUICE_MAP_ICMP6_TMP, &zero);
+	if (!buf || bpf_skb_load_bytes(skb, 0, eth, sizeof(eth)) < 0)
 		return -1;
 
 	icmp.type = type;
@@ -95,15 +141,18 @@ lb6_icmp_error_reply(struct __sk_buff *skb, const struct lb6_tuple *about, __u8 
 	icmp.param = bpf_htonl(param);
 	lb6_addr_copy(ph.saddr, about->daddr);
 	lb6_addr_copy(ph.daddr, about->saddr);
-	ph.len = bpf_htonl(sizeof(icmp));
+	ph.len = bpf_htonl(sizeof(icmp) + qlen);
 	ph.nexthdr = bpf_htonl(LB_IPPROTO_ICMPV6);
 	sum = bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0);
 	sum = bpf_csum_diff(NULL, 0, (__be32 *)&icmp, sizeof(icmp), (__u32)sum);
+	sum = lb6_icmp_quote_sum(skb, buf, qlen, sum);
+	if (sum < 0)
+		return -1;
 	icmp.checksum = lb_csum_fold(sum);
 
 	ip[0] = 0x60;
-	ip[4] = sizeof(icmp) >> 8;
-	ip[5] = sizeof(icmp) & 0xff;
+	ip[4] = (sizeof(icmp) + qlen) >> 8;
+	ip[5] = (sizeof(icmp) + qlen) & 0xff;
 	ip[6] = LB_IPPROTO_ICMPV6;
 	ip[7] = 64;
 
@@ -111,7 +160,10 @@ lb6_icmp_error_reply(struct __sk_buff *skb, const struct lb6_tuple *about, __u8 
 	__builtin_memcpy(eth, eth + 6, 6);
 	__builtin_memcpy(eth + 6, mac, 6);
 
-	if (bpf_skb_change_tail(skb, len, 0) < 0 ||
+	/* Room for the new IPv6 + ICMPv6 headers before the packet, which
+	 * becomes the quote, cut to qlen. */
+	if (bpf_skb_adjust_room(skb, LB_IP6_HLEN + sizeof(icmp), BPF_ADJ_ROOM_MAC, 0) < 0 ||
+	    bpf_skb_change_tail(skb, LB_ETH_HLEN + LB_IP6_HLEN + sizeof(icmp) + qlen, 0) < 0 ||
 	    bpf_skb_store_bytes(skb, 0, eth, sizeof(eth), BPF_F_INVALIDATE_HASH) < 0 ||
 	    bpf_skb_store_bytes(skb, LB_ETH_HLEN, ip, sizeof(ip), 0) < 0 ||
 	    bpf_skb_store_bytes(skb, LB_ETH_HLEN + 8, &ph, 32, 0) < 0 || /* the addresses */
@@ -130,7 +182,7 @@ lb6_icmp_error_reply(struct __sk_buff *skb, const struct lb6_tuple *about, __u8 
 static __noinline int
 lb6_pmtu_too_big(struct __sk_buff *skb, const struct lb6_packet *arrived, const struct lb6_tuple *to, __u32 mtu)
 {
-	if (lb6_rewrite_tuple(skb, to, &arrived->tuple, arrived->l4_off) < 0)
+	if (lb6_rewrite_tuple(skb, to, &arrived->tuple, arrived->l4_off, arrived->frag) < 0)
 		return TC_ACT_SHOT;
 	if (lb6_icmp_error_reply(skb, &arrived->tuple, LB_ICMP6_PKT_TOOBIG, 0, mtu) < 0) {
 		lb_count(LB_CNT_TC_TOO_BIG_DROP);
@@ -659,7 +711,7 @@ static __noinline int lb6_flow_ingress(struct __sk_buff *skb, enum lb_path path)
 	struct lb6_ct_entry *e;
 	int rc;
 
-	if (lb6_parse(skb, &pkt) < 0)
+	if (lb6_tc_parse(skb, &pkt) < 0) /* later fragments too (frag6.h) */
 		return TC_ACT_OK;
 	if (pkt.tuple.proto == LB_IPPROTO_ICMPV6)
 		return lb6_icmp_is_error(pkt.icmp_type) ? lb6_flow_icmp_error(skb, &pkt, path, LB_HOOK_INGRESS) : TC_ACT_OK;
@@ -688,7 +740,7 @@ static __noinline int lb6_flow_egress(struct __sk_buff *skb, enum lb_path path)
 	struct lb6_ct_entry *e;
 	struct lb6_ct_key key;
 
-	if (lb6_parse(skb, &pkt) < 0)
+	if (lb6_tc_parse(skb, &pkt) < 0) /* later fragments too (frag6.h) */
 		return TC_ACT_OK;
 	if (pkt.tuple.proto == LB_IPPROTO_ICMPV6)
 		return lb6_icmp_is_error(pkt.icmp_type) ? lb6_flow_icmp_error(skb, &pkt, path, LB_HOOK_EGRESS) : TC_ACT_OK;

@@ -37,7 +37,10 @@ export const LB_CNT_SOCK_STATE_FAILED = 32;
 export const LB_CNT_SOCK_STICKY = 34;
 export const LB_CNT_SOCK_TRANSLATED = 0;
 export const LB_CNT_TC6_EXTHDR_PASSED = 126;
+export const LB_CNT_TC6_FRAG_FOUND = 55;
 export const LB_CNT_TC6_FRAG_PASSED = 125;
+export const LB_CNT_TC6_FRAG_TRACKED = 54;
+export const LB_CNT_TC6_FRAG_UNKNOWN = 56;
 export const LB_CNT_TC_BACKEND_GONE = 21;
 export const LB_CNT_TC_CT_FAILED = 22;
 export const LB_CNT_TC_CT_PEER_LOST = 26;
@@ -127,6 +130,8 @@ export const SLUICE_MAP_DSR_CFG = "sluice_dsr_cfg";
 export const SLUICE_MAP_EVENTS = "sluice_events";
 export const SLUICE_MAP_EVENTS_ON = "sluice_ev_on";
 export const SLUICE_MAP_FRAG4 = "sluice_frag4";
+export const SLUICE_MAP_FRAG6 = "sluice_frag6";
+export const SLUICE_MAP_ICMP6_TMP = "sluice_icmp6_tmp";
 export const SLUICE_MAP_LC_COUNT4 = "sluice_lc_cnt4";
 export const SLUICE_MAP_LC_FLOW4 = "sluice_lc_flow4";
 export const SLUICE_MAP_LC_FLOW6 = "sluice_lc_flow6";
@@ -164,6 +169,7 @@ export const SLUICE_MAX_BACKENDS = 262144;
 export const SLUICE_MAX_CT4 = 262144;
 export const SLUICE_MAX_CT6 = 65536;
 export const SLUICE_MAX_FRAG4 = 8192;
+export const SLUICE_MAX_FRAG6 = 8192;
 export const SLUICE_MAX_LC_COUNT4 = 262145;
 export const SLUICE_MAX_LC_FLOW4 = 131072;
 export const SLUICE_MAX_LC_FLOW6 = 32768;
@@ -1017,6 +1023,33 @@ export function decodeLb6CtKey(buf: Buffer, off = 0): Lb6CtKey {
 }
 export const lb6_ct_keyCodec: Codec<Lb6CtKey> = { size: 40, encode: encodeLb6CtKey, decode: decodeLb6CtKey };
 
+/** struct lb6_frag_key (40 bytes) */
+export interface Lb6FragKey {
+  saddr: Buffer;
+  daddr: Buffer;
+  id: number; // network byte order in the map
+  proto: number;
+}
+export const LB6_FRAG_KEY_SIZE = 40;
+export const lb6_frag_keyLayout: StructLayout = {"name":"lb6_frag_key","size":40,"fields":[{"name":"saddr","kind":"bytes","offset":0,"size":16},{"name":"daddr","kind":"bytes","offset":16,"size":16},{"name":"id","kind":"int","offset":32,"size":4,"bigEndian":true},{"name":"proto","kind":"int","offset":36,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":37,"size":3}]};
+export function encodeLb6FragKey(v: Lb6FragKey, buf: Buffer = Buffer.alloc(40), off = 0): Buffer {
+  buf.fill(0, off, off + 40);
+  v.saddr.copy(buf, off + 0, 0, 16);
+  v.daddr.copy(buf, off + 16, 0, 16);
+  buf.writeUInt32BE(v.id >>> 0, off + 32);
+  buf.writeUInt8(v.proto & 0xff, off + 36);
+  return buf;
+}
+export function decodeLb6FragKey(buf: Buffer, off = 0): Lb6FragKey {
+  return {
+    saddr: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+    daddr: Buffer.from(buf.subarray(off + 16, off + 16 + 16)),
+    id: buf.readUInt32BE(off + 32),
+    proto: buf.readUInt8(off + 36),
+  };
+}
+export const lb6_frag_keyCodec: Codec<Lb6FragKey> = { size: 40, encode: encodeLb6FragKey, decode: decodeLb6FragKey };
+
 /** struct lb6_icmp_quote (48 bytes) */
 export interface Lb6IcmpQuote {
   tuple: Lb6Tuple;
@@ -1041,6 +1074,24 @@ export function decodeLb6IcmpQuote(buf: Buffer, off = 0): Lb6IcmpQuote {
 }
 export const lb6_icmp_quoteCodec: Codec<Lb6IcmpQuote> = { size: 48, encode: encodeLb6IcmpQuote, decode: decodeLb6IcmpQuote };
 
+/** struct lb6_icmp_scratch (1536 bytes) */
+export interface Lb6IcmpScratch {
+  bytes: Buffer;
+}
+export const LB6_ICMP_SCRATCH_SIZE = 1536;
+export const lb6_icmp_scratchLayout: StructLayout = {"name":"lb6_icmp_scratch","size":1536,"fields":[{"name":"bytes","kind":"bytes","offset":0,"size":1536}]};
+export function encodeLb6IcmpScratch(v: Lb6IcmpScratch, buf: Buffer = Buffer.alloc(1536), off = 0): Buffer {
+  buf.fill(0, off, off + 1536);
+  v.bytes.copy(buf, off + 0, 0, 1536);
+  return buf;
+}
+export function decodeLb6IcmpScratch(buf: Buffer, off = 0): Lb6IcmpScratch {
+  return {
+    bytes: Buffer.from(buf.subarray(off + 0, off + 0 + 1536)),
+  };
+}
+export const lb6_icmp_scratchCodec: Codec<Lb6IcmpScratch> = { size: 1536, encode: encodeLb6IcmpScratch, decode: decodeLb6IcmpScratch };
+
 /** struct lb6_node_ip (16 bytes) */
 export interface Lb6NodeIp {
   address: Buffer;
@@ -1064,14 +1115,16 @@ export interface Lb6Packet {
   tuple: Lb6Tuple;
   l4_off: number;
   icmp_type: number;
+  frag: number;
 }
 export const LB6_PACKET_SIZE = 48;
-export const lb6_packetLayout: StructLayout = {"name":"lb6_packet","size":48,"fields":[{"name":"tuple","kind":"struct","offset":0,"size":40,"struct":"lb6_tuple"},{"name":"l4_off","kind":"int","offset":40,"size":4,"bigEndian":false},{"name":"icmp_type","kind":"int","offset":44,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":45,"size":3}]};
+export const lb6_packetLayout: StructLayout = {"name":"lb6_packet","size":48,"fields":[{"name":"tuple","kind":"struct","offset":0,"size":40,"struct":"lb6_tuple"},{"name":"l4_off","kind":"int","offset":40,"size":4,"bigEndian":false},{"name":"icmp_type","kind":"int","offset":44,"size":1,"bigEndian":false},{"name":"frag","kind":"int","offset":45,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":46,"size":2}]};
 export function encodeLb6Packet(v: Lb6Packet, buf: Buffer = Buffer.alloc(48), off = 0): Buffer {
   buf.fill(0, off, off + 48);
   encodeLb6Tuple(v.tuple, buf, off + 0);
   buf.writeUInt32LE(v.l4_off >>> 0, off + 40);
   buf.writeUInt8(v.icmp_type & 0xff, off + 44);
+  buf.writeUInt8(v.frag & 0xff, off + 45);
   return buf;
 }
 export function decodeLb6Packet(buf: Buffer, off = 0): Lb6Packet {
@@ -1079,6 +1132,7 @@ export function decodeLb6Packet(buf: Buffer, off = 0): Lb6Packet {
     tuple: decodeLb6Tuple(buf, off + 0),
     l4_off: buf.readUInt32LE(off + 40),
     icmp_type: buf.readUInt8(off + 44),
+    frag: buf.readUInt8(off + 45),
   };
 }
 export const lb6_packetCodec: Codec<Lb6Packet> = { size: 48, encode: encodeLb6Packet, decode: decodeLb6Packet };
@@ -1734,6 +1788,8 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_ev_on: {"name":"sluice_ev_on","type":2,"keyType":"u32","keySize":4,"valueType":"lb_events_ctl","valueSize":4,"maxEntries":1},
   sluice_events: {"name":"sluice_events","type":27,"maxEntries":262144},
   sluice_frag4: {"name":"sluice_frag4","type":9,"keyType":"lb4_frag_key","keySize":12,"valueType":"lb4_frag_ports","valueSize":4,"maxEntries":8192},
+  sluice_frag6: {"name":"sluice_frag6","type":9,"keyType":"lb6_frag_key","keySize":40,"valueType":"lb4_frag_ports","valueSize":4,"maxEntries":8192},
+  sluice_icmp6_tmp: {"name":"sluice_icmp6_tmp","type":6,"keyType":"u32","keySize":4,"valueType":"lb6_icmp_scratch","valueSize":1536,"maxEntries":1},
   sluice_lc_cnt4: {"name":"sluice_lc_cnt4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":262145},
   sluice_lc_flow4: {"name":"sluice_lc_flow4","type":1,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb_lc_flow","valueSize":8,"maxEntries":131072,"flags":1},
   sluice_lc_flow6: {"name":"sluice_lc_flow6","type":1,"keyType":"lb6_ct_key","keySize":40,"valueType":"lb_lc_flow","valueSize":8,"maxEntries":32768,"flags":1},

@@ -64,6 +64,10 @@ const NORTH_SOUTH: Row[] = [
   // issue 14: IPv6 packets the TC path passes untouched rather than parse past
   // what it reads (other IPv6 events count at their IPv4 twins' rows).
   [abi.LB_CNT_TC6_FRAG_PASSED, 'ipv6_fragment_passed', 'none'],
+  // IPv6 fragments (bpf/lib/frag6.h; both TC paths, one row each like IPv4's 48-50).
+  [abi.LB_CNT_TC6_FRAG_TRACKED, 'ipv6_fragment_tracked', 'none'],
+  [abi.LB_CNT_TC6_FRAG_FOUND, 'ipv6_fragment_translated', 'none'],
+  [abi.LB_CNT_TC6_FRAG_UNKNOWN, 'ipv6_fragment_unknown', 'none'],
   [abi.LB_CNT_TC6_EXTHDR_PASSED, 'ipv6_exthdr_passed', 'none'],
   // issue 17 item 2 (docs/dsr.md): rows 28-29 of the TC flow range, north-south only.
   [abi.LB_CNT_TC_DSR_ENCAP, 'dsr_encapsulated', 'original'],

@@ -84,6 +84,8 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_SNAT_DEV6]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_SVC_NAMES]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_FRAG4]: { kind: 'drop', reason: 'fragment ports live for one datagram; a datagram in flight during the swap is lost, as with any fragment loss' },
+  [abi.SLUICE_MAP_FRAG6]: { kind: 'drop', reason: 'IPv6 fragment ports, as sluice_frag4: an IPv6 datagram in flight during the swap is lost' },
+  [abi.SLUICE_MAP_ICMP6_TMP]: { kind: 'drop', reason: 'per-CPU scratch of the ICMPv6 errors the TC paths build: empty between packets' },
   [abi.SLUICE_MAP_EVENTS]: { kind: 'drop', reason: 'events not yet read by `sluice monitor` are lost' },
   [abi.SLUICE_MAP_EVENTS_ON]: { kind: 'drop', reason: 'a running `sluice monitor` must be restarted' },
   // Socket-local storage cannot be read or written for other processes'

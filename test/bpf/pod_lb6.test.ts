@@ -17,7 +17,7 @@ import { TcHarness } from './tc_harness';
 import { PodPrograms, POD_OBJECT as BUILT_POD_OBJECT, bounced, expectPacket } from './pod_harness';
 import { Tc6Maps } from './tc_harness6';
 import { TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN, frame } from './tc_packet';
-import { ethernet6, exthdr, frame6, icmp6, ip6Packet, neighborSolicitation, rewriteQuoted6, type L4Spec6 } from './tc_packet6';
+import { ethernet6, exthdr, fragment6, frame6, icmp6, ip6Packet, neighborSolicitation, rewriteQuoted6, type L4Spec6 } from './tc_packet6';
 
 const POD_OBJECT = process.env.SLUICE_POD_OBJECT ?? BUILT_POD_OBJECT;
 
@@ -109,11 +109,16 @@ describe('IPv6 ClusterIP from a pod: DNAT, pod address kept, reverse NAT on egre
     check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
   });
 
-  test('a fragment to the ClusterIP passes untouched (not translated) and is counted', () => {
-    const before = h.counter(abi.LB_CNT_TC6_FRAG_PASSED);
-    const frag = exthdr(44, Buffer.from([0, 0, 0, 0, 0, 1])); // offset 0, M=0, id 1
-    check('ingress', { proto: 'tcp', src: POD, dst: VIP, sport: 40004, dport: VIP_PORT, tcpFlags: TCP_SYN, ext: [frag] }, null);
-    assert.equal(h.counter(abi.LB_CNT_TC6_FRAG_PASSED) - before, 1n);
+  test('fragments to the ClusterIP: the first is translated and remembered, a later one follows it (shared pipeline, frag6.h)', () => {
+    const tracked = h.counter(abi.LB_CNT_TC6_FRAG_TRACKED);
+    const found = h.counter(abi.LB_CNT_TC6_FRAG_FOUND);
+    const dgram: L4Spec6 = { proto: 'udp', src: POD, dst: VIP, sport: 40004, dport: VIP_PORT, payload: Buffer.alloc(3000, 7) };
+    const frags = fragment6(ip6Packet(dgram), 1448, 0x0a0b0c0d);
+    const want = fragment6(ip6Packet({ ...dgram, dst: BE1.address, dport: BE1.port }), 1448, 0x0a0b0c0d);
+    v6.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'udp', flags: abi.LB_SVC_FLAG_CLUSTER_IP, revNatId: 49, backends: [BE1] });
+    frags.forEach((f, i) => checkRaw('ingress', f, want[i]!, TC_ACT_OK, `fragment ${i}`));
+    assert.equal(h.counter(abi.LB_CNT_TC6_FRAG_TRACKED) - tracked, 1n);
+    assert.equal(h.counter(abi.LB_CNT_TC6_FRAG_FOUND) - found, 2n);
   });
 });
 
@@ -163,14 +168,29 @@ describe('IPv6 frontend without backends: ICMPv6 port unreachable back into the 
     const before = h.counter(POD_CNT(abi.LB_CNT_TC_NO_BACKEND));
     for (const s of [
       { proto: 'tcp', src: POD, dst: VIP, sport: 40020, dport: VIP_PORT, tcpFlags: TCP_SYN },
-      { proto: 'udp', src: POD, dst: VIP, sport: 40021, dport: 53, payload: Buffer.from('a longer payload than the quote keeps') },
+      { proto: 'udp', src: POD, dst: VIP, sport: 40021, dport: 53, payload: Buffer.from('a longer payload than 8 bytes, quoted whole') },
     ] as L4Spec6[]) {
-      const quoted = ip6Packet(s).subarray(0, 48);
+      const quoted = ip6Packet(s); // RFC 4443 2.4 (c): all of it (it fits in 1 280 bytes)
       const want = bounced(ethernet6(icmp6(VIP, POD, 1, 4, Buffer.alloc(4), quoted)));
       checkRaw('ingress', frame6(s), want, TC_ACT_REDIRECT, `${s.proto} to a frontend without backends`);
     }
     assert.equal(h.counter(POD_CNT(abi.LB_CNT_TC_NO_BACKEND)) - before, 2n);
     assert.equal(v6.rows().length, 0, 'no flow written');
+  });
+
+  test('a packet with extension headers is quoted past them, as much as fits in 1 280 bytes (RFC 4443 2.4 (c))', () => {
+    v6.upsertFrontend({ address: VIP, port: 53, proto: 'udp', flags: abi.LB_SVC_FLAG_CLUSTER_IP, revNatId: 47, backends: [] });
+    // Hop-by-hop (router alert) + destination options (24 bytes of PadN): the
+    // UDP header starts 72 bytes into the packet, past a 48-byte quote.
+    const ext = [exthdr(0, Buffer.from([5, 2, 0, 0, 1, 0])), exthdr(60, Buffer.from([1, 20, ...Buffer.alloc(20)]))];
+    const small: L4Spec6 = { proto: 'udp', src: POD, dst: VIP, sport: 40023, dport: 53, payload: Buffer.from('query'), ext };
+    checkRaw('ingress', frame6(small), bounced(ethernet6(icmp6(VIP, POD, 1, 4, Buffer.alloc(4), ip6Packet(small)))), TC_ACT_REDIRECT, 'small datagram with extension headers');
+    // 1 400 bytes of payload: the quote is cut at 1 232 bytes, the ICMPv6 packet is 1 280.
+    const large: L4Spec6 = { ...small, sport: 40024, payload: Buffer.alloc(1400, 0x5a) };
+    const { verdict, out } = run('ingress', frame6(large));
+    assert.equal(verdict, TC_ACT_REDIRECT);
+    expectPacket(out, bounced(ethernet6(icmp6(VIP, POD, 1, 4, Buffer.alloc(4), ip6Packet(large).subarray(0, 1232)))), 'large datagram with extension headers');
+    assert.equal(out.length, 14 + 1280);
   });
 
   test('DROP_NO_BACKEND (internalTrafficPolicy Local, endpoints elsewhere): dropped, no ICMPv6', () => {

@@ -1,11 +1,12 @@
 // IPv6 additions to TcHarness (issue 14): the IPv6 service, backend,
 // rev-NAT, source-range and conntrack maps of the loaded tc_lb object, and a
 // writer for one IPv6 frontend (same order as TcHarness.upsertFrontend).
+import { after, before, beforeEach } from 'node:test';
 import * as abi from '../../src/abi/generated';
 import { bytesToIp6, ip6ToBytes } from '../../src/datapath/addr';
 import { TypedMap, u32Codec, u8Codec } from '../../src/datapath/typedMap';
-import { writeTcConfig6 } from '../../src/datapath/tc/config';
-import type { TcFrontend, TcHarness } from './tc_harness';
+import { writeTcConfig, writeTcConfig6 } from '../../src/datapath/tc/config';
+import { TcHarness, type TcFrontend } from './tc_harness';
 
 export class Tc6Maps {
   readonly services: TypedMap<abi.Lb6ServiceKey, abi.Lb4Service>;
@@ -77,4 +78,25 @@ export class Tc6Maps {
     const [address, len] = cidr.split('/');
     this.sourceRanges.set({ prefixlen: 32 + Number(len), rev_nat_id: revNatId, address: ip6ToBytes(address!) }, 1);
   }
+}
+
+/**
+ * The node:test hooks of an IPv6 TC fixture file: one harness named `name`
+ * for the file, every map emptied before each test, `snat` the node's IPv6
+ * SNAT address (198.18.0.1 the IPv4 one). Tests read fx.h and fx.v6.
+ */
+export function tc6Fixture(name: string, snat: string): { h: TcHarness; v6: Tc6Maps } {
+  const fx = {} as { h: TcHarness; v6: Tc6Maps };
+  before(() => {
+    fx.h = TcHarness.create(name);
+    fx.v6 = new Tc6Maps(fx.h);
+  });
+  after(() => fx.h?.close());
+  beforeEach(() => {
+    fx.h.reset();
+    fx.v6.reset();
+    writeTcConfig(fx.h.tc.config, { snatAddress: '198.18.0.1' });
+    fx.v6.setSnat(snat);
+  });
+  return fx;
 }

@@ -106,3 +106,28 @@ export function neighborSolicitation(src: string, target: string): Buffer {
   const body = Buffer.concat([t, Buffer.from([1, 1]), MAC_A]); // target, source link-layer address option
   return ethernet6(icmp6(src, dst, 135, 0, Buffer.alloc(4), body, 255));
 }
+
+/**
+ * An IPv6 packet without extension headers (ip6Packet) cut into fragments of
+ * `chunk` bytes of its payload (a multiple of 8; the last one shorter), each
+ * with a Fragment header (RFC 8200 section 4.5) of identification `id`, as
+ * Ethernet frames. The first fragment keeps the L4 header and the checksum of
+ * the whole datagram.
+ */
+export function fragment6(ipPkt: Buffer, chunk: number, id: number): Buffer[] {
+  const header = ipPkt.subarray(0, 40);
+  const payload = ipPkt.subarray(40);
+  const out: Buffer[] = [];
+  for (let off = 0; off < payload.length; off += chunk) {
+    const data = payload.subarray(off, off + chunk);
+    const frag = Buffer.alloc(8);
+    frag.writeUInt8(header[6]!, 0); // the datagram's next header
+    frag.writeUInt16BE(off | (off + chunk < payload.length ? 1 : 0), 2);
+    frag.writeUInt32BE(id, 4);
+    const h = Buffer.from(header);
+    h.writeUInt16BE(8 + data.length, 4);
+    h.writeUInt8(44, 6);
+    out.push(ethernet6(Buffer.concat([h, frag, data])));
+  }
+  return out;
+}

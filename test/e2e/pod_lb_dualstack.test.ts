@@ -68,6 +68,21 @@ u.on('message', (m, r) => u.send(name + ' ' + peer(r.address, r.port), r.port, r
 u.bind(Number(port), '::', up);
 `;
 
+/** A connected UDP6 socket with IPV6_DSTOPTS set (8 bytes: PadN): "ok", "error <code>" or "timeout". */
+const DSTOPTS_UDP_CLIENT = `
+import errno, socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_DSTOPTS, bytes([0, 0, 1, 4, 0, 0, 0, 0]))
+s.settimeout(2)
+s.connect((sys.argv[1], int(sys.argv[2])))
+try:
+    s.send(b'hello'); s.recv(100); print('ok')
+except socket.timeout:
+    print('timeout')
+except OSError as e:
+    print('error ' + errno.errorcode.get(e.errno, str(e.errno)))
+`;
+
 /** sluice_podaddr's key: the netns cookie. */
 const u64Codec: Codec<bigint> = {
   size: 8,
@@ -200,6 +215,14 @@ describe('dual-stack pods through the CNI chain (host-local with an IPv4 and an 
     v6.upsertFrontend({ address: VIP6, port: 82, proto: 'tcp', flags: abi.LB_SVC_FLAG_CLUSTER_IP, revNatId: 65, backends: [] });
     // Within the client's 2 s limit (else it prints "timeout"): no SYN retransmission was needed.
     assert.equal(request('tcp', VIP6, 82), 'error ECONNREFUSED');
+  });
+
+  test('a UDP socket whose packets carry a destination-options header gets ECONNREFUSED too (the ICMPv6 quotes past the header)', () => {
+    v6.upsertFrontend({ address: VIP6, port: 83, proto: 'udp', flags: abi.LB_SVC_FLAG_CLUSTER_IP, revNatId: 66, backends: [] });
+    // An 8-byte destination-options header (PadN) between IPv6 and UDP: a
+    // 48-byte quote (IPv6 header + 8 bytes) would end before the UDP header
+    // and the kernel could not match the error to the socket (RFC 4443 2.4 (c)).
+    assert.equal(spawnSync('ip', ['netns', 'exec', podNs.client, 'python3', '-c', DSTOPTS_UDP_CLIENT, VIP6, '83'], { encoding: 'utf8', timeout: 5000 }).stdout.trim(), 'error ECONNREFUSED');
   });
 
   test('non-Service IPv6 (pod to pod directly) passes untouched', () => {
