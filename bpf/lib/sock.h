@@ -18,6 +18,7 @@
 #include "lb.h"
 #include "nodeport.h"
 #include "events.h"
+#include "sock_slot.h"
 
 #ifndef EADDRINUSE
 #define EADDRINUSE 98
@@ -288,7 +289,9 @@ lb4_sock_remember(struct lb4_sock_state *st, const struct lb4_service_key *key, 
 		lb_count(LB_CNT_SOCK_PAIR_EVICTED);
 }
 
-/* A TCP connect's reverse pair (lb4_sock_tcp in sluice_abi.h). */
+/* A TCP connect's reverse pair: its slot when the slot is free or already
+ * its own (a second connect() after a failed one), else the LRU
+ * (lb4_sock_tcp in sluice_abi.h). */
 static __always_inline void
 lb4_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb4_service_key *key, __be32 frontend,
 		      const struct lb4_service *svc, const struct lb4_backend *backend)
@@ -303,7 +306,24 @@ lb4_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb4_service_key *k
 		.frontend_port = key->port,
 		.rev_nat_id = svc->rev_nat_id,
 	};
+	struct lb4_sock_slot *slot = lb4_sock_slot(tkey.cookie);
+	bool claimed = false;
 
+	if (slot) {
+		bpf_spin_lock(&slot->lock);
+		if (slot->cookie == 0 || slot->cookie == tkey.cookie) {
+			slot->cookie = tkey.cookie;
+			slot->backend_address = tkey.backend_address;
+			slot->backend_port = tkey.backend_port;
+			slot->frontend_address = frontend;
+			slot->frontend_port = key->port;
+			slot->rev_nat_id = svc->rev_nat_id;
+			claimed = true;
+		}
+		bpf_spin_unlock(&slot->lock);
+		if (claimed)
+			return;
+	}
 	if (bpf_map_update_elem(&SLUICE_MAP_SOCK_TCP4, &tkey, &pair, BPF_ANY))
 		lb_count(LB_CNT_SOCK_STATE_FAILED);
 }
@@ -442,6 +462,7 @@ static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __b
 	};
 	struct lb4_sock_tcp *found;
 	struct lb4_sock_tcp pair;
+	bool in_slot;
 
 	/* A socket whose cookie was never asked for was never translated
 	 * (connect4 keys its pair by the cookie): no lookup, which for such
@@ -449,12 +470,18 @@ static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __b
 	if (!lb_sock_has_cookie(ctx->sk))
 		return -1;
 	tkey.cookie = bpf_get_socket_cookie(ctx);
-	found = bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
-	if (!found)
-		return -1;
-	pair = *found;
+	in_slot = lb4_sock_slot_pair(tkey.cookie, tkey.backend_address, tkey.backend_port, &pair);
+	if (!in_slot) {
+		found = bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
+		if (!found)
+			return -1;
+		pair = *found;
+	}
 	if (!lb4_sock_frontend_current(pair.rev_nat_id, pair.frontend_address, pair.frontend_port)) {
-		bpf_map_delete_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
+		if (in_slot)
+			lb4_sock_slot_free(tkey.cookie);
+		else
+			bpf_map_delete_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
 		return 0;
 	}
 	*address = pair.frontend_address;
@@ -473,7 +500,7 @@ static __always_inline void lb4_sock_tcp_forget(struct bpf_sock *sk)
 	struct lb4_sock_tcp_key tkey = {};
 	struct sock *s;
 
-	if (sk->protocol != LB_PROTO_TCP || !sk->dst_ip4)
+	if (sk->protocol != LB_PROTO_TCP)
 		return;
 	/* No cookie: never translated (see lb_sock_has_cookie); the context
 	 * of a sock_release program is the kernel's struct sock. */
@@ -481,6 +508,10 @@ static __always_inline void lb4_sock_tcp_forget(struct bpf_sock *sk)
 	if (s && s->__sk_common.skc_cookie.counter == 0)
 		return;
 	tkey.cookie = bpf_get_socket_cookie(sk);
+	/* Its slot, whatever the peer now is (an AF_INET6 socket to ::ffff:
+	 * included): then it has no LRU pair (connect4 writes one or the other). */
+	if (lb4_sock_slot_free(tkey.cookie) || !sk->dst_ip4)
+		return;
 	tkey.backend_address = sk->dst_ip4;
 	tkey.backend_port = (__be16)sk->dst_port;
 	bpf_map_delete_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
