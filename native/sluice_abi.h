@@ -560,8 +560,10 @@ _Static_assert(sizeof(struct lb_sock_config) == 16, "lb_sock_config layout");
  * TCP keeps its one reverse pair out of socket-local storage: creating that
  * storage on every connect() (two allocations, and an RCU free when the
  * socket closes) cost about 4 points of connect latency against direct
- * (docs/bench-results.md). A TCP socket's pair goes into this LRU hash keyed
- * by the socket cookie and the backend (Cilium's lb4_reverse_sk shape).
+ * (docs/bench-results.md). A TCP socket's pair goes into its slot below
+ * (lb4_sock_slot), or, when another live socket holds that slot, into this
+ * LRU hash keyed by the socket cookie and the backend (Cilium's
+ * lb4_reverse_sk shape).
  * Cookies are never reused (64-bit, allocated once per socket), so no socket
  * sees another's entry; an entry outlives its socket until the LRU recycles
  * it. Under pressure (more than SLUICE_MAX_SOCK_TCP4 TCP connects since a

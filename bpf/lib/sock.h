@@ -7,9 +7,11 @@
  * traffic that starts on this node. A UDP socket keeps its choices in its own
  * storage (lb4_sock_state in sluice_abi.h): later datagrams of an
  * unconnected UDP socket go to the same backend, and recvmsg()/getpeername()
- * show the frontend again. A TCP socket's one choice goes into an LRU keyed
- * by its cookie (lb4_sock_tcp): cheaper per connect() than creating storage. post_bind4 refuses binds that would shadow a
- * NodePort, ExternalIP or LoadBalancer frontend.
+ * show the frontend again. A TCP socket's one choice goes into its slot of
+ * an ARRAY indexed by its cookie (lb4_sock_slot, sock_slot.h), or into an LRU
+ * keyed by its cookie (lb4_sock_tcp) when another live socket holds that
+ * slot: both cheaper per connect() than creating storage. post_bind4 refuses
+ * binds that would shadow a NodePort, ExternalIP or LoadBalancer frontend.
  */
 #ifndef SLUICE_BPF_SOCK_H
 #define SLUICE_BPF_SOCK_H
@@ -450,8 +452,8 @@ static __always_inline bool lb4_sock_frontend_current(__u32 rev_nat_id, __be32 a
 	return rev_nat && lb4_rev_nat_address_matches(rev_nat->address, address) && rev_nat->port == port;
 }
 
-/* TCP: the pair in the LRU under this socket's cookie and its peer
- * (*address, the peer, in and out). 1: rewritten to the frontend; 0: found,
+/* TCP: the pair in this socket's slot, else in the LRU under its cookie and
+ * its peer (*address, the peer, in and out). 1: rewritten to the frontend; 0: found,
  * but the frontend is gone (left alone); -1: none (not translated,
  * translated before an upgrade to this layout, or recycled by the LRU). */
 static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __be32 *address)
@@ -490,11 +492,11 @@ static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __b
 	return 1;
 }
 
-/* sock_release: a TCP socket's pair goes with the socket, so the LRU holds
- * live connections only (it would otherwise keep every closed socket's pair
- * until recycled). The hook runs before the protocol's close, so the peer
- * is still the backend connect4 chose. A socket never translated: one
- * lookup that finds nothing. */
+/* sock_release: a TCP socket's pair goes with the socket (its slot freed, or
+ * its LRU entry deleted), so both hold live connections only (the LRU would
+ * otherwise keep every closed socket's pair until recycled). The hook runs
+ * before the protocol's close, so the peer is still the backend connect4
+ * chose. A socket never translated has no cookie: nothing is looked up. */
 static __always_inline void lb4_sock_tcp_forget(struct bpf_sock *sk)
 {
 	struct lb4_sock_tcp_key tkey = {};
