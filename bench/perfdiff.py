@@ -1,4 +1,17 @@
-import subprocess, sys, re
+#!/usr/bin/env python3
+# Per-connection kernel time by function from two `perf record -g` files of
+# bench/connwhere.sh (docs/socket-path.md, "Where connect time goes"):
+#
+#   bench/perfdiff.py A.data B.data CONNECTIONS [c] [FREQ] [NAME,NAME...]
+#
+# For each symbol: ns per connection in B minus A, then A, then B. With "c"
+# the time is inclusive (perf report --children), else self time. The ns come
+# from the cpu-clock event count (ns) times the symbol's share, divided by the
+# connections each file ran. NAME,...: only symbols containing one of them.
+import re
+import subprocess
+import sys
+
 def load(f, children):
     args = ['perf','report','-i',f,'--stdio','-n','--sort','sym','-g','none','--percent-limit','0']
     args.append('--children' if children else '--no-children')
@@ -17,7 +30,7 @@ children = len(sys.argv) > 4 and sys.argv[4] == 'c'
 n = int(sys.argv[3]); freq = float(sys.argv[5]) if len(sys.argv) > 5 else 5000
 # ns per connection = pct/100 * samples * (1e9/freq) / n
 ns = lambda pct, t: pct / 100 * t / n
-print(f'samples {ta} {tb}; ns/conn total {ns(100, ta):.0f} {ns(100, tb):.0f}')
+print(f'cpu-clock ns {ta} {tb}; ns per connection, all: {ns(100, ta):.0f} {ns(100, tb):.0f}')
 keys = sorted(set(a)|set(b), key=lambda k: -(ns(b.get(k,0),tb)-ns(a.get(k,0),ta)))
 sel = sys.argv[6].split(',') if len(sys.argv) > 6 else None
 for k in (keys if sel is None else [k for k in keys if any(s in k for s in sel)])[:45]:

@@ -5,7 +5,7 @@
 //                                    until one's cookie equals S's modulo SLOTS, which
 //                                    connects to A2:P2; prints S's peer before and after, and
 //                                    the other socket's peer (otherPeer)
-//   stress ADDR PORT MS MAXCOUNT     connected-UDP loop: socket, connect, getpeername, close;
+//   stress ADDR PORT MS MAXCOUNT [tcp]  connected-UDP (tcp: TCP) loop: socket, connect, getpeername, close;
 //                                    counts refusals and peers other than ADDR:PORT
 //   bind tcp|udp ADDR PORT           bind() once; prints ok or the errno name
 //   from SRC ADDR PORT               connected UDP from SRC (bound to SRC:0; '-': unbound) to
@@ -82,7 +82,7 @@ function alias(a1: string, p1: number, a2: string, p2: number, slots: bigint, ma
   return out;
 }
 
-function stress(address: string, port: number, ms: number, maxCount: number) {
+function stress(address: string, port: number, ms: number, maxCount: number, tcp = false) {
   const want = `${address}:${port}`;
   const end = Date.now() + ms;
   let count = 0;
@@ -91,7 +91,7 @@ function stress(address: string, port: number, ms: number, maxCount: number) {
   const errors: Record<string, number> = {};
   while (count < maxCount && (count % 256 !== 0 || Date.now() < end)) {
     count++;
-    const fd = open(SOCK_DGRAM);
+    const fd = open(tcp ? SOCK_STREAM : SOCK_DGRAM);
     const e = connect(fd, address, port);
     if (e === 'ECONNREFUSED') refused++;
     else if (e) errors[e] = (errors[e] ?? 0) + 1;
@@ -181,7 +181,7 @@ function main(): unknown {
     case 'alias':
       return alias(a[0]!, Number(a[1]), a[2]!, Number(a[3]), BigInt(a[4]!), Number(a[5]));
     case 'stress':
-      return stress(a[0]!, Number(a[1]), Number(a[2]), Number(a[3]));
+      return stress(a[0]!, Number(a[1]), Number(a[2]), Number(a[3]), a[4] === 'tcp');
     case 'bind':
       return bindOnce(a[0]!, a[1]!, Number(a[2]));
     case 'from':

@@ -44,9 +44,9 @@ async function rawSock(args: string[], timeoutMs = 60000): Promise<Record<string
 }
 
 /** A TCP connection through the VIP held open until release() (rawSock hold). */
-async function holdConnection(legacy = false): Promise<{ cookie: bigint; peer: string; release: () => Promise<{ peerAfter: string; greeting: string }> }> {
+async function holdConnection(legacy = false, address = VIP, port = '80'): Promise<{ cookie: bigint; peer: string; release: () => Promise<{ peerAfter: string; greeting: string }> }> {
   const flag = path.join(flagDir, `release-${Math.random().toString(36).slice(2)}`);
-  const child: ChildProcess = sb.spawnInCgroup(['node', labScript('rawSock'), 'hold', VIP, '80', flag, '20000', ...(legacy ? [sb.bpffs, `${BACKEND}:8080`] : [])]);
+  const child: ChildProcess = sb.spawnInCgroup(['node', labScript('rawSock'), 'hold', address, port, flag, '20000', ...(legacy ? [sb.bpffs, `${BACKEND}:8080`] : [])]);
   const lines: string[] = [];
   let stderr = '';
   child.stdout!.setEncoding('utf8').on('data', (d: string) => lines.push(...d.split('\n').filter(Boolean)));
@@ -209,6 +209,56 @@ test('the LRU under pressure (twice its capacity in other sockets\' pairs) and e
   } finally {
     await next.release();
     fillSlots(0n);
+  }
+});
+
+test('two Services on one backend, TCP clients of both in parallel while bogus sockets (pairs naming the second Service) take and leave slots: no socket ever shows the other frontend', async () => {
+  sluice(['service', 'upsert', '--frontend', `${VIP2}:81/tcp`, '--backends', `${BACKEND}:8080`]);
+  // VIP2's rev-NAT id, from a connection's slot: the bogus pairs below name
+  // VIP2 validly, so only the cookie check keeps VIP's clients from them.
+  const probe = await holdConnection(false, VIP2, '81');
+  const probeSlots = tcpSlots();
+  const vip2RevNat = probeSlots.get(slotOf(probe.cookie))!.rev_nat_id;
+  probeSlots.map.close();
+  await probe.release();
+  const slots = BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_SOCK_SLOT4));
+  try {
+    const clients = [[VIP, '80'], [VIP2, '81'], [VIP, '80'], [VIP2, '81']].map(([a, p]) => rawSock(['stress', a!, p!, '4000', '200000', 'tcp'], 60000));
+    // Meanwhile: free slots taken by bogus sockets (cookies far above any
+    // real one, pairs naming VIP2:81 on the same backend) and freed
+    // again, so connects race between their slot and the LRU. A real
+    // socket's slot overwritten in the window between the read and the
+    // write loses its pair (it shows the backend); it must never show a
+    // frontend it did not dial.
+    const at = Buffer.alloc(4);
+    const bogus = abi.encodeLb4SockSlot({
+      lock: { val: 0 }, rev_nat_id: vip2RevNat, cookie: 1n << 60n, backend_address: ip4ToNumber(BACKEND), backend_port: 8080,
+      frontend_port: 81, frontend_address: ip4ToNumber(VIP2),
+    });
+    const free = abi.encodeLb4SockSlot({ lock: { val: 0 }, rev_nat_id: 0, cookie: 0n, backend_address: 0, backend_port: 0, frontend_port: 0, frontend_address: 0 });
+    const end = Date.now() + 4000;
+    let writes = 0;
+    for (let i = 0; i < 2_000_000 && Date.now() < end; i++) {
+      at.writeUInt32LE((i * 7919) % abi.SLUICE_SOCK_SLOTS4);
+      const v = slots.lookup(at)!;
+      const cookie = v.readBigUInt64LE(8);
+      if (cookie === 0n) slots.update(at, bogus);
+      else if (cookie >= 1n << 60n) slots.update(at, free);
+      writes++;
+      if (i % 512 === 511) await new Promise((r) => setImmediate(r));
+    }
+    const results = await Promise.all(clients);
+    for (const [i, r] of results.entries()) {
+      const dialled = i % 2 ? `${VIP2}:81` : `${VIP}:80`;
+      const wrong = Object.keys(r.wrongPeers as Record<string, number>).filter((p) => p !== `${BACKEND}:8080`);
+      console.log(`client of ${dialled}: ${r.count} connects, peers other than the VIP: ${JSON.stringify(r.wrongPeers)}, slot writes ${writes}`);
+      assert.ok((r.count as number) > 200, `client made only ${r.count} connects`);
+      assert.deepEqual({ wrong, refused: r.refused, errors: r.errors }, { wrong: [], refused: 0, errors: {} }, `client of ${dialled}`);
+    }
+  } finally {
+    slots.close();
+    fillSlots(0n);
+    sluice(['service', 'delete', '--frontend', `${VIP2}:81/tcp`]);
   }
 });
 
