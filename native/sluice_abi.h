@@ -560,8 +560,10 @@ _Static_assert(sizeof(struct lb_sock_config) == 16, "lb_sock_config layout");
  * TCP keeps its one reverse pair out of socket-local storage: creating that
  * storage on every connect() (two allocations, and an RCU free when the
  * socket closes) cost about 4 points of connect latency against direct
- * (docs/bench-results.md). A TCP socket's pair goes into this LRU hash keyed
- * by the socket cookie and the backend (Cilium's lb4_reverse_sk shape).
+ * (docs/bench-results.md). A TCP socket's pair goes into its slot below
+ * (lb4_sock_slot), or, when another live socket holds that slot, into this
+ * LRU hash keyed by the socket cookie and the backend (Cilium's
+ * lb4_reverse_sk shape).
  * Cookies are never reused (64-bit, allocated once per socket), so no socket
  * sees another's entry; an entry outlives its socket until the LRU recycles
  * it. Under pressure (more than SLUICE_MAX_SOCK_TCP4 TCP connects since a
@@ -573,6 +575,36 @@ _Static_assert(sizeof(struct lb_sock_config) == 16, "lb_sock_config layout");
  */
 #define SLUICE_MAP_SOCK_TCP4 sluice_sk_tcp4 /* lb4_sock_tcp_key -> lb4_sock_tcp (LRU hash) */
 #define SLUICE_MAX_SOCK_TCP4 131072
+
+/*
+ * A TCP socket's reverse pair, first home (docs/socket-path.md, "Where
+ * connect time goes"): a preallocated ARRAY of slots, the slot at the socket
+ * cookie's low bits (cookie & (SLUICE_SOCK_SLOTS4 - 1)). The LRU write above
+ * cost about 400 ns of connect4; a slot costs an array load and an
+ * uncontended lock. A connect claims the slot only when it is free (cookie
+ * 0) or already its own, under the lock; a reader takes the lock and uses
+ * the pair only when the slot names its own cookie and its peer; sock_release
+ * frees the slot only when it names its own cookie. Cookies are unique and
+ * never reused, so a slot never shows one socket another's frontend, and a
+ * live socket's slot is never taken over (no wrap-around). A slot held by a
+ * live socket (or leaked by a socket whose release was not seen) sends the
+ * next socket whose cookie lands there to the LRU above, as before.
+ */
+struct lb4_sock_slot {
+	struct bpf_spin_lock lock; /* guards everything below */
+	__u32  rev_nat_id;         /* the frontend's rev-NAT id; checked before a reverse translation */
+	__u64  cookie;             /* the socket holding the slot (bpf_get_socket_cookie()); 0: free */
+	__be32 backend_address;    /* the backend connect() was sent to */
+	__be16 backend_port;
+	__be16 frontend_port;      /* what getpeername() shows */
+	__be32 frontend_address;
+	__u32  pad;
+};
+
+_Static_assert(sizeof(struct lb4_sock_slot) == 32, "lb4_sock_slot layout");
+
+#define SLUICE_MAP_SOCK_SLOT4 sluice_sk_pair4 /* cookie & (SLUICE_SOCK_SLOTS4 - 1) -> lb4_sock_slot (ARRAY) */
+#define SLUICE_SOCK_SLOTS4 131072 /* a power of two (the index is masked); 4 MiB */
 
 struct lb4_sock_tcp_key {
 	__u64  cookie;           /* bpf_get_socket_cookie() of the socket */

@@ -67,6 +67,16 @@ struct {
 	__uint(max_entries, SLUICE_MAX_SOCK_TCP4);
 } SLUICE_MAP_SOCK_TCP4 SEC(".maps");
 
+/* A TCP socket's reverse pair, first home (see lb4_sock_slot): an ARRAY, so
+ * a connect writes it without hashing or allocation; the LRU above takes the
+ * pairs whose slot is held by another live socket. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lb4_sock_slot);
+	__uint(max_entries, SLUICE_SOCK_SLOTS4);
+} SLUICE_MAP_SOCK_SLOT4 SEC(".maps");
+
 /* Pod netns cookie -> the pod's addresses (lb_pod_addr): written by the CNI
  * plugin at ADD/DEL, read by connect4/sendmsg4 for loadBalancerSourceRanges. */
 struct {

@@ -7,9 +7,11 @@
  * traffic that starts on this node. A UDP socket keeps its choices in its own
  * storage (lb4_sock_state in sluice_abi.h): later datagrams of an
  * unconnected UDP socket go to the same backend, and recvmsg()/getpeername()
- * show the frontend again. A TCP socket's one choice goes into an LRU keyed
- * by its cookie (lb4_sock_tcp): cheaper per connect() than creating storage. post_bind4 refuses binds that would shadow a
- * NodePort, ExternalIP or LoadBalancer frontend.
+ * show the frontend again. A TCP socket's one choice goes into its slot of
+ * an ARRAY indexed by its cookie (lb4_sock_slot, sock_slot.h), or into an LRU
+ * keyed by its cookie (lb4_sock_tcp) when another live socket holds that
+ * slot: both cheaper per connect() than creating storage. post_bind4 refuses
+ * binds that would shadow a NodePort, ExternalIP or LoadBalancer frontend.
  */
 #ifndef SLUICE_BPF_SOCK_H
 #define SLUICE_BPF_SOCK_H
@@ -18,6 +20,7 @@
 #include "lb.h"
 #include "nodeport.h"
 #include "events.h"
+#include "sock_slot.h"
 
 #ifndef EADDRINUSE
 #define EADDRINUSE 98
@@ -288,7 +291,9 @@ lb4_sock_remember(struct lb4_sock_state *st, const struct lb4_service_key *key, 
 		lb_count(LB_CNT_SOCK_PAIR_EVICTED);
 }
 
-/* A TCP connect's reverse pair (lb4_sock_tcp in sluice_abi.h). */
+/* A TCP connect's reverse pair: its slot when the slot is free or already
+ * its own (a second connect() after a failed one), else the LRU
+ * (lb4_sock_tcp in sluice_abi.h). */
 static __always_inline void
 lb4_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb4_service_key *key, __be32 frontend,
 		      const struct lb4_service *svc, const struct lb4_backend *backend)
@@ -303,7 +308,24 @@ lb4_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb4_service_key *k
 		.frontend_port = key->port,
 		.rev_nat_id = svc->rev_nat_id,
 	};
+	struct lb4_sock_slot *slot = lb4_sock_slot(tkey.cookie);
+	bool claimed = false;
 
+	if (slot) {
+		bpf_spin_lock(&slot->lock);
+		if (slot->cookie == 0 || slot->cookie == tkey.cookie) {
+			slot->cookie = tkey.cookie;
+			slot->backend_address = tkey.backend_address;
+			slot->backend_port = tkey.backend_port;
+			slot->frontend_address = frontend;
+			slot->frontend_port = key->port;
+			slot->rev_nat_id = svc->rev_nat_id;
+			claimed = true;
+		}
+		bpf_spin_unlock(&slot->lock);
+		if (claimed)
+			return;
+	}
 	if (bpf_map_update_elem(&SLUICE_MAP_SOCK_TCP4, &tkey, &pair, BPF_ANY))
 		lb_count(LB_CNT_SOCK_STATE_FAILED);
 }
@@ -430,8 +452,8 @@ static __always_inline bool lb4_sock_frontend_current(__u32 rev_nat_id, __be32 a
 	return rev_nat && lb4_rev_nat_address_matches(rev_nat->address, address) && rev_nat->port == port;
 }
 
-/* TCP: the pair in the LRU under this socket's cookie and its peer
- * (*address, the peer, in and out). 1: rewritten to the frontend; 0: found,
+/* TCP: the pair in this socket's slot, else in the LRU under its cookie and
+ * its peer (*address, the peer, in and out). 1: rewritten to the frontend; 0: found,
  * but the frontend is gone (left alone); -1: none (not translated,
  * translated before an upgrade to this layout, or recycled by the LRU). */
 static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __be32 *address)
@@ -442,6 +464,7 @@ static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __b
 	};
 	struct lb4_sock_tcp *found;
 	struct lb4_sock_tcp pair;
+	bool in_slot;
 
 	/* A socket whose cookie was never asked for was never translated
 	 * (connect4 keys its pair by the cookie): no lookup, which for such
@@ -449,12 +472,18 @@ static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __b
 	if (!lb_sock_has_cookie(ctx->sk))
 		return -1;
 	tkey.cookie = bpf_get_socket_cookie(ctx);
-	found = bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
-	if (!found)
-		return -1;
-	pair = *found;
+	in_slot = lb4_sock_slot_pair(tkey.cookie, tkey.backend_address, tkey.backend_port, &pair);
+	if (!in_slot) {
+		found = bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
+		if (!found)
+			return -1;
+		pair = *found;
+	}
 	if (!lb4_sock_frontend_current(pair.rev_nat_id, pair.frontend_address, pair.frontend_port)) {
-		bpf_map_delete_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
+		if (in_slot)
+			lb4_sock_slot_free(tkey.cookie);
+		else
+			bpf_map_delete_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
 		return 0;
 	}
 	*address = pair.frontend_address;
@@ -463,17 +492,17 @@ static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __b
 	return 1;
 }
 
-/* sock_release: a TCP socket's pair goes with the socket, so the LRU holds
- * live connections only (it would otherwise keep every closed socket's pair
- * until recycled). The hook runs before the protocol's close, so the peer
- * is still the backend connect4 chose. A socket never translated: one
- * lookup that finds nothing. */
+/* sock_release: a TCP socket's pair goes with the socket (its slot freed, or
+ * its LRU entry deleted), so both hold live connections only (the LRU would
+ * otherwise keep every closed socket's pair until recycled). The hook runs
+ * before the protocol's close, so the peer is still the backend connect4
+ * chose. A socket never translated has no cookie: nothing is looked up. */
 static __always_inline void lb4_sock_tcp_forget(struct bpf_sock *sk)
 {
 	struct lb4_sock_tcp_key tkey = {};
 	struct sock *s;
 
-	if (sk->protocol != LB_PROTO_TCP || !sk->dst_ip4)
+	if (sk->protocol != LB_PROTO_TCP)
 		return;
 	/* No cookie: never translated (see lb_sock_has_cookie); the context
 	 * of a sock_release program is the kernel's struct sock. */
@@ -481,6 +510,10 @@ static __always_inline void lb4_sock_tcp_forget(struct bpf_sock *sk)
 	if (s && s->__sk_common.skc_cookie.counter == 0)
 		return;
 	tkey.cookie = bpf_get_socket_cookie(sk);
+	/* Its slot, whatever the peer now is (an AF_INET6 socket to ::ffff:
+	 * included): then it has no LRU pair (connect4 writes one or the other). */
+	if (lb4_sock_slot_free(tkey.cookie) || !sk->dst_ip4)
+		return;
 	tkey.backend_address = sk->dst_ip4;
 	tkey.backend_port = (__be16)sk->dst_port;
 	bpf_map_delete_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);

@@ -22,6 +22,7 @@
 #include "common.h"
 #include "maps.h"
 #include "lb6.h"
+#include "sock_slot.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -55,8 +56,9 @@ struct {
 struct lb4_sock_term_event lb4_last_sock_term;
 struct lb6_sock_term_event lb6_last_sock_term;
 
-/* The socket LB sent this socket to the backend: a TCP socket's pair in
- * SLUICE_MAP_SOCK_TCP4 (keyed by its cookie and the backend), or one of the
+/* The socket LB sent this socket to the backend: a TCP socket's pair in its
+ * slot (SLUICE_MAP_SOCK_SLOT4) or in SLUICE_MAP_SOCK_TCP4 (keyed by its
+ * cookie and the backend), or one of the
  * pairs in its socket-local storage (UDP; and TCP sockets connected before an
  * upgrade to the LRU layout) names it (lib/sock.h). A socket never
  * translated has neither. A TCP pair the LRU recycled is not found: that
@@ -74,7 +76,10 @@ static __always_inline bool lb4_sock_was_translated(struct sock_common *skc, __b
 			.backend_port = port,
 		};
 
-		if (bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey))
+		struct lb4_sock_tcp pair;
+
+		if (lb4_sock_slot_pair(tkey.cookie, address, port, &pair) ||
+		    bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey))
 			return true;
 	}
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, skc, 0, 0);

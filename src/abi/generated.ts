@@ -153,6 +153,7 @@ export const SLUICE_MAP_SOCK6 = "sluice_sock6";
 export const SLUICE_MAP_SOCKTERM4 = "sluice_sk_term4";
 export const SLUICE_MAP_SOCKTERM6 = "sluice_sk_term6";
 export const SLUICE_MAP_SOCK_CFG = "sluice_sock_cfg";
+export const SLUICE_MAP_SOCK_SLOT4 = "sluice_sk_pair4";
 export const SLUICE_MAP_SOCK_TCP4 = "sluice_sk_tcp4";
 export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
 export const SLUICE_MAP_SRCRANGE6 = "sluice_srcrng6";
@@ -202,6 +203,7 @@ export const SLUICE_PROG_SOCKTERM_UDP6 = "sluice_term_udp6";
 export const SLUICE_PROG_XDP = "sluice_xdp";
 export const SLUICE_PROG_XDP_PASS = "sluice_xdp_pass";
 export const SLUICE_SOCK_PAIRS = 4;
+export const SLUICE_SOCK_SLOTS4 = 131072;
 
 // ---- structs (BTF) ----
 /** struct bpf_spin_lock (4 bytes) */
@@ -635,6 +637,42 @@ export function decodeLb4SockPair(buf: Buffer, off = 0): Lb4SockPair {
   };
 }
 export const lb4_sock_pairCodec: Codec<Lb4SockPair> = { size: 24, encode: encodeLb4SockPair, decode: decodeLb4SockPair };
+
+/** struct lb4_sock_slot (32 bytes) */
+export interface Lb4SockSlot {
+  lock: BpfSpinLock;
+  rev_nat_id: number;
+  cookie: bigint;
+  backend_address: number; // network byte order in the map
+  backend_port: number; // network byte order in the map
+  frontend_port: number; // network byte order in the map
+  frontend_address: number; // network byte order in the map
+}
+export const LB4_SOCK_SLOT_SIZE = 32;
+export const lb4_sock_slotLayout: StructLayout = {"name":"lb4_sock_slot","size":32,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"rev_nat_id","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"backend_address","kind":"int","offset":16,"size":4,"bigEndian":true},{"name":"backend_port","kind":"int","offset":20,"size":2,"bigEndian":true},{"name":"frontend_port","kind":"int","offset":22,"size":2,"bigEndian":true},{"name":"frontend_address","kind":"int","offset":24,"size":4,"bigEndian":true},{"name":"pad","kind":"int","offset":28,"size":4,"bigEndian":false}]};
+export function encodeLb4SockSlot(v: Lb4SockSlot, buf: Buffer = Buffer.alloc(32), off = 0): Buffer {
+  buf.fill(0, off, off + 32);
+  encodeBpfSpinLock(v.lock, buf, off + 0);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 4);
+  buf.writeBigUInt64LE(v.cookie, off + 8);
+  buf.writeUInt32BE(v.backend_address >>> 0, off + 16);
+  buf.writeUInt16BE(v.backend_port & 0xffff, off + 20);
+  buf.writeUInt16BE(v.frontend_port & 0xffff, off + 22);
+  buf.writeUInt32BE(v.frontend_address >>> 0, off + 24);
+  return buf;
+}
+export function decodeLb4SockSlot(buf: Buffer, off = 0): Lb4SockSlot {
+  return {
+    lock: decodeBpfSpinLock(buf, off + 0),
+    rev_nat_id: buf.readUInt32LE(off + 4),
+    cookie: buf.readBigUInt64LE(off + 8),
+    backend_address: buf.readUInt32BE(off + 16),
+    backend_port: buf.readUInt16BE(off + 20),
+    frontend_port: buf.readUInt16BE(off + 22),
+    frontend_address: buf.readUInt32BE(off + 24),
+  };
+}
+export const lb4_sock_slotCodec: Codec<Lb4SockSlot> = { size: 32, encode: encodeLb4SockSlot, decode: decodeLb4SockSlot };
 
 /** struct lb4_sock_state (104 bytes) */
 export interface Lb4SockState {
@@ -1802,6 +1840,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_revnat6: {"name":"sluice_revnat6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_reverse_nat","valueSize":20,"maxEntries":65536,"flags":1},
   sluice_rng4: {"name":"sluice_rng4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":524288},
   sluice_rr4: {"name":"sluice_rr4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":65536},
+  sluice_sk_pair4: {"name":"sluice_sk_pair4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_sock_slot","valueSize":32,"maxEntries":131072},
   sluice_sk_tcp4: {"name":"sluice_sk_tcp4","type":9,"keyType":"lb4_sock_tcp_key","keySize":16,"valueType":"lb4_sock_tcp","valueSize":12,"maxEntries":131072},
   sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
   sluice_sk_term6: {"name":"sluice_sk_term6","type":1,"keyType":"lb6_sock_term_key","keySize":20,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},

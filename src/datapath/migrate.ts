@@ -96,6 +96,8 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // TCP's reverse pairs, keyed by socket cookie (never reused): carried, so
   // open connections keep showing their Service in getpeername.
   [abi.SLUICE_MAP_SOCK_TCP4]: { kind: 'carry' },
+  // Their first home, slots indexed by the cookie's low bits (same reason).
+  [abi.SLUICE_MAP_SOCK_SLOT4]: { kind: 'carry' },
   // Pod netns cookie -> pod addresses: written by the CNI plugin at ADD only,
   // so the agent cannot rebuild it: carried (loadBalancerSourceRanges).
   [abi.SLUICE_MAP_POD_ADDR]: { kind: 'carry' },

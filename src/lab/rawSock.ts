@@ -3,8 +3,9 @@
 // koffi. A lab tool for the socket-LB tests; prints one JSON object.
 //   alias A1 P1 A2 P2 SLOTS MAXITER  TCP socket S connects to A1:P1; then sockets are created
 //                                    until one's cookie equals S's modulo SLOTS, which
-//                                    connects to A2:P2; prints S's peer before and after
-//   stress ADDR PORT MS MAXCOUNT     connected-UDP loop: socket, connect, getpeername, close;
+//                                    connects to A2:P2; prints S's peer before and after, and
+//                                    the other socket's peer (otherPeer)
+//   stress ADDR PORT MS MAXCOUNT [tcp]  connected-UDP (tcp: TCP) loop: socket, connect, getpeername, close;
 //                                    counts refusals and peers other than ADDR:PORT
 //   bind tcp|udp ADDR PORT           bind() once; prints ok or the errno name
 //   from SRC ADDR PORT               connected UDP from SRC (bound to SRC:0; '-': unbound) to
@@ -13,7 +14,7 @@
 //                                    the file FLAG exists (at most MS), then prints the
 //                                    peer again and the greeting read from the connection;
 //                                    with BPFFS BACKEND:PORT, first moves the socket's pair from
-//                                    sluice_sk_tcp4 into its socket storage (sluice_sock4), where
+//                                    sluice_sk_pair4 or sluice_sk_tcp4 into its socket storage (sluice_sock4), where
 //                                    an object from before the LRU layout kept TCP pairs
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -61,6 +62,7 @@ function alias(a1: string, p1: number, a2: string, p2: number, slots: bigint, ma
   const peerBefore = peer(s);
   let iterations = 0;
   let other: bigint | undefined;
+  let otherPeer: string | undefined;
   while (iterations < maxIterations) {
     iterations++;
     const fd = open(SOCK_STREAM);
@@ -68,18 +70,19 @@ function alias(a1: string, p1: number, a2: string, p2: number, slots: bigint, ma
     if (k !== cookie && k % slots === cookie % slots) {
       other = k;
       const e = connect(fd, a2, p2);
+      if (!e) otherPeer = peer(fd);
       c.close(fd);
       if (e) throw new Error(`connect ${a2}:${p2}: ${e}`);
       break;
     }
     c.close(fd);
   }
-  const out = { cookie: String(cookie), other: other === undefined ? undefined : String(other), iterations, peerBefore, peerAfter: peer(s) };
+  const out = { cookie: String(cookie), other: other === undefined ? undefined : String(other), otherPeer, iterations, peerBefore, peerAfter: peer(s) };
   c.close(s);
   return out;
 }
 
-function stress(address: string, port: number, ms: number, maxCount: number) {
+function stress(address: string, port: number, ms: number, maxCount: number, tcp = false) {
   const want = `${address}:${port}`;
   const end = Date.now() + ms;
   let count = 0;
@@ -88,7 +91,7 @@ function stress(address: string, port: number, ms: number, maxCount: number) {
   const errors: Record<string, number> = {};
   while (count < maxCount && (count % 256 !== 0 || Date.now() < end)) {
     count++;
-    const fd = open(SOCK_DGRAM);
+    const fd = open(tcp ? SOCK_STREAM : SOCK_DGRAM);
     const e = connect(fd, address, port);
     if (e === 'ECONNREFUSED') refused++;
     else if (e) errors[e] = (errors[e] ?? 0) + 1;
@@ -108,16 +111,21 @@ function bindOnce(proto: string, address: string, port: number) {
   return { result };
 }
 
-/** Move a TCP socket's pair from the LRU into its socket-local storage (the pre-LRU layout). */
+/** Move a TCP socket's pair from its slot (or the LRU) into its socket-local storage (the pre-LRU layout). */
 function pairToStorage(fd: number, bpffs: string, backend: string): void {
   const [ba, bp] = backend.split(':') as [string, string];
   const key = abi.encodeLb4SockTcpKey({ cookie: u64Option(fd, SO_COOKIE), backend_address: ip4ToNumber(ba), backend_port: Number(bp) });
+  const cookie = u64Option(fd, SO_COOKIE);
   const lru = BpfMap.fromPinned(path.join(bpffs, abi.SLUICE_MAP_SOCK_TCP4));
+  const slots = BpfMap.fromPinned(path.join(bpffs, abi.SLUICE_MAP_SOCK_SLOT4));
   const storage = BpfMap.fromPinned(path.join(bpffs, abi.SLUICE_MAP_SOCK4));
   try {
+    const at = Buffer.alloc(4);
+    at.writeUInt32LE(Number(cookie % BigInt(abi.SLUICE_SOCK_SLOTS4)));
+    const slot = abi.decodeLb4SockSlot(slots.lookup(at)!);
     const raw = lru.lookup(key);
-    if (!raw) throw new Error(`no ${abi.SLUICE_MAP_SOCK_TCP4} entry for this socket and ${backend}`);
-    const tcp = abi.decodeLb4SockTcp(raw);
+    if (slot.cookie !== cookie && !raw) throw new Error(`no pair for this socket and ${backend} in ${abi.SLUICE_MAP_SOCK_SLOT4} or ${abi.SLUICE_MAP_SOCK_TCP4}`);
+    const tcp = slot.cookie === cookie ? slot : abi.decodeLb4SockTcp(raw!);
     const pairs = Buffer.alloc(abi.LB4_SOCK_PAIR_SIZE * abi.SLUICE_SOCK_PAIRS);
     abi.encodeLb4SockPair({
       frontend_address: tcp.frontend_address, frontend_port: tcp.frontend_port, scope: abi.LB_SCOPE_EXTERNAL, used: 1,
@@ -126,9 +134,11 @@ function pairToStorage(fd: number, bpffs: string, backend: string): void {
     const fdKey = Buffer.alloc(4);
     fdKey.writeInt32LE(fd);
     storage.update(fdKey, abi.lb4_sock_stateCodec.encode({ lock: { val: 0 }, next: 0, last: 0, pairs }));
-    lru.delete(key);
+    if (slot.cookie === cookie) slots.update(at, abi.lb4_sock_slotCodec.encode({ ...slot, cookie: 0n }));
+    else lru.delete(key);
   } finally {
     lru.close();
+    slots.close();
     storage.close();
   }
 }
@@ -171,7 +181,7 @@ function main(): unknown {
     case 'alias':
       return alias(a[0]!, Number(a[1]), a[2]!, Number(a[3]), BigInt(a[4]!), Number(a[5]));
     case 'stress':
-      return stress(a[0]!, Number(a[1]), Number(a[2]), Number(a[3]));
+      return stress(a[0]!, Number(a[1]), Number(a[2]), Number(a[3]), a[4] === 'tcp');
     case 'bind':
       return bindOnce(a[0]!, a[1]!, Number(a[2]));
     case 'from':

@@ -1,6 +1,7 @@
-// TCP's reverse pair in the LRU sluice_sk_tcp4 (issue 10: socket storage is
-// created for UDP only, so a TCP connect pays no allocation): where the pair
-// lives, and what a user sees when the LRU recycles a live connection's pair
+// TCP's reverse pair in its slot of sluice_sk_pair4, else in the LRU
+// sluice_sk_tcp4 (issue 10: socket storage is created for UDP only, so a TCP
+// connect pays no allocation; issue 12: a slot costs no hashing): where the
+// pair lives, and what a user sees when a live connection's pair is lost
 // (getpeername shows the backend, the stale-socket destroy leaves that
 // socket alone; the connection itself keeps working). Throwaway cgroup +
 // netns, real sockets.
@@ -12,12 +13,13 @@ import * as path from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
 import { BpfMap } from '../../src/bpf/map';
-import { TypedMap } from '../../src/datapath/typedMap';
+import { TypedMap, u32Codec } from '../../src/datapath/typedMap';
 import { StaleSocketTerminator } from '../../src/datapath/sockTerm';
 import { ip4ToNumber } from '../../src/datapath/addr';
 import * as abi from '../../src/abi/generated';
 
 const VIP = '10.96.0.50';
+const VIP2 = '10.96.0.51';
 const BACKEND = '198.18.16.2';
 
 let sb: Sandbox;
@@ -31,10 +33,20 @@ function tcpPairs(): TypedMap<abi.Lb4SockTcpKey, abi.Lb4SockTcp> {
   return new TypedMap(BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_SOCK_TCP4)), abi.lb4_sock_tcp_keyCodec, abi.lb4_sock_tcpCodec);
 }
 
+function tcpSlots(): TypedMap<number, abi.Lb4SockSlot> {
+  return new TypedMap(BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_SOCK_SLOT4)), u32Codec, abi.lb4_sock_slotCodec);
+}
+
+const slotOf = (cookie: bigint): number => Number(cookie % BigInt(abi.SLUICE_SOCK_SLOTS4));
+
+async function rawSock(args: string[], timeoutMs = 60000): Promise<Record<string, unknown>> {
+  return JSON.parse(await sb.runInCgroup(['node', labScript('rawSock'), ...args], timeoutMs)) as Record<string, unknown>;
+}
+
 /** A TCP connection through the VIP held open until release() (rawSock hold). */
-async function holdConnection(legacy = false): Promise<{ cookie: bigint; peer: string; release: () => Promise<{ peerAfter: string; greeting: string }> }> {
+async function holdConnection(legacy = false, address = VIP, port = '80'): Promise<{ cookie: bigint; peer: string; release: () => Promise<{ peerAfter: string; greeting: string }> }> {
   const flag = path.join(flagDir, `release-${Math.random().toString(36).slice(2)}`);
-  const child: ChildProcess = sb.spawnInCgroup(['node', labScript('rawSock'), 'hold', VIP, '80', flag, '20000', ...(legacy ? [sb.bpffs, `${BACKEND}:8080`] : [])]);
+  const child: ChildProcess = sb.spawnInCgroup(['node', labScript('rawSock'), 'hold', address, port, flag, '20000', ...(legacy ? [sb.bpffs, `${BACKEND}:8080`] : [])]);
   const lines: string[] = [];
   let stderr = '';
   child.stdout!.setEncoding('utf8').on('data', (d: string) => lines.push(...d.split('\n').filter(Boolean)));
@@ -65,36 +77,65 @@ after(() => {
   if (flagDir) fs.rmSync(flagDir, { recursive: true, force: true });
 });
 
-test('a TCP connect writes its one pair into sluice_sk_tcp4 under its socket cookie and the backend', async () => {
+test('a TCP connect writes its one pair into its slot of sluice_sk_pair4 (cookie modulo the slots), not into the LRU; closing frees the slot', async () => {
   const conn = await holdConnection();
+  const slots = tcpSlots();
   const m = tcpPairs();
   try {
     assert.equal(conn.peer, `${VIP}:80`);
-    const pair = m.get({ cookie: conn.cookie, backend_address: ip4ToNumber(BACKEND), backend_port: 8080 });
-    assert.ok(pair, `no pair for cookie ${conn.cookie}`);
-    assert.equal(pair.frontend_address, ip4ToNumber(VIP));
-    assert.equal(pair.frontend_port, 80);
-    assert.notEqual(pair.rev_nat_id, 0);
-    // Closing the socket (sock_release) deletes its pair: the LRU holds live
-    // connections only, so nothing is left behind once every socket is gone.
+    const slot = slots.get(slotOf(conn.cookie));
+    assert.ok(slot, `no slot ${slotOf(conn.cookie)}`);
+    assert.equal(slot.cookie, conn.cookie);
+    assert.equal(slot.backend_address, ip4ToNumber(BACKEND));
+    assert.equal(slot.backend_port, 8080);
+    assert.equal(slot.frontend_address, ip4ToNumber(VIP));
+    assert.equal(slot.frontend_port, 80);
+    assert.notEqual(slot.rev_nat_id, 0);
+    assert.equal(m.get({ cookie: conn.cookie, backend_address: ip4ToNumber(BACKEND), backend_port: 8080 }), undefined, 'no LRU pair');
+    // Closing the socket (sock_release) frees its slot: nothing is left
+    // behind once every socket is gone.
     await conn.release();
-    await waitFor('the pair deleted at sock_release', () => !m.get({ cookie: conn.cookie, backend_address: ip4ToNumber(BACKEND), backend_port: 8080 }));
+    await waitFor('the slot freed at sock_release', () => slots.get(slotOf(conn.cookie))?.cookie === 0n);
   } finally {
+    slots.map.close();
     m.map.close();
   }
   assert.deepEqual(await conn.release(), { peerAfter: `${VIP}:80`, greeting: `${BACKEND}:8080 ${BACKEND}` });
 });
 
-test('a live connection whose pair the LRU recycled: getpeername shows the backend, traffic works, destroy leaves it alone', async () => {
+test('a slot held by another live socket: the connect\'s pair goes to the LRU (under its cookie and the backend), both sockets show their own frontend, closing deletes it', async () => {
+  // A second Service on the same backend: a pair read from the wrong place would show it.
+  sluice(['service', 'upsert', '--frontend', `${VIP2}:81/tcp`, '--backends', `${BACKEND}:8080`]);
+  try {
+    const r = await rawSock(['alias', VIP, '80', VIP2, '81', String(abi.SLUICE_SOCK_SLOTS4), String(3 * abi.SLUICE_SOCK_SLOTS4)], 120000);
+    assert.ok(r.other !== undefined, `no socket with a cookie in the same slot within ${r.iterations} sockets (cookie ${r.cookie})`);
+    assert.equal(r.peerBefore, `${VIP}:80`);
+    assert.equal(r.otherPeer, `${VIP2}:81`, `socket ${r.other} (slot taken by ${r.cookie}) shows ${r.otherPeer}`);
+    assert.equal(r.peerAfter, `${VIP}:80`, `socket ${r.cookie} shows ${r.peerAfter} after socket ${r.other} connected to ${VIP2}:81`);
+    const m = tcpPairs();
+    try {
+      assert.equal(m.get({ cookie: BigInt(r.other as string), backend_address: ip4ToNumber(BACKEND), backend_port: 8080 }), undefined,
+        'the other socket\'s LRU pair deleted at its sock_release');
+    } finally {
+      m.map.close();
+    }
+  } finally {
+    sluice(['service', 'delete', '--frontend', `${VIP2}:81/tcp`]);
+  }
+});
+
+test('a live connection whose pair is lost: getpeername shows the backend, traffic works, destroy leaves it alone', async () => {
   const conn = await holdConnection();
-  const key = { cookie: conn.cookie, backend_address: ip4ToNumber(BACKEND), backend_port: 8080 };
-  const m = tcpPairs();
+  const slots = tcpSlots();
   try {
     assert.equal(conn.peer, `${VIP}:80`);
-    // What recycling does to this socket: its entry is gone.
-    assert.ok(m.delete(key), 'the pair was there to recycle');
+    // What losing the pair does to this socket (the LRU recycling it, or a
+    // slot freed): it is gone from both places.
+    const slot = slots.get(slotOf(conn.cookie));
+    assert.equal(slot?.cookie, conn.cookie, 'the pair was in its slot');
+    slots.set(slotOf(conn.cookie), { ...slot, cookie: 0n });
   } finally {
-    m.map.close();
+    slots.map.close();
   }
   const t = StaleSocketTerminator.load({ bpffs: sb.bpffs, tcp: true, netns: [`/run/netns/${sb.netns}`] });
   try {
@@ -110,8 +151,32 @@ test('a live connection whose pair the LRU recycled: getpeername shows the backe
   assert.equal((await next.release()).peerAfter, `${VIP}:80`);
 });
 
-test('the LRU under pressure (twice its capacity in other sockets\' pairs): a live connection shows the VIP or its backend, nothing else', async () => {
+/** Every slot held by a bogus socket (cookie far above any real one) sent to
+ * 10.96.0.51:81 on BACKEND; cookie 0n: every slot free again. */
+function fillSlots(cookieBase: bigint): void {
+  const m = BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_SOCK_SLOT4));
+  const batch = 4096;
+  const keys = Buffer.alloc(batch * 4);
+  const values = Buffer.alloc(batch * abi.LB4_SOCK_SLOT_SIZE);
+  try {
+    for (let base = 0; base < m.maxEntries; base += batch) {
+      for (let i = 0; i < batch; i++) {
+        keys.writeUInt32LE(base + i, i * 4);
+        abi.encodeLb4SockSlot({
+          lock: { val: 0 }, rev_nat_id: 1, cookie: cookieBase ? cookieBase + BigInt(base + i) : 0n, backend_address: ip4ToNumber(BACKEND),
+          backend_port: 8080, frontend_port: 81, frontend_address: ip4ToNumber('10.96.0.51'),
+        }, values, i * abi.LB4_SOCK_SLOT_SIZE);
+      }
+      m.updateBatch(keys, values, batch);
+    }
+  } finally {
+    m.close();
+  }
+}
+
+test('the LRU under pressure (twice its capacity in other sockets\' pairs) and every slot held by another socket: a live connection shows the VIP or its backend, nothing else; a new one shows the VIP', async () => {
   const conn = await holdConnection();
+  fillSlots(1n << 61n);
   const m = BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_SOCK_TCP4));
   const batch = 4096;
   const keys = Buffer.alloc(batch * 16);
@@ -133,8 +198,68 @@ test('the LRU under pressure (twice its capacity in other sockets\' pairs): a li
   assert.ok([`${VIP}:80`, `${BACKEND}:8080`].includes(after.peerAfter), `peer after the flood: ${after.peerAfter}`);
   assert.equal(after.greeting, `${BACKEND}:8080 ${BACKEND}`);
   const next = await holdConnection();
-  assert.equal(next.peer, `${VIP}:80`, 'a new connection gets its own pair');
-  await next.release();
+  try {
+    assert.equal(next.peer, `${VIP}:80`, 'a new connection gets its own pair (in the LRU: every slot is held)');
+    const lru = tcpPairs();
+    try {
+      assert.ok(lru.get({ cookie: next.cookie, backend_address: ip4ToNumber(BACKEND), backend_port: 8080 }), 'the new pair is in the LRU');
+    } finally {
+      lru.map.close();
+    }
+  } finally {
+    await next.release();
+    fillSlots(0n);
+  }
+});
+
+test('two Services on one backend, TCP clients of both in parallel while bogus sockets (pairs naming the second Service) take and leave slots: no socket ever shows the other frontend', async () => {
+  sluice(['service', 'upsert', '--frontend', `${VIP2}:81/tcp`, '--backends', `${BACKEND}:8080`]);
+  // VIP2's rev-NAT id, from a connection's slot: the bogus pairs below name
+  // VIP2 validly, so only the cookie check keeps VIP's clients from them.
+  const probe = await holdConnection(false, VIP2, '81');
+  const probeSlots = tcpSlots();
+  const vip2RevNat = probeSlots.get(slotOf(probe.cookie))!.rev_nat_id;
+  probeSlots.map.close();
+  await probe.release();
+  const slots = BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_SOCK_SLOT4));
+  try {
+    const clients = [[VIP, '80'], [VIP2, '81'], [VIP, '80'], [VIP2, '81']].map(([a, p]) => rawSock(['stress', a!, p!, '4000', '200000', 'tcp'], 60000));
+    // Meanwhile: free slots taken by bogus sockets (cookies far above any
+    // real one, pairs naming VIP2:81 on the same backend) and freed
+    // again, so connects race between their slot and the LRU. A real
+    // socket's slot overwritten in the window between the read and the
+    // write loses its pair (it shows the backend); it must never show a
+    // frontend it did not dial.
+    const at = Buffer.alloc(4);
+    const bogus = abi.encodeLb4SockSlot({
+      lock: { val: 0 }, rev_nat_id: vip2RevNat, cookie: 1n << 60n, backend_address: ip4ToNumber(BACKEND), backend_port: 8080,
+      frontend_port: 81, frontend_address: ip4ToNumber(VIP2),
+    });
+    const free = abi.encodeLb4SockSlot({ lock: { val: 0 }, rev_nat_id: 0, cookie: 0n, backend_address: 0, backend_port: 0, frontend_port: 0, frontend_address: 0 });
+    const end = Date.now() + 4000;
+    let writes = 0;
+    for (let i = 0; i < 2_000_000 && Date.now() < end; i++) {
+      at.writeUInt32LE((i * 7919) % abi.SLUICE_SOCK_SLOTS4);
+      const v = slots.lookup(at)!;
+      const cookie = v.readBigUInt64LE(8);
+      if (cookie === 0n) slots.update(at, bogus);
+      else if (cookie >= 1n << 60n) slots.update(at, free);
+      writes++;
+      if (i % 512 === 511) await new Promise((r) => setImmediate(r));
+    }
+    const results = await Promise.all(clients);
+    for (const [i, r] of results.entries()) {
+      const dialled = i % 2 ? `${VIP2}:81` : `${VIP}:80`;
+      const wrong = Object.keys(r.wrongPeers as Record<string, number>).filter((p) => p !== `${BACKEND}:8080`);
+      console.log(`client of ${dialled}: ${r.count} connects, peers other than the VIP: ${JSON.stringify(r.wrongPeers)}, slot writes ${writes}`);
+      assert.ok((r.count as number) > 200, `client made only ${r.count} connects`);
+      assert.deepEqual({ wrong, refused: r.refused, errors: r.errors }, { wrong: [], refused: 0, errors: {} }, `client of ${dialled}`);
+    }
+  } finally {
+    slots.close();
+    fillSlots(0n);
+    sluice(['service', 'delete', '--frontend', `${VIP2}:81/tcp`]);
+  }
 });
 
 test('a TCP connection made before the upgrade to the LRU (its pair in socket storage): getpeername still shows the VIP and destroy still ends it', async () => {

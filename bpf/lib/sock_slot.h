@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sock_slot.h: a TCP socket's reverse pair in its slot of SLUICE_MAP_SOCK_SLOT4
+ * (lb4_sock_slot in sluice_abi.h), shared by the socket hooks (sock.h) and
+ * the stale-socket destroy (sock_destroy.h). Every access takes the slot's
+ * lock and checks the cookie, so a slot never shows one socket another's pair.
+ */
+#ifndef SLUICE_BPF_SOCK_SLOT_H
+#define SLUICE_BPF_SOCK_SLOT_H
+
+#include "common.h"
+#include "maps.h"
+
+_Static_assert((SLUICE_SOCK_SLOTS4 & (SLUICE_SOCK_SLOTS4 - 1)) == 0, "SLUICE_SOCK_SLOTS4 is a power of two (the slot index is masked)");
+
+/* The slot a TCP socket's pair goes to first (lb4_sock_slot in sluice_abi.h);
+ * NULL only when the agent made the array smaller than SLUICE_SOCK_SLOTS4. */
+static __always_inline struct lb4_sock_slot *lb4_sock_slot(__u64 cookie)
+{
+	__u32 at = (__u32)cookie & (SLUICE_SOCK_SLOTS4 - 1);
+
+	return bpf_map_lookup_elem(&SLUICE_MAP_SOCK_SLOT4, &at);
+}
+
+/* The pair in this socket's slot, if the slot is its own and names this
+ * backend (a copy taken under the lock). */
+static __always_inline bool lb4_sock_slot_pair(__u64 cookie, __be32 address, __be16 port, struct lb4_sock_tcp *out)
+{
+	struct lb4_sock_slot *slot = lb4_sock_slot(cookie);
+	bool found = false;
+
+	if (!slot)
+		return false;
+	bpf_spin_lock(&slot->lock);
+	if (slot->cookie == cookie && slot->backend_address == address && slot->backend_port == port) {
+		out->frontend_address = slot->frontend_address;
+		out->frontend_port = slot->frontend_port;
+		out->rev_nat_id = slot->rev_nat_id;
+		found = true;
+	}
+	bpf_spin_unlock(&slot->lock);
+	return found;
+}
+
+/* Free this socket's slot, if it holds it. */
+static __always_inline bool lb4_sock_slot_free(__u64 cookie)
+{
+	struct lb4_sock_slot *slot = lb4_sock_slot(cookie);
+	bool freed = false;
+
+	if (!slot)
+		return false;
+	bpf_spin_lock(&slot->lock);
+	if (slot->cookie == cookie) {
+		slot->cookie = 0;
+		freed = true;
+	}
+	bpf_spin_unlock(&slot->lock);
+	return freed;
+}
+
+#endif /* SLUICE_BPF_SOCK_SLOT_H */
