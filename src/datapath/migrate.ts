@@ -124,6 +124,7 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // XDP (issue 17): the frontend-address set and the redirect targets are the
   // agent's (rewritten at its start); the counters are kept; the FIB scratch is per packet.
   [abi.SLUICE_MAP_XDP_FE4]: { kind: 'rebuild' },
+  [abi.SLUICE_MAP_XDP_FE6]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_XDP_TX]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_XDP_STATS]: { kind: 'carry' },
   [abi.SLUICE_MAP_XDP_NP]: { kind: 'carry' },
