@@ -248,6 +248,7 @@ static __noinline int lb6_xdp_service(struct xdp_md *ctx, bool *ours)
 	__u32 zero = 0;
 	int verdict;
 
+	*ours = false;
 	w = bpf_map_lookup_elem(&SLUICE_MAP_XDP_S6, &zero);
 	if (!w || lb6_xdp_parse(ctx, &p, &w->tuple) < 0)
 		return XDP_PASS;
@@ -275,24 +276,20 @@ static __always_inline int lb_xdp(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	bool ours = false;
+	struct iphdr *ip = data + sizeof(*eth);
+	struct ipv6hdr *ip6 = data + sizeof(*eth);
+	bool ours; /* set by the Service subprograms */
 	int verdict;
 
-	if ((void *)(eth + 1) <= end) {
-		if (eth->h_proto == bpf_htons(LB_ETH_P_IP)) {
-			struct iphdr *ip = (void *)(eth + 1);
-
-			if ((void *)(ip + 1) <= end && bpf_map_lookup_elem(&SLUICE_MAP_XDP_FE4, &ip->daddr)) {
-				verdict = lb4_xdp_service(ctx, &ours);
-				return lb_xdp_count(ctx->ingress_ifindex, verdict, ours);
-			}
-		} else if (eth->h_proto == bpf_htons(LB_ETH_P_IPV6)) {
-			struct ipv6hdr *ip6 = (void *)(eth + 1);
-
-			if ((void *)(ip6 + 1) <= end && bpf_map_lookup_elem(&SLUICE_MAP_XDP_FE6, &ip6->daddr)) {
-				verdict = lb6_xdp_service(ctx, &ours);
-				return lb_xdp_count(ctx->ingress_ifindex, verdict, ours);
-			}
+	if ((void *)(ip + 1) <= end && eth->h_proto == bpf_htons(LB_ETH_P_IP)) {
+		if (bpf_map_lookup_elem(&SLUICE_MAP_XDP_FE4, &ip->daddr)) {
+			verdict = lb4_xdp_service(ctx, &ours);
+			return lb_xdp_count(ctx->ingress_ifindex, verdict, ours);
+		}
+	} else if ((void *)(ip6 + 1) <= end && eth->h_proto == bpf_htons(LB_ETH_P_IPV6)) {
+		if (bpf_map_lookup_elem(&SLUICE_MAP_XDP_FE6, &ip6->daddr)) {
+			verdict = lb6_xdp_service(ctx, &ours);
+			return lb_xdp_count(ctx->ingress_ifindex, verdict, ours);
 		}
 	}
 	return lb_xdp_pass(ctx->ingress_ifindex);
