@@ -5,7 +5,8 @@
  * on the same devices as the fallback and the reply path.
  *
  * What XDP does, for an IPv4 TCP/UDP packet to a NodePort, ExternalIP or
- * LoadBalancer frontend:
+ * LoadBalancer frontend (IPv6: xdp_lb6.h, the same steps over the IPv6
+ * tables; it also holds the entry point, lb_xdp, for both families):
  *   - a known flow (original direction, SLUICE_MAP_CT4: the entries the TC
  *     path writes too): rewrite to the backend (+SNAT), send it out;
  *   - a new flow: loadBalancerSourceRanges (XDP_DROP), pick a backend with
@@ -16,7 +17,7 @@
  * one where XDP runs: a device without XDP support would drop the frame).
  *
  * Everything else leaves with XDP_PASS, and TC handles it as before:
- *   - not IPv4, or not to a frontend address (SLUICE_MAP_XDP_FE4): the
+ *   - not IPv4/IPv6, or not to a frontend address (SLUICE_MAP_XDP_FE4/6): the
  *     cheapest exit, two loads, one hash lookup and one per-CPU array
  *     increment (SLUICE_MAP_XDP_NP; the per-device hash is for Service
  *     packets);
