@@ -201,6 +201,18 @@ describe('IPv6 routing: XDP_REDIRECT to an XDP device, XDP_PASS when TC must sen
     assert.equal(h.stats(ext0).redirected - before.redirected, 1n);
   });
 
+  test('externalTrafficPolicy Local, a local backend behind an XDP device: DNAT only (the client\'s address kept), the reply is TC\'s', () => {
+    const local: TcBackend = { ...INT_BE, local: true };
+    serve(NODE, NODE_PORT, [local], 'tcp', NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_TWO_SCOPES);
+    const spec: L4Spec6 = { proto: 'tcp', src: CLIENT, dst: NODE, sport: 40100, dport: NODE_PORT, tcpFlags: TCP_SYN };
+    const { verdict, out } = h.runXdp(frame6(spec), ext0);
+    assert.equal(verdict, XDP_REDIRECT);
+    expectPacket(out, forwarded({ ...spec, dst: local.address, dport: local.port }, BE_INT_MAC, INT_MAC), 'DNAT only');
+    const rows = v6.rows();
+    assert.equal(rows.length, 2, JSON.stringify(rows));
+    assert.ok(rows.every((r) => !(r.flags & abi.LB_CT_FLAG_SNAT)), JSON.stringify(rows));
+  });
+
   test('no neighbour for the next hop: XDP_PASS untouched (counted as fallback), nothing written; TC then translates it', () => {
     nodePort([NO_NEIGH_BE]);
     const before = h.stats(ext0);
