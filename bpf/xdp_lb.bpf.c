@@ -5,11 +5,17 @@
  * Entry points only; the logic is in lib/xdp_lb.h.
  */
 #include "lib/xdp_lb.h"
+#include "lib/xdp_lb6.h" /* IPv6 frontends, and lb_xdp: the entry for both families */
 
+/*
+ * Each family's Service part is a subprogram (lb4_xdp_service,
+ * lb6_xdp_service) with its own stack frame, as in tc_lb.bpf.c; the
+ * non-Service exit stays in this frame.
+ */
 SEC("xdp")
 int SLUICE_PROG_XDP(struct xdp_md *ctx)
 {
-	return lb4_xdp(ctx);
+	return lb_xdp(ctx);
 }
 
 /*

@@ -970,11 +970,14 @@ _Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6
 #define SLUICE_MAP_XDP_TX    sluice_xdp_tx   /* __u32 ifindex -> __u32 ifindex (DEVMAP_HASH: devices XDP may redirect to) */
 #define SLUICE_MAP_XDP_FIB   sluice_xdp_fib  /* __u32 0 -> lb_xdp_fib_scratch (per-CPU scratch, off the stack) */
 #define SLUICE_MAP_XDP_NP    sluice_xdp_np   /* __u32 ifindex -> __u64 non-Service packets passed (per-CPU array; ifindex < SLUICE_MAX_XDP_IFINDEX) */
+#define SLUICE_MAP_XDP_FE6   sluice_xdp_fe6  /* lb6_node_ip north-south IPv6 frontend address -> __u8 1 (hash, written by the agent; bpf/lib/xdp_lb6.h) */
+#define SLUICE_MAP_XDP_S6    sluice_xdp_s6   /* __u32 0 -> lb6_xdp_scratch (per-CPU scratch of the IPv6 path, off the stack) */
 
 #define SLUICE_PROG_XDP      sluice_xdp      /* the XDP entry point on the external devices */
 #define SLUICE_PROG_XDP_PASS sluice_xdp_pass /* XDP_PASS only: on a veth peer it enables the NAPI XDP_TX/REDIRECT need */
 
 #define SLUICE_MAX_XDP_FE4   65536
+#define SLUICE_MAX_XDP_FE6   16384
 #define SLUICE_MAX_XDP_DEVS  256
 #define SLUICE_MAX_XDP_IFINDEX 4096 /* SLUICE_MAP_XDP_NP slots; a device of a higher ifindex counts in SLUICE_MAP_XDP_STATS */
 
@@ -992,6 +995,13 @@ struct lb_xdp_stats {
  * <linux/bpf.h>); bytes here so the ABI does not depend on that header. */
 struct lb_xdp_fib_scratch {
 	__u8 bytes[64];
+};
+
+/* SLUICE_MAP_XDP_S6 value: the IPv6 path's tuples, conntrack key and TC
+ * configuration of one packet (struct lb6_xdp_work, bpf/lib/xdp_lb6.h): the
+ * conntrack steps it calls take most of the 512-byte stack. */
+struct lb6_xdp_scratch {
+	__u8 bytes[144];
 };
 
 _Static_assert(sizeof(struct lb_xdp_stats) == 48, "lb_xdp_stats layout");

@@ -416,8 +416,7 @@ static __noinline int lb6_snat_alloc_port(struct lb6_ct_entry *e, const struct l
 /* lb4_ct_create_flow over SLUICE_MAP_CT6 (reply entry first: the SNAT port's
  * reservation, or the client port remapped when the DNATed tuple is taken). */
 static __noinline int
-lb6_ct_create_flow(struct __sk_buff *skb, const struct lb6_tuple *t, struct lb6_ct_entry *e,
-		   const struct lb4_tc_config *cfg)
+lb6_ct_create_flow(const struct lb6_tuple *t, struct lb6_ct_entry *e, const struct lb4_tc_config *cfg)
 {
 	struct lb6_ct_key key;
 	int err = 0;
@@ -602,16 +601,17 @@ static __always_inline bool lb6_source_allowed(__u32 rev_nat_id, const __u8 *cli
 
 /* A frontend without any usable endpoint: the north-south path drops (as
  * tc_lb6.h always did for IPv6); the pod path rejects with an ICMPv6 port
- * unreachable into the pod, or drops when no endpoint may be used from here
- * (LB_SVC_FLAG_DROP_NO_BACKEND), as kube-proxy does. */
-static __always_inline int
-lb6_flow_no_backend(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb4_service *svc,
-		    enum lb_path path)
+ * unreachable into the pod (LB6_FLOW_REJECT: the caller has the packet), or
+ * drops when no endpoint may be used from here (LB_SVC_FLAG_DROP_NO_BACKEND),
+ * as kube-proxy does. */
+#define LB6_FLOW_REJECT (-3)
+
+static __always_inline int lb6_flow_no_backend(const struct lb4_service *svc, enum lb_path path)
 {
 	lb_path_count(path, LB_CNT_TC_NO_BACKEND);
 	if (path == LB_PATH_NORTH_SOUTH || (svc->flags & LB_SVC_FLAG_DROP_NO_BACKEND))
 		return TC_ACT_SHOT;
-	return lb6_icmp_reject(skb, pkt);
+	return LB6_FLOW_REJECT;
 }
 
 /*
@@ -624,14 +624,15 @@ lb6_flow_no_backend(struct __sk_buff *skb, const struct lb6_packet *pkt, const s
  * pod is its own backend: source frontend:port-from-the-SNAT-range, see
  * pod_lb.h). The conntrack value is built in the scratch entry;
  * LB6_FLOW_NEW asks the caller to store it (lb6_ct_create_flow) and
- * translate the packet as a known flow. Anything else passes.
+ * translate the packet as a known flow. Anything else passes (TC_ACT_OK) or
+ * is dropped (TC_ACT_SHOT, counted). No packet access: the TC paths and the
+ * XDP program (xdp_lb6.h, `ifindex` its arrival device) share it.
  */
 #define LB6_FLOW_NEW (-1)
 
 static __noinline int
-lb6_flow_new(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb4_tc_config *cfg, enum lb_path path)
+lb6_flow_new(const struct lb6_tuple *t, const struct lb4_tc_config *cfg, enum lb_path path, __u32 ifindex)
 {
-	const struct lb6_tuple *t = &pkt->tuple;
 	bool pod = path == LB_PATH_POD;
 	struct lb6_service_key skey = {};
 	struct lb6_ct_entry *e;
@@ -652,10 +653,10 @@ lb6_flow_new(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct l
 		return TC_ACT_SHOT;
 	}
 	if (!svc.count)
-		return lb6_flow_no_backend(skb, pkt, &svc, path);
-	rc = lb6_flow_start(t, &skey, &svc, path, pod ? skb->ifindex : skb->ingress_ifindex, cfg);
+		return lb6_flow_no_backend(&svc, path);
+	rc = lb6_flow_start(t, &skey, &svc, path, ifindex, cfg);
 	if (rc == LB6_START_NO_BACKEND)
-		return lb6_flow_no_backend(skb, pkt, &svc, path);
+		return lb6_flow_no_backend(&svc, path);
 	e = lb6_ct_scratch();
 	if (rc < 0 || !e)
 		return TC_ACT_SHOT;
@@ -703,8 +704,9 @@ lb6_flow_ingress_known(struct __sk_buff *skb, const struct lb6_packet *pkt, cons
 	return lb6_flow_xlate_original(skb, pkt, e, path);
 }
 
-/* TC ingress of either path: ICMPv6 errors, known flows, new flows. */
-static __noinline int lb6_flow_ingress(struct __sk_buff *skb, enum lb_path path)
+/* TC ingress of either path: ICMPv6 errors, known flows, new flows. (unused:
+ * the XDP object includes this file for the flow steps, not the TC entries) */
+static __noinline __attribute__((unused)) int lb6_flow_ingress(struct __sk_buff *skb, enum lb_path path)
 {
 	struct lb6_packet pkt = {};
 	struct lb4_tc_config cfg;
@@ -719,11 +721,13 @@ static __noinline int lb6_flow_ingress(struct __sk_buff *skb, enum lb_path path)
 	rc = lb6_flow_ingress_known(skb, &pkt, &cfg, path);
 	if (rc != LB6_FLOW_UNKNOWN)
 		return rc;
-	rc = lb6_flow_new(skb, &pkt, &cfg, path);
+	rc = lb6_flow_new(&pkt.tuple, &cfg, path, path == LB_PATH_POD ? skb->ifindex : skb->ingress_ifindex);
+	if (rc == LB6_FLOW_REJECT)
+		return lb6_icmp_reject(skb, &pkt);
 	if (rc != LB6_FLOW_NEW)
 		return rc;
 	e = lb6_ct_scratch();
-	if (!e || lb6_ct_create_flow(skb, &pkt.tuple, e, &cfg) < 0)
+	if (!e || lb6_ct_create_flow(&pkt.tuple, e, &cfg) < 0)
 		return TC_ACT_SHOT;
 	/* Its entries are written: translated as a known flow. */
 	rc = lb6_flow_ingress_known(skb, &pkt, &cfg, path);
@@ -733,7 +737,7 @@ static __noinline int lb6_flow_ingress(struct __sk_buff *skb, enum lb_path path)
 /* TC egress of either path: a reply of one of this path's DNAT-only flows
  * (north-south: externalTrafficPolicy Local; pod path: every flow but
  * hairpin) gets the frontend back as its source. */
-static __noinline int lb6_flow_egress(struct __sk_buff *skb, enum lb_path path)
+static __noinline __attribute__((unused)) int lb6_flow_egress(struct __sk_buff *skb, enum lb_path path)
 {
 	struct lb6_packet pkt = {};
 	struct lb4_tc_config cfg;

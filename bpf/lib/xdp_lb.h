@@ -5,7 +5,8 @@
  * on the same devices as the fallback and the reply path.
  *
  * What XDP does, for an IPv4 TCP/UDP packet to a NodePort, ExternalIP or
- * LoadBalancer frontend:
+ * LoadBalancer frontend (IPv6: xdp_lb6.h, the same steps over the IPv6
+ * tables; it also holds the entry point, lb_xdp, for both families):
  *   - a known flow (original direction, SLUICE_MAP_CT4: the entries the TC
  *     path writes too): rewrite to the backend (+SNAT), send it out;
  *   - a new flow: loadBalancerSourceRanges (XDP_DROP), pick a backend with
@@ -16,7 +17,7 @@
  * one where XDP runs: a device without XDP support would drop the frame).
  *
  * Everything else leaves with XDP_PASS, and TC handles it as before:
- *   - not IPv4, or not to a frontend address (SLUICE_MAP_XDP_FE4): the
+ *   - not IPv4/IPv6, or not to a frontend address (SLUICE_MAP_XDP_FE4/6): the
  *     cheapest exit, two loads, one hash lookup and one per-CPU array
  *     increment (SLUICE_MAP_XDP_NP; the per-device hash is for Service
  *     packets);
@@ -160,8 +161,8 @@ struct lb4_xdp_packet {
 };
 
 /*
- * The cheap part: Ethernet + IPv4 header, and is the destination a frontend
- * address? Returns 0 only for a packet worth parsing further.
+ * Ethernet + IPv4 header of a packet the entry point (lb_xdp, xdp_lb6.h)
+ * found to be for a frontend address. Returns 0 when they are there.
  */
 static __always_inline int lb4_xdp_parse_ip(struct xdp_md *ctx, struct lb4_xdp_packet *p)
 {
@@ -170,9 +171,7 @@ static __always_inline int lb4_xdp_parse_ip(struct xdp_md *ctx, struct lb4_xdp_p
 	struct ethhdr *eth = data;
 	struct iphdr *ip = data + sizeof(*eth);
 
-	if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(LB_ETH_P_IP))
-		return -1;
-	if (!bpf_map_lookup_elem(&SLUICE_MAP_XDP_FE4, &ip->daddr))
+	if ((void *)(ip + 1) > end)
 		return -1;
 	p->eth = eth;
 	p->ip = ip;
@@ -221,27 +220,15 @@ static __always_inline int lb4_xdp_parse_l4(struct xdp_md *ctx, struct lb4_xdp_p
 }
 
 /*
- * Where the translated packet goes: a FIB lookup from the arrival device.
- * Returns XDP_TX or XDP_REDIRECT (fib filled in) when XDP can send it
- * itself, XDP_PASS when TC must (nothing has been written yet).
+ * Both families: the FIB lookup `fib` was filled for, from the arrival
+ * device. XDP_TX or XDP_REDIRECT (fib holds the next hop) when XDP can send
+ * the packet itself, XDP_PASS when TC must.
  */
-static __always_inline int
-lb4_xdp_route(struct xdp_md *ctx, const struct lb4_xdp_packet *p, const struct lb4_tuple *to,
-	      struct bpf_fib_lookup *fib)
+static __always_inline int lb_xdp_fib_action(struct xdp_md *ctx, struct bpf_fib_lookup *fib)
 {
 	__u32 out;
 	int rc;
 
-	if (p->ip->ttl <= 1)
-		return XDP_PASS; /* the stack sends "time exceeded" */
-	fib->family = AF_INET;
-	fib->tos = p->ip->tos;
-	fib->l4_protocol = to->proto;
-	fib->sport = to->sport;
-	fib->dport = to->dport;
-	fib->tot_len = bpf_ntohs(p->ip->tot_len);
-	fib->ipv4_src = to->saddr;
-	fib->ipv4_dst = to->daddr;
 	fib->ifindex = ctx->ingress_ifindex;
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	/* NO_NEIGH: TC's bpf_redirect_neigh resolves it; FRAG_NEEDED: TC
@@ -255,6 +242,54 @@ lb4_xdp_route(struct xdp_md *ctx, const struct lb4_xdp_packet *p, const struct l
 	if (!bpf_map_lookup_elem(&SLUICE_MAP_XDP_TX, &out))
 		return XDP_PASS;
 	return XDP_REDIRECT;
+}
+
+/* Both families: the TCP/UDP checksum after the changes summed in `delta`.
+ * UDP without a checksum (0) stays without; a computed 0 is sent as 0xffff. */
+static __always_inline void lb_xdp_l4_csum(__sum16 *check, __u8 proto, __u32 delta)
+{
+	if (proto == LB_PROTO_TCP) {
+		*check = lb_csum_apply(*check, delta);
+	} else if (*check) {
+		__u16 c = lb_csum_apply(*check, delta);
+
+		*check = c ? c : 0xffff;
+	}
+}
+
+/* Both families: next-hop MAC addresses from `fib`, then out (`action`). */
+static __always_inline int lb_xdp_out(struct ethhdr *eth, const struct bpf_fib_lookup *fib, int action)
+{
+	__builtin_memcpy(eth->h_dest, fib->dmac, 6);
+	__builtin_memcpy(eth->h_source, fib->smac, 6);
+	/* The device was checked in lb_xdp_fib_action; if the agent removed
+	 * it since, the frame goes up translated and the stack drops it (one
+	 * packet, as when any route changes under a flow). */
+	if (action == XDP_REDIRECT)
+		return bpf_redirect_map(&SLUICE_MAP_XDP_TX, fib->ifindex, XDP_PASS);
+	return XDP_TX;
+}
+
+/*
+ * Where the translated packet goes: a FIB lookup from the arrival device.
+ * Returns XDP_TX or XDP_REDIRECT (fib filled in) when XDP can send it
+ * itself, XDP_PASS when TC must (nothing has been written yet).
+ */
+static __always_inline int
+lb4_xdp_route(struct xdp_md *ctx, const struct lb4_xdp_packet *p, const struct lb4_tuple *to,
+	      struct bpf_fib_lookup *fib)
+{
+	if (p->ip->ttl <= 1)
+		return XDP_PASS; /* the stack sends "time exceeded" */
+	fib->family = AF_INET;
+	fib->tos = p->ip->tos;
+	fib->l4_protocol = to->proto;
+	fib->sport = to->sport;
+	fib->dport = to->dport;
+	fib->tot_len = bpf_ntohs(p->ip->tot_len);
+	fib->ipv4_src = to->saddr;
+	fib->ipv4_dst = to->daddr;
+	return lb_xdp_fib_action(ctx, fib);
 }
 
 /* Rewrite the frame to `to`, next hop from `fib`, TTL - 1; then send it. */
@@ -272,14 +307,7 @@ lb4_xdp_send(const struct lb4_xdp_packet *p, const struct lb4_tuple *to,
 	/* The addresses are in the TCP/UDP pseudo-header too; the ports only there. */
 	l4 = lb_csum_word(l3, from->sport, to->sport);
 	l4 = lb_csum_word(l4, from->dport, to->dport);
-	/* UDP without a checksum (0) stays without; a computed 0 is sent as 0xffff. */
-	if (from->proto == LB_PROTO_TCP) {
-		*p->l4_check = lb_csum_apply(*p->l4_check, l4);
-	} else if (*p->l4_check) {
-		__u16 c = lb_csum_apply(*p->l4_check, l4);
-
-		*p->l4_check = c ? c : 0xffff;
-	}
+	lb_xdp_l4_csum(p->l4_check, from->proto, l4);
 	__builtin_memcpy(&old_ttl, &ip->ttl, 2); /* ttl and protocol: one checksum word */
 	ip->ttl--;
 	__builtin_memcpy(&new_ttl, &ip->ttl, 2);
@@ -289,14 +317,7 @@ lb4_xdp_send(const struct lb4_xdp_packet *p, const struct lb4_tuple *to,
 	ip->daddr = to->daddr;
 	p->ports[0] = to->sport;
 	p->ports[1] = to->dport;
-	__builtin_memcpy(p->eth->h_dest, fib->dmac, 6);
-	__builtin_memcpy(p->eth->h_source, fib->smac, 6);
-	/* The device was checked in lb4_xdp_route; if the agent removed it
-	 * since, the frame goes up translated and the stack drops it (one
-	 * packet, as when any route changes under a flow). */
-	if (action == XDP_REDIRECT)
-		return bpf_redirect_map(&SLUICE_MAP_XDP_TX, fib->ifindex, XDP_PASS);
-	return XDP_TX;
+	return lb_xdp_out(p->eth, fib, action);
 }
 
 /* What the backend is sent: client (or SNAT address:port) -> backend. */
@@ -405,13 +426,13 @@ lb4_xdp_new_flow(struct xdp_md *ctx, struct lb4_xdp_packet *p, const struct lb4_
 }
 
 /* The Service part of the program, for a packet to a frontend address. */
-static __always_inline int lb4_xdp_service(struct xdp_md *ctx, struct lb4_xdp_packet *p)
+static __always_inline int lb4_xdp_flow(struct xdp_md *ctx, struct lb4_xdp_packet *p)
 {
 	struct lb4_tc_config cfg;
 	struct lb4_ct_entry *e;
 	struct lb4_ct_key key;
 
-	if (lb4_xdp_parse_l4(ctx, p) < 0)
+	if (lb4_xdp_parse_ip(ctx, p) < 0 || lb4_xdp_parse_l4(ctx, p) < 0)
 		return XDP_PASS;
 	cfg = lb4_tc_config_get();
 	lb4_ct_key_of(&key, &p->tuple, LB_CT_DIR_ORIGINAL);
@@ -447,25 +468,40 @@ static __always_inline void lb_xdp_account(struct lb_xdp_stats *st, int verdict,
 	}
 }
 
-static __always_inline int lb4_xdp(struct xdp_md *ctx)
+/*
+ * A packet to an IPv4 frontend address (the entry point, lb_xdp in
+ * xdp_lb6.h, looked it up in SLUICE_MAP_XDP_FE4): a subprogram, whose frame
+ * the IPv6 path (xdp_lb6.h) does not carry, nor the non-Service exit.
+ * *ours: a Service packet (for lb_xdp_count).
+ */
+static __noinline int lb4_xdp_service(struct xdp_md *ctx, bool *ours)
 {
-	__u32 ifindex = ctx->ingress_ifindex;
 	struct lb4_xdp_packet p = {};
-	int verdict;
+	int verdict = lb4_xdp_flow(ctx, &p);
 
-	/* Not a Service packet: the frontend set, one per-CPU slot, XDP_PASS. */
-	if (lb4_xdp_parse_ip(ctx, &p) < 0) {
-		__u64 *n = bpf_map_lookup_elem(&SLUICE_MAP_XDP_NP, &ifindex);
-
-		if (n)
-			(*n)++;
-		else
-			lb_xdp_account(lb_xdp_stats_of(ifindex), XDP_PASS, false);
-		return XDP_PASS;
-	}
-	verdict = lb4_xdp_service(ctx, &p);
-	lb_xdp_account(lb_xdp_stats_of(ifindex), verdict, p.service);
+	*ours = p.service;
 	return verdict;
+}
+
+/* Count a packet in its device's entry of SLUICE_MAP_XDP_STATS: a
+ * subprogram, so the zero value it may insert stays off the other frames
+ * (the Service parts' frames are near the 512-byte limit). */
+static __noinline int lb_xdp_count(__u32 ifindex, int verdict, bool ours)
+{
+	lb_xdp_account(lb_xdp_stats_of(ifindex), verdict, ours);
+	return verdict;
+}
+
+/* Not a Service packet, either family: one per-CPU slot, XDP_PASS (a
+ * device past SLUICE_MAP_XDP_NP counts in the hash). */
+static __always_inline int lb_xdp_pass(__u32 ifindex)
+{
+	__u64 *n = bpf_map_lookup_elem(&SLUICE_MAP_XDP_NP, &ifindex);
+
+	if (!n)
+		return lb_xdp_count(ifindex, XDP_PASS, false);
+	(*n)++;
+	return XDP_PASS;
 }
 
 #endif /* SLUICE_BPF_XDP_LB_H */

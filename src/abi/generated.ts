@@ -161,8 +161,10 @@ export const SLUICE_MAP_SVC_NAMES = "sluice_svcname";
 export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
 export const SLUICE_MAP_TC_CONFIG6 = "sluice_tc_cfg6";
 export const SLUICE_MAP_XDP_FE4 = "sluice_xdp_fe4";
+export const SLUICE_MAP_XDP_FE6 = "sluice_xdp_fe6";
 export const SLUICE_MAP_XDP_FIB = "sluice_xdp_fib";
 export const SLUICE_MAP_XDP_NP = "sluice_xdp_np";
+export const SLUICE_MAP_XDP_S6 = "sluice_xdp_s6";
 export const SLUICE_MAP_XDP_STATS = "sluice_xdp_st";
 export const SLUICE_MAP_XDP_TX = "sluice_xdp_tx";
 export const SLUICE_MAX_AFFINITY = 131072;
@@ -192,6 +194,7 @@ export const SLUICE_MAX_SRCRANGE6 = 16384;
 export const SLUICE_MAX_SVC_NAMES = 131072;
 export const SLUICE_MAX_XDP_DEVS = 256;
 export const SLUICE_MAX_XDP_FE4 = 65536;
+export const SLUICE_MAX_XDP_FE6 = 16384;
 export const SLUICE_MAX_XDP_IFINDEX = 4096;
 export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
 export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
@@ -1442,6 +1445,24 @@ export function decodeLb6Tuple(buf: Buffer, off = 0): Lb6Tuple {
 }
 export const lb6_tupleCodec: Codec<Lb6Tuple> = { size: 40, encode: encodeLb6Tuple, decode: decodeLb6Tuple };
 
+/** struct lb6_xdp_scratch (144 bytes) */
+export interface Lb6XdpScratch {
+  bytes: Buffer;
+}
+export const LB6_XDP_SCRATCH_SIZE = 144;
+export const lb6_xdp_scratchLayout: StructLayout = {"name":"lb6_xdp_scratch","size":144,"fields":[{"name":"bytes","kind":"bytes","offset":0,"size":144}]};
+export function encodeLb6XdpScratch(v: Lb6XdpScratch, buf: Buffer = Buffer.alloc(144), off = 0): Buffer {
+  buf.fill(0, off, off + 144);
+  v.bytes.copy(buf, off + 0, 0, 144);
+  return buf;
+}
+export function decodeLb6XdpScratch(buf: Buffer, off = 0): Lb6XdpScratch {
+  return {
+    bytes: Buffer.from(buf.subarray(off + 0, off + 0 + 144)),
+  };
+}
+export const lb6_xdp_scratchCodec: Codec<Lb6XdpScratch> = { size: 144, encode: encodeLb6XdpScratch, decode: decodeLb6XdpScratch };
+
 /** struct lb_affinity (16 bytes) */
 export interface LbAffinity {
   last_used_ns: bigint;
@@ -1857,8 +1878,10 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},
   sluice_tc_cfg6: {"name":"sluice_tc_cfg6","type":2,"keyType":"u32","keySize":4,"valueType":"lb6_tc_config","valueSize":16,"maxEntries":1},
   sluice_xdp_fe4: {"name":"sluice_xdp_fe4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":65536,"flags":1},
+  sluice_xdp_fe6: {"name":"sluice_xdp_fe6","type":1,"keyType":"lb6_node_ip","keySize":16,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
   sluice_xdp_fib: {"name":"sluice_xdp_fib","type":6,"keyType":"u32","keySize":4,"valueType":"lb_xdp_fib_scratch","valueSize":64,"maxEntries":1},
   sluice_xdp_np: {"name":"sluice_xdp_np","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":4096},
+  sluice_xdp_s6: {"name":"sluice_xdp_s6","type":6,"keyType":"u32","keySize":4,"valueType":"lb6_xdp_scratch","valueSize":144,"maxEntries":1},
   sluice_xdp_st: {"name":"sluice_xdp_st","type":5,"keyType":"u32","keySize":4,"valueType":"lb_xdp_stats","valueSize":48,"maxEntries":256},
   sluice_xdp_tx: {"name":"sluice_xdp_tx","type":25,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":256},
 };

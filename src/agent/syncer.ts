@@ -157,8 +157,9 @@ export class Syncer {
   private readonly externalLocal = new AddressIndex();
   private readonly externalRemote = new AddressIndex();
   /**
-   * IPv4 addresses of north-south frontends (NodePort wildcard 0.0.0.0,
-   * ExternalIPs, LoadBalancer IPs), per Service: XDP's frontend-address set,
+   * Addresses of north-south frontends of both families (IPv4 NodePort
+   * wildcard 0.0.0.0, IPv6 NodePort addresses, ExternalIPs, LoadBalancer
+   * IPs), per Service: XDP's frontend-address sets,
    * handed over after each sync without walking every programmed frontend.
    */
   private readonly northSouth = new AddressIndex();
@@ -541,7 +542,7 @@ export class Syncer {
     const remote = new Set<string>();
     const northSouth = new Set<string>();
     for (const f of specs) {
-      if ((f.flags & EXTERNAL_FLAGS) !== 0 && !isIp6(f.address)) northSouth.add(f.address);
+      if ((f.flags & EXTERNAL_FLAGS) !== 0) northSouth.add(f.address);
       if ((f.flags & EXTERNAL_FLAGS) === 0 || f.scope !== 'external') continue;
       // Both families' backends (issue 14): local ones' SNATed replies enter
       // on their own device; remote ones name node-to-node devices by the

@@ -11,13 +11,13 @@ import { bpfObjectPath } from '../datapath/sockLb';
 import { summarize } from '../datapath/migrate';
 import { deviceIndex } from '../datapath/tc/attach';
 import {
-  attachXdp, detachXdp, listXdp, loadXdpObject, openXdpMaps, syncFrontendAddresses, xdpMapsPresent,
+  attachXdp, detachXdp, listXdp, loadXdpObject, openXdpMaps, syncFrontendAddresses, syncFrontendAddresses6, xdpMapsPresent,
   type XdpAttachment, type XdpMaps, type XdpModeSetting,
 } from '../datapath/xdp/xdp';
 
 export interface XdpAgent {
   attachments: XdpAttachment[];
-  /** The programmed frontends: north-south IPv4 addresses go into the set. */
+  /** The programmed frontends: north-south addresses go into the sets (one per family). */
   frontends(list: Iterable<{ address: string; flags: number }>): void;
   stop(): void;
 }
@@ -66,6 +66,8 @@ export function startXdp(mode: XdpModeSetting, bpffs: string, devices: string[],
         try {
           const r = syncFrontendAddresses(opened.frontends, items, nodePorts);
           if (r.added || r.removed) log.debug(r, 'XDP frontend addresses updated');
+          const r6 = opened.frontends6 ? syncFrontendAddresses6(opened.frontends6, items) : { added: 0, removed: 0 };
+          if (r6.added || r6.removed) log.debug(r6, 'XDP IPv6 frontend addresses updated');
         } catch (err) {
           lastKey = '';
           metrics.errors.inc({ reason: 'xdp_frontends_failed' });

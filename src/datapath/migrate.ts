@@ -129,10 +129,12 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // XDP (issue 17): the frontend-address set and the redirect targets are the
   // agent's (rewritten at its start); the counters are kept; the FIB scratch is per packet.
   [abi.SLUICE_MAP_XDP_FE4]: { kind: 'rebuild' },
+  [abi.SLUICE_MAP_XDP_FE6]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_XDP_TX]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_XDP_STATS]: { kind: 'carry' },
   [abi.SLUICE_MAP_XDP_NP]: { kind: 'carry' },
   [abi.SLUICE_MAP_XDP_FIB]: { kind: 'drop', reason: 'scratch space of one packet: nothing lives in it between packets' },
+  [abi.SLUICE_MAP_XDP_S6]: { kind: 'drop', reason: 'scratch space of one IPv6 packet: nothing lives in it between packets' },
 };
 
 /** Unlisted maps: copied when the layout allows it, else empty (logged). */

@@ -93,3 +93,21 @@ test('north-south frontend addresses come from an index kept per Service; a Clus
     syncer.stop();
   }
 });
+
+test('IPv6 north-south frontend addresses (NodePort per node address, ExternalIP) are in the list too: XDP\'s IPv6 set is fed from it', async () => {
+  const state = new ClusterState(() => syncer.trigger());
+  const syncer: Syncer = new Syncer(state, maps, {
+    nodeName: 'n1', translate: { maxEndpointsPerService: 1000, ipFamilies: ['IPv4', 'IPv6'] }, minSyncPeriodMs: 0, syncPeriodMs: 3600_000,
+  }, new AgentMetrics(), new ProxyHealth(60_000), pino({ level: 'silent' }));
+  try {
+    state.setNode({ metadata: { name: 'n1' }, status: { addresses: [{ type: 'InternalIP', address: '198.18.0.10' }, { type: 'InternalIP', address: 'fd00:18::10' }] } });
+    state.upsertService(service('np6', 'NodePort', 'fd00:96::10', { clusterIPs: ['fd00:96::10'], ipFamilies: ['IPv6'], externalIPs: ['2001:db8:200::1'] }));
+    state.upsertSlice({ ...slice('np6', 1), addressType: 'IPv6', endpoints: [{ addresses: ['fd00:1::1'], conditions: { ready: true } }] });
+    syncer.start();
+    await passes(syncer, 1);
+    assert.deepEqual(syncer.reports.map((r) => r.failures), [0]);
+    assert.deepEqual(syncer.northSouthFrontends().map((f) => f.address).sort(), ['2001:db8:200::1', 'fd00:18::10']);
+  } finally {
+    syncer.stop();
+  }
+});

@@ -53,6 +53,10 @@ export class XdpHarness {
     }
   }
 
+  sysctl(setting: string): void {
+    execFileSync('ip', ['netns', 'exec', this.netns, 'sysctl', '-qw', setting]);
+  }
+
   ip(...args: string[]): void {
     execFileSync('ip', ['-n', this.netns, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
   }
@@ -94,6 +98,7 @@ export class XdpHarness {
   reset(): void {
     this.tc.reset();
     for (const [k] of [...this.maps.frontends.entries()]) this.maps.frontends.delete(k);
+    for (const [k] of [...this.maps.frontends6?.entries() ?? []]) this.maps.frontends6!.delete(k);
   }
 
   close(): void {

@@ -13,12 +13,12 @@ import { BpfLink, unpin } from '../../bpf/link';
 import { BpfMap } from '../../bpf/map';
 import type { BpfObject } from '../../bpf/object';
 import * as abi from '../../abi/generated';
-import { ip4ToNumber } from '../addr';
+import { ip4ToNumber, isIp6 } from '../addr';
 import { loadMigrated, type MigratedMap } from '../migrate';
 import { execFileSync } from 'node:child_process';
 import { checkEthernetDevice, deviceIndex } from '../tc/attach';
 import { TypedMap, u32Codec, u8Codec } from '../typedMap';
-import { nodeIpMap } from '../sockConfig';
+import { nodeIpMap, syncNodeAddresses6 } from '../sockConfig';
 
 const { ENOLINK, EOPNOTSUPP, EINVAL } = os.constants.errno;
 
@@ -212,6 +212,8 @@ const be32Codec = {
 export interface XdpMaps {
   /** North-south frontend addresses (the program's first check). */
   frontends: TypedMap<number, number>;
+  /** The IPv6 ones (absent in pins of builds before XDP served IPv6). */
+  frontends6?: TypedMap<abi.Lb6NodeIp, number>;
   /** Devices XDP may redirect to (DEVMAP_HASH: ifindex -> ifindex). */
   targets: TypedMap<number, number>;
   /** The node's NodePort addresses (sluice_nodeip4, shared with the socket and TC objects). */
@@ -236,6 +238,8 @@ export function openXdpMaps(bpffs: string): XdpMaps {
   try {
     return {
       frontends: new TypedMap(open(abi.SLUICE_MAP_XDP_FE4), be32Codec, u8Codec),
+      ...(fs.existsSync(path.join(bpffs, abi.SLUICE_MAP_XDP_FE6))
+        ? { frontends6: new TypedMap(open(abi.SLUICE_MAP_XDP_FE6), abi.lb6_node_ipCodec, u8Codec) } : {}),
       targets: new TypedMap(open(abi.SLUICE_MAP_XDP_TX), u32Codec, u32Codec),
       nodeIps: nodeIpMap(open(abi.SLUICE_MAP_NODEIP4)),
       stats: open(abi.SLUICE_MAP_XDP_STATS),
@@ -273,6 +277,17 @@ export function syncFrontendAddresses(map: TypedMap<number, number>, frontends: 
   for (const a of wanted) if (!present.has(a)) { map.set(a, 1); added++; }
   for (const a of present) if (!wanted.has(a)) { map.delete(a); removed++; }
   return { added, removed };
+}
+
+/**
+ * The IPv6 frontend-address set (sluice_xdp_fe6): the addresses of the IPv6
+ * north-south frontends given. IPv6 NodePorts are programmed per node
+ * address (no wildcard), so they are listed as they are.
+ */
+export function syncFrontendAddresses6(map: TypedMap<abi.Lb6NodeIp, number>, frontends: Iterable<{ address: string; flags: number }>): { added: number; removed: number } {
+  const wanted = [...frontends].filter((f) => (f.flags & NORTH_SOUTH) && isIp6(f.address)).map((f) => f.address);
+  const r = syncNodeAddresses6(map, wanted);
+  return { added: r.added.length, removed: r.removed.length };
 }
 
 export type XdpDeviceStats = { ifindex: number } & abi.LbXdpStats;
