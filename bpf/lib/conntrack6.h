@@ -31,9 +31,11 @@ static __always_inline void lb6_tc_snat_address(__u8 *out)
  * SNAT address of a new flow to `backend` is the one the agent wrote in
  * SLUICE_MAP_SNAT_DEV6 for the device the FIB sends it out of (a
  * node-to-node device, where the reply comes back), else the node's IPv6
- * SNAT address. One FIB lookup per new SNATed flow.
+ * SNAT address. One FIB lookup per new SNATed flow. ctx: the program's
+ * context (__sk_buff or xdp_md: bpf_fib_lookup takes either); arrived: the
+ * device the flow arrived on.
  */
-static __noinline void lb6_snat_address_for(struct __sk_buff *skb, const __u8 *backend, __u8 *out)
+static __noinline void lb6_snat_address_for(void *ctx, __u32 arrived, const __u8 *backend, __u8 *out)
 {
 	struct bpf_fib_lookup fib = {};
 	struct lb6_snat_device *dev;
@@ -42,8 +44,8 @@ static __noinline void lb6_snat_address_for(struct __sk_buff *skb, const __u8 *b
 
 	fib.family = AF_INET6;
 	lb6_addr_copy((__u8 *)fib.ipv6_dst, backend);
-	fib.ifindex = skb->ingress_ifindex;
-	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	fib.ifindex = arrived;
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
 	/* FRAG_NEEDED still names the egress device (pmtu.h answers later). */
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH ||
 	    rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {

@@ -625,13 +625,14 @@ static __always_inline int lb6_flow_no_backend(const struct lb4_service *svc, en
  * pod_lb.h). The conntrack value is built in the scratch entry;
  * LB6_FLOW_NEW asks the caller to store it (lb6_ct_create_flow) and
  * translate the packet as a known flow. Anything else passes (TC_ACT_OK) or
- * is dropped (TC_ACT_SHOT, counted). No packet access: the TC paths and the
- * XDP program (xdp_lb6.h, `ifindex` its arrival device) share it.
+ * is dropped (TC_ACT_SHOT, counted). No packet access (ctx only for the
+ * FIB lookup of the SNAT device): the TC paths and the XDP program
+ * (xdp_lb6.h, `ifindex` its arrival device) share it.
  */
 #define LB6_FLOW_NEW (-1)
 
 static __noinline int
-lb6_flow_new(const struct lb6_tuple *t, const struct lb4_tc_config *cfg, enum lb_path path, __u32 ifindex)
+lb6_flow_new(void *ctx, const struct lb6_tuple *t, const struct lb4_tc_config *cfg, enum lb_path path, __u32 ifindex)
 {
 	bool pod = path == LB_PATH_POD;
 	struct lb6_service_key skey = {};
@@ -669,7 +670,7 @@ lb6_flow_new(const struct lb6_tuple *t, const struct lb4_tc_config *cfg, enum lb
 		return LB6_FLOW_NEW; /* DNAT only: the client's address is kept */
 	}
 	if (!pod)
-		lb6_snat_address_for(skb, e->backend_address, e->nat_address);
+		lb6_snat_address_for(ctx, ifindex, e->backend_address, e->nat_address);
 	if (lb6_is_zero(e->nat_address)) {
 		lb_path_count(path, LB_CNT_TC_SNAT_FAILED);
 		return TC_ACT_SHOT;
@@ -721,7 +722,7 @@ static __noinline __attribute__((unused)) int lb6_flow_ingress(struct __sk_buff 
 	rc = lb6_flow_ingress_known(skb, &pkt, &cfg, path);
 	if (rc != LB6_FLOW_UNKNOWN)
 		return rc;
-	rc = lb6_flow_new(&pkt.tuple, &cfg, path, path == LB_PATH_POD ? skb->ifindex : skb->ingress_ifindex);
+	rc = lb6_flow_new(skb, &pkt.tuple, &cfg, path, path == LB_PATH_POD ? skb->ifindex : skb->ingress_ifindex);
 	if (rc == LB6_FLOW_REJECT)
 		return lb6_icmp_reject(skb, &pkt);
 	if (rc != LB6_FLOW_NEW)

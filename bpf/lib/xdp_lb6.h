@@ -213,7 +213,7 @@ lb6_xdp_new_flow(struct xdp_md *ctx, struct lb6_xdp_packet *p, struct lb6_xdp_wo
 	struct lb6_ct_entry *e;
 	int rc, action;
 
-	rc = lb6_flow_new(&w->tuple, &w->cfg, LB_PATH_NORTH_SOUTH, ctx->ingress_ifindex);
+	rc = lb6_flow_new(ctx, &w->tuple, &w->cfg, LB_PATH_NORTH_SOUTH, ctx->ingress_ifindex);
 	if (rc == TC_ACT_SHOT) { /* source ranges, no endpoint, no SNAT address: counted */
 		p->service = true;
 		return XDP_DROP;

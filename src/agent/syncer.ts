@@ -24,7 +24,6 @@ import type { ClusterState } from './store';
 import type { AgentMetrics } from './metrics';
 import type { ProxyHealth } from './health';
 import { nodePortWildcard, toFrontendSpec, ZoneIds } from './toSpecs';
-import { isIp6 } from '../datapath/addr';
 
 const RETRY_DELAY_MS = 1000;
 /** kube-proxy labels its sync metrics by IP family; the agent programs IPv4. */
