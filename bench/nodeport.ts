@@ -58,6 +58,9 @@ export interface NodePortOptions {
   progStats?: ProgStats;
   /** Upper bound on the frames of one flood (npbench flood); the round time bounds it too. */
   floodCount?: number;
+  /** The in-kernel generator's series (npbench live; default on) and its frame bound per series. */
+  live?: boolean;
+  liveCount?: number;
 }
 
 export interface NodePortRound {
@@ -69,7 +72,25 @@ export interface NodePortRound {
   plain?: { sent: number; arrived: number; elapsed_s: number; per_s: number };
   /** sluice_xdp run time per packet during the non-Service flood (bpf_stats), XDP modes only. */
   plainXdpNs?: number;
+  /** In-kernel generator (npbench live): NodePort frames, and the non-Service ones (see docs/bench.md). */
+  live?: LiveFlood;
+  livePlain?: LiveFlood;
+  /** The round's baseline: the generator straight into the sink, no node (the same for every mode of the round). */
+  liveBase?: LiveFlood;
+  /** sluice_xdp run time per packet during the live NodePort flood (bpf_stats), XDP modes only. */
+  liveXdpNs?: number;
+  /** sluice_xdp run time per packet during the live non-Service flood (bpf_stats), XDP modes only. */
+  livePlainXdpNs?: number;
 }
+
+/**
+ * One `npbench live` series: frames generated in the client namespace by
+ * BPF_PROG_TEST_RUN (XDP live frames), counted at the backend. per_cpu_s =
+ * arrivals per CPU-second of the generator's thread, whose CPU also ran the
+ * node's receive processing (softirq): the node's packets/s per CPU, which the
+ * machine's other load does not move the way it moves arrivals per wall second.
+ */
+export interface LiveFlood { sent: number; arrived: number; elapsed_s: number; cpu_s: number; per_s: number; per_cpu_s: number }
 
 export type NodePortModeId = 'sluice-xdp-native' | 'sluice-xdp-generic' | 'sluice-tc' | 'iptables-legacy';
 
@@ -83,6 +104,25 @@ export interface NodePortXdpRatios {
   /** sluice_xdp ns per non-Service packet (bpf_stats) and the no-program packet time at the measured rate: 1 + ns x pps. */
   plainProgNs?: number;
   plainDerivedCost?: number;
+  /** In-kernel generator: packets per CPU-second of the node's processing, and per wall second (medians of per-round ratios). */
+  live: Record<string, number>;
+  liveWall: Record<string, number>;
+  /** The same, the node's share only (the round's generator+sink baseline taken off, nodeRate). */
+  liveNode: Record<string, number>;
+  /** Non-Service, in-kernel generator: CPU time per packet with sluice_xdp over without (paired rounds; > 1 = XDP costs), whole chain and node's share. */
+  livePlainCost: { native?: number; generic?: number };
+  livePlainNodeCost: { native?: number; generic?: number };
+  /** sluice_xdp ns per non-Service packet under the live flood, and 1 + that over the node's no-program CPU time per packet. */
+  livePlainProgNs?: number;
+  /**
+   * sluice_xdp's ns per non-Service packet from BPF_PROG_TEST_RUN against a
+   * bare XDP_PASS program (no bpf_stats clock reads in the difference), and
+   * 1 + that difference over livePlainNoXdpNs.
+   */
+  plainTestRun?: { prog_ns: number; pass_ns: number; cost_ns: number; retval: number; derivedCost?: number };
+  /** The node's CPU ns per non-Service packet without an XDP program (TC mode's rounds, node share, median). */
+  livePlainNoXdpNs?: number;
+  livePlainDerivedCost?: number;
 }
 
 export interface NodePortModeResult {
@@ -98,6 +138,12 @@ export interface NodePortModeResult {
   /** Median flood arrivals/s at the backend (packets/s the node forwarded). */
   floodPerS: number;
   plainPerS: number;
+  /** In-kernel generator: median arrivals per CPU-second of the generator+node thread, and per wall second. */
+  livePerCpuS: number;
+  livePerS: number;
+  /** Median node ns per packet (live, baseline taken off) and the baseline's ns per packet in this mode's rounds. */
+  liveNodeNs: number;
+  liveBaseNs: number;
   failed: number;
 }
 
@@ -129,8 +175,20 @@ const MODES: Array<[NodePortModeId, string]> = [
 
 const SHORT: Record<NodePortModeId, string> = { 'sluice-xdp-native': 'native', 'sluice-xdp-generic': 'generic', 'sluice-tc': 'tc', 'iptables-legacy': 'iptables' };
 
+/**
+ * The node's share of a live series: packets per CPU-second once the
+ * generator's and the sink's CPU per packet (the round's baseline, no node
+ * between them) is taken off. NaN when either is missing or the remainder is
+ * not positive (the baseline was the slower of the two: noise).
+ */
+export function nodeRate(live: LiveFlood | undefined, base: LiveFlood | undefined): number {
+  if (!live || !base || !(live.per_cpu_s > 0) || !(base.per_cpu_s > 0)) return NaN;
+  const s = 1 / live.per_cpu_s - 1 / base.per_cpu_s;
+  return s > 0 ? 1 / s : NaN;
+}
+
 /** Per-round ratios between the modes (same round, so the machine's load is shared), medians. */
-function xdpRatios(modes: Record<string, NodePortModeResult>): NodePortXdpRatios | undefined {
+export function xdpRatios(modes: Record<string, NodePortModeResult>): NodePortXdpRatios | undefined {
   const nat = modes['sluice-xdp-native'];
   if (!nat || nat.rounds.length === 0) return undefined;
   const pairs: Array<[NodePortModeId, NodePortModeId]> = [
@@ -152,9 +210,19 @@ function xdpRatios(modes: Record<string, NodePortModeResult>): NodePortXdpRatios
     const rs = (modes[id]?.rounds ?? []).map((r, i) => (tc[i]?.plain && r.plain ? tc[i]!.plain!.per_s / r.plain.per_s : NaN)).filter(Number.isFinite);
     return rs.length ? median(rs) : undefined;
   };
+  const liveCost = (id: NodePortModeId, rate: (r: NodePortRound) => number) => {
+    const rs = (modes[id]?.rounds ?? []).map((r, i) => (tc[i] ? rate(tc[i]!) / rate(r) : NaN)).filter(Number.isFinite);
+    return rs.length ? median(rs) : undefined;
+  };
+  const plainAll = (r: NodePortRound) => r.livePlain?.per_cpu_s ?? NaN;
+  const plainNode = (r: NodePortRound) => nodeRate(r.livePlain, r.liveBase);
   const ns = nat.rounds.map((r) => r.plainXdpNs).filter((x): x is number => x !== undefined);
   const plainProgNs = ns.length ? median(ns) : undefined;
   const noProg = modes['sluice-tc']?.plainPerS;
+  const liveNs = nat.rounds.map((r) => r.livePlainXdpNs).filter((x): x is number => x !== undefined);
+  const livePlainProgNs = liveNs.length ? median(liveNs) : undefined;
+  const tcLive = tc.map(plainNode).filter(Number.isFinite);
+  const liveNoProg = tcLive.length ? median(tcLive) : undefined;
   return {
     rr: ratio((r) => r.rr.per_s),
     flood: ratio((r) => r.flood?.per_s),
@@ -162,6 +230,14 @@ function xdpRatios(modes: Record<string, NodePortModeResult>): NodePortXdpRatios
     plainCost: { native: cost('sluice-xdp-native'), generic: cost('sluice-xdp-generic') },
     plainProgNs,
     plainDerivedCost: plainProgNs !== undefined && noProg !== undefined && Number.isFinite(noProg) ? 1 + plainProgNs * 1e-9 * noProg : undefined,
+    live: ratio((r) => r.live?.per_cpu_s),
+    liveWall: ratio((r) => r.live?.per_s),
+    liveNode: ratio((r) => nodeRate(r.live, r.liveBase)),
+    livePlainCost: { native: liveCost('sluice-xdp-native', plainAll), generic: liveCost('sluice-xdp-generic', plainAll) },
+    livePlainNodeCost: { native: liveCost('sluice-xdp-native', plainNode), generic: liveCost('sluice-xdp-generic', plainNode) },
+    livePlainProgNs,
+    livePlainNoXdpNs: liveNoProg !== undefined ? 1e9 / liveNoProg : undefined,
+    livePlainDerivedCost: livePlainProgNs !== undefined && liveNoProg !== undefined ? 1 + livePlainProgNs * 1e-9 * liveNoProg : undefined,
   };
 }
 
@@ -200,12 +276,15 @@ interface Side {
 
 class Topology {
   readonly backend: string;
+  /** The live generator's baseline: a namespace whose eth0 is wired straight to the backend's sink (veth gb), no node between. */
+  readonly gen: string;
   readonly sides: Side[];
   private readonly made: string[] = [];
   private readonly children: ChildProcess[] = [];
 
   constructor(suffix: string) {
     this.backend = `sbnp-be-${suffix}`;
+    this.gen = `sbnp-g-${suffix}`;
     this.sides = (['sluice-tc', 'iptables-legacy'] as const).map((id, m) => ({
       id, client: `sbnp-c${m}-${suffix}`, node: `sbnp-n${m}-${suffix}`,
       clientAddr: `198.18.${64 + 2 * m}.1`, nodeAddr: `198.18.${64 + 2 * m}.2`,
@@ -222,20 +301,36 @@ class Topology {
     for (const [k, v] of Object.entries(kv)) await run(['ip', 'netns', 'exec', ns, 'sysctl', '-qw', `${k}=${v}`], T);
   }
 
+  private sink?: { npbench: string; pin: string; ifindex: Record<string, number> };
+
   /**
-   * Frames of the floods counted (and dropped) where they reach the backend:
-   * a raw-table rule per backend veth matching the floods' IPv4 total
-   * length (46; no other test traffic has it), the same in every mode.
+   * Frames of the floods counted (and dropped) where they reach the backend,
+   * the same in every mode: `npbench sink`, a native XDP program on each
+   * backend veth that counts IPv4/UDP frames of total length 46 (no other
+   * traffic of the bench has it) per ingress ifindex and drops them, and
+   * passes everything else. As cheap as a counter can be, so the backend's
+   * share of a flood packet's cost is small next to the node's. It also
+   * gives the backend veths NAPI, which XDP_REDIRECT into them needs.
    */
+  async attachSink(npbench: string, pin: string): Promise<void> {
+    const devs = [...this.sides.map((_, m) => `be${m}`), 'gb'];
+    const r = await run([npbench, 'sink', '--netns', this.backend, '--dev', devs.join(','), '--pin', pin], T);
+    this.sink = { npbench, pin, ifindex: (JSON.parse(r.stdout) as { ifindex: Record<string, number> }).ifindex };
+  }
+
+  /** Flood frames counted at be<m> (m = the side), or at gb (the baseline) for m = -1. */
   async arrivals(m: number): Promise<number> {
-    const r = await run(['ip', 'netns', 'exec', this.backend, 'iptables-legacy', '-w', '5', '-t', 'raw', '-L', 'PREROUTING', '-v', '-x', '-n'], T);
-    const line = r.stdout.split('\n').find((l) => l.includes(` be${m} `) && l.includes('DROP'));
-    if (!line) throw new Error(`no flood counter for be${m}: ${r.stdout.slice(0, 300)}`);
-    return Number(line.trim().split(/\s+/)[0]);
+    if (!this.sink) throw new Error('nodeport: the backend sink is not attached');
+    const r = await run([this.sink.npbench, 'sink-count', '--pin', this.sink.pin, '--ifindex', String(this.sink.ifindex[m < 0 ? 'gb' : `be${m}`])], T);
+    return (JSON.parse(r.stdout) as { count: number }).count;
   }
 
   async create(root?: string): Promise<void> {
     await this.netns(this.backend);
+    await this.netns(this.gen);
+    await run(['ip', '-n', this.backend, 'link', 'add', 'gb', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', this.gen], T);
+    await run(['ip', '-n', this.backend, 'link', 'set', 'gb', 'up'], T);
+    await run(['ip', '-n', this.gen, 'link', 'set', 'eth0', 'up'], T);
     for (let i = 0; i < BACKEND_COUNT; i++) await run(['ip', '-n', this.backend, 'addr', 'add', `${backendAddress(i)}/32`, 'dev', 'lo'], T);
     await this.sysctl(this.backend, { 'net.core.somaxconn': '8192', 'net.ipv4.tcp_max_syn_backlog': '16384' });
     for (const [m, s] of this.sides.entries()) {
@@ -261,7 +356,6 @@ class Topology {
       // veth otherwise hands native XDP CHECKSUM_PARTIAL frames (docs/xdp.md).
       // Every mode gets the same client.
       if (root) await run(['ip', 'netns', 'exec', s.client, path.join(root, 'build', 'txcsum_off'), 'eth0'], T);
-      await run(['ip', 'netns', 'exec', this.backend, 'iptables-legacy', '-w', '5', '-t', 'raw', '-A', 'PREROUTING', '-i', `be${m}`, '-p', 'udp', '-m', 'length', '--length', '46', '-j', 'DROP'], T);
     }
   }
 
@@ -315,18 +409,14 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
     await topo.startServer(o.root);
     const [sl, ipt] = topo.sides as [Side, Side];
     // A veth hands XDP_REDIRECT / XDP_TX frames only to a peer running NAPI,
-    // which it does while the peer has an XDP program: sluice_xdp_pass on
-    // the backend ends of both nodes, in every mode alike.
-    {
-      const beBpffs = o.makeBpffs('npbe');
-      await run(['nsenter', `--net=/run/netns/${topo.backend}`, process.execPath, path.join(o.root, 'dist', 'src', 'datapath', 'xdp', 'attachMain.js'),
-        '--object', path.join(o.root, 'build', 'xdp_lb.bpf.o'), '--bpffs', beBpffs, '--program', abi.SLUICE_PROG_XDP_PASS, '--mode', 'native', '--device', 'be0', '--device', 'be1'], T);
-    }
+    // which it does while the peer has an XDP program: the floods' counter
+    // (npbench sink) on the backend ends of both nodes, in every mode alike.
+    await topo.attachSink(npbench, o.makeBpffs('npbe'));
     const ports = makeServicePorts(o.services, ['tcp', 'udp']);
     const nodePort = (sp: ServicePort) => nodePortOf(Number(sp.service.slice(4)), sp.proto === 'tcp' ? 'TCP' : 'UDP', o.services);
     const modes: Record<string, NodePortModeResult> = {};
     for (const [id, label] of MODES) {
-      modes[id] = { id, label, rounds: [], rrPerS: NaN, rrP50Us: NaN, rrP99Us: NaN, ppsPerS: NaN, floodPerS: NaN, plainPerS: NaN, failed: 0 };
+      modes[id] = { id, label, rounds: [], rrPerS: NaN, rrP50Us: NaN, rrP99Us: NaN, ppsPerS: NaN, floodPerS: NaN, plainPerS: NaN, livePerCpuS: NaN, livePerS: NaN, liveNodeNs: NaN, liveBaseNs: NaN, failed: 0 };
       res.modes.push(modes[id]!);
     }
 
@@ -449,21 +539,62 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       const j = JSON.parse(r.stdout) as { sent: number; elapsed_s: number };
       return { sent: j.sent, arrived, elapsed_s: j.elapsed_s, per_s: arrived / j.elapsed_s };
     };
-    const perMode = 4 * (o.roundMs + 1500);
+    // The in-kernel generator (npbench live) enters the client namespace
+    // itself and sends through its eth0 only (it refuses the namespace it
+    // started in, and any device but a veth). The node's npc needs NAPI to
+    // take the redirected frames: native XDP gives it, GRO gives it to the
+    // other modes. GRO is on in every mode for this series (so a packet
+    // XDP passes takes the same path as one without XDP, as on a NIC) and
+    // off again after it, so the other series keep their receive path.
+    const live = async (client: string, node: string | undefined, dstMac: string, src: string, file: string, m: number): Promise<LiveFlood> => {
+      const gro = (on: boolean) => (node ? run(['nsenter', `--net=/run/netns/${node}`, npbench, 'gro', '--dev', 'npc', '--set', on ? 'on' : 'off'], T) : Promise.resolve());
+      await gro(true);
+      try {
+        const a0 = await topo.arrivals(m);
+        const r = await run([npbench, 'live', '--netns', client, '--dev', 'eth0', '--dst-mac', dstMac, '--src', src,
+          '--targets', file, '--count', String(o.liveCount ?? 20_000_000), '--max-ms', String(o.roundMs), '--flows', '8'], { timeoutMs: o.roundMs + 15000 });
+        await tick(200);
+        const arrived = (await topo.arrivals(m)) - a0;
+        const j = JSON.parse(r.stdout) as { sent: number; elapsed_s: number; cpu_s: number };
+        return { sent: j.sent, arrived, elapsed_s: j.elapsed_s, cpu_s: j.cpu_s, per_s: arrived / j.elapsed_s, per_cpu_s: arrived / j.cpu_s };
+      } finally {
+        await gro(false);
+      }
+    };
+    const liveFlood = (s: Side, file: string) => live(s.client, s.node, nodeMac[s.id]!, s.clientAddr, file, topo.sides.indexOf(s));
+    const genMac = (JSON.parse((await run(['ip', '-n', topo.backend, '-j', 'link', 'show', 'gb'], T)).stdout) as Array<{ address: string }>)[0]!.address;
+    /** The generator and the sink alone (no node): the CPU per packet every live series pays besides the node's. */
+    const liveBaseline = () => live(topo.gen, undefined, genMac, sl.clientAddr, plainTargets, -1);
+    const perMode = 6 * (o.roundMs + 1500);
     for (let r = 0; r < o.rounds; r++) {
-      if (Date.now() + active.length * perMode > deadline) {
+      if (Date.now() + active.length * perMode + o.roundMs + 1500 > deadline) {
         res.notes.push(`NodePort: stopped after ${r} of ${o.rounds} rounds: the budget ran out`);
         break;
       }
       const order = r % 2 === 0 ? active : [...active].reverse();
+      const base = o.live !== false ? await liveBaseline() : undefined;
       for (const id of order) {
         const s = sideOf(id);
         if (s === sl) await setXdp(id === 'sluice-xdp-native' ? 'native' : id === 'sluice-xdp-generic' ? 'generic' : 'off');
         const ns = ['nsenter', `--net=/run/netns/${s.client}`, npbench];
         const rr = await timed(id, 'TCP, a new connection per request', () => run([...ns, 'rr', '--targets', targets[s.id]!.tcp, '--max-ms', String(o.roundMs), '--timeout-ms', '1000', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 }));
         const pps = await timed(id, 'UDP, 8 known flows', () => run([...ns, 'pps', '--targets', targets[s.id]!.udp, '--max-ms', String(o.roundMs), '--flows', '8', '--window', '16', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 }));
-        const round: NodePortRound = { rr: JSON.parse(rr.stdout) as NodePortRound['rr'], pps: JSON.parse(pps.stdout) as NodePortRound['pps'] };
+        const round: NodePortRound = { rr: JSON.parse(rr.stdout) as NodePortRound['rr'], pps: JSON.parse(pps.stdout) as NodePortRound['pps'], liveBase: base };
         round.flood = await timed(id, 'UDP flood, 8 flows', () => flood(s, targets[s.id]!.udp));
+        if (o.live !== false) {
+          const before = s === sl && xdpProg !== undefined ? progInfo(xdpProg) : undefined;
+          round.live = await timed(id, 'UDP live frames (in-kernel generator), 8 flows', () => liveFlood(s, targets[s.id]!.udp));
+          const after = before ? progInfo(xdpProg!) : undefined;
+          if (before && after && id !== 'sluice-tc' && after.runCount > before.runCount) round.liveXdpNs = Number(after.runTimeNs - before.runTimeNs) / Number(after.runCount - before.runCount);
+        }
+        if (s === sl && o.live !== false) {
+          const before = xdpProg !== undefined ? progInfo(xdpProg) : undefined;
+          round.livePlain = await liveFlood(s, plainTargets);
+          const after = xdpProg !== undefined ? progInfo(xdpProg) : undefined;
+          if (before && after && id !== 'sluice-tc' && after.runCount > before.runCount && after.runTimeNs > before.runTimeNs) {
+            round.livePlainXdpNs = Number(after.runTimeNs - before.runTimeNs) / Number(after.runCount - before.runCount);
+          }
+        }
         if (s === sl) {
           const before = xdpProg !== undefined ? progInfo(xdpProg) : undefined;
           round.plain = await flood(s, plainTargets);
@@ -474,6 +605,15 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
         }
         modes[id]!.rounds.push(round);
       }
+    }
+    // sluice_xdp's own cost per non-Service packet without bpf_stats' clock
+    // reads: BPF_PROG_TEST_RUN (not live: nothing is sent) against a bare
+    // XDP_PASS program, on the same frame (npbench progcost).
+    let progCost: { prog_ns: number; pass_ns: number; cost_ns: number; retval: number } | undefined;
+    if (xdpPin && xdpProg !== undefined && o.live !== false) {
+      const r = await run(['nsenter', `--net=/run/netns/${sl.node}`, npbench, 'progcost', '--pin', xdpPin, '--targets', plainTargets, '--repeat', '2000000'], { timeoutMs: 60000, allowFailure: true });
+      if (r.code === 0) progCost = JSON.parse(r.stdout) as typeof progCost;
+      else res.notes.push(`npbench progcost failed: ${r.stderr.trim().slice(0, 200)}`);
     }
     localStats?.restore();
     await setXdp('off');
@@ -536,6 +676,10 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       m.ppsPerS = median(m.rounds.map((x) => x.pps.per_s));
       m.floodPerS = median(m.rounds.filter((x) => x.flood).map((x) => x.flood!.per_s));
       m.plainPerS = median(m.rounds.filter((x) => x.plain).map((x) => x.plain!.per_s));
+      m.livePerCpuS = median(m.rounds.filter((x) => x.live).map((x) => x.live!.per_cpu_s));
+      m.livePerS = median(m.rounds.filter((x) => x.live).map((x) => x.live!.per_s));
+      m.liveNodeNs = median(m.rounds.map((x) => 1e9 / nodeRate(x.live, x.liveBase)).filter(Number.isFinite));
+      m.liveBaseNs = median(m.rounds.filter((x) => x.liveBase).map((x) => 1e9 / x.liveBase!.per_cpu_s));
       m.failed = m.rounds.reduce((n, x) => n + x.rr.failed, 0);
     }
     if (res.maglev) res.maglev.vsRandom = res.maglev.rrPerS / modes['sluice-tc']!.rrPerS;
@@ -546,7 +690,10 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       res.ppsRatio = median(a.map((x, i) => x.pps.per_s / b[i]!.pps.per_s));
     }
     res.xdp = xdpRatios(modes);
-    o.log(`nodeport at ${o.services} Services: ` + res.modes.map((m) => `${m.id} ${m.rrPerS.toFixed(0)} req/s (p50 ${m.rrP50Us.toFixed(0)} µs), ${m.ppsPerS.toFixed(0)} replies/s, flood ${m.floodPerS.toFixed(0)} pkt/s`).join('; ') +
+    if (res.xdp && progCost) {
+      res.xdp.plainTestRun = { ...progCost, derivedCost: res.xdp.livePlainNoXdpNs !== undefined ? 1 + progCost.cost_ns / res.xdp.livePlainNoXdpNs : undefined };
+    }
+    o.log(`nodeport at ${o.services} Services: ` + res.modes.map((m) => `${m.id} ${m.rrPerS.toFixed(0)} req/s (p50 ${m.rrP50Us.toFixed(0)} µs), ${m.ppsPerS.toFixed(0)} replies/s, flood ${m.floodPerS.toFixed(0)} pkt/s, live ${m.livePerCpuS.toFixed(0)} pkt/CPU-s (${m.livePerS.toFixed(0)} pkt/s; node ${m.liveNodeNs.toFixed(0)} ns/pkt over a ${m.liveBaseNs.toFixed(0)} ns baseline)`).join('; ') +
       (res.rrRatio !== undefined ? `; Sluice/iptables ${res.rrRatio.toFixed(2)}x req/s, ${res.ppsRatio!.toFixed(2)}x pps` : ''));
   } catch (e) {
     res.error = (e as Error).message;
