@@ -3,8 +3,7 @@
 //
 // * LIST in pages (`limit`/`continue`); each page is decoded and handed over
 //   object by object while the next page is already on its way, so no whole
-//   list is ever one string or one parsed array (nor a whole page: items are
-//   parsed one at a time, listDecode.ts);
+//   list is ever one string or one parsed array;
 // * WATCH from the list's resourceVersion with `allowWatchBookmarks` and a
 //   jittered `timeoutSeconds` (5-10 min), so thousands of agents do not
 //   reconnect in lockstep; a watch that ends or fails resumes from the last
@@ -19,7 +18,6 @@
 // the ones that went away while the watch was down.
 import type { IncomingMessage } from 'node:http';
 import type { KubeConnection } from './kubeClient';
-import { decodeListPage, type DecodedPage } from './listDecode';
 
 export interface ApiObject {
   metadata?: { name?: string; namespace?: string; resourceVersion?: string };
@@ -181,24 +179,17 @@ export class Reflector<T extends ApiObject> {
       const token = /"continue":"([^"]*)"/.exec(head)?.[1];
       if (token) next = fetchPage(token);
       const t0 = performance.now();
-      // Item by item (listDecode.ts): only one parsed item alive at a time.
-      const notJson = (err: unknown) => new Error(`list ${this.o.path}: response is not JSON: ${(err as Error).message}`);
-      let page: DecodedPage<T>;
+      let page: { metadata?: { resourceVersion?: string; continue?: string }; items?: T[] };
       try {
-        page = decodeListPage<T>(body);
+        page = JSON.parse(body.toString('utf8')) as typeof page;
       } catch (err) {
-        throw notJson(err);
+        throw new Error(`list ${this.o.path}: response is not JSON: ${(err as Error).message}`);
       }
-      if (!token && page.head.metadata?.continue) next = fetchPage(page.head.metadata.continue);
-      if (listRv === '') listRv = page.head.metadata?.resourceVersion ?? '';
-      try {
-        for (const item of page.items) {
-          seen.add(objectKey(item));
-          this.sink.upsert(item);
-        }
-      } catch (err) {
-        if (err instanceof SyntaxError) throw notJson(err);
-        throw err;
+      if (!token && page.metadata?.continue) next = fetchPage(page.metadata.continue);
+      if (listRv === '') listRv = page.metadata?.resourceVersion ?? '';
+      for (const item of page.items ?? []) {
+        seen.add(objectKey(item));
+        this.sink.upsert(item);
       }
       this.stats.pages++;
       this.events.onPage?.(this.o.name, body.length, performance.now() - t0);
