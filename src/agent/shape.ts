@@ -68,32 +68,69 @@ function kindOf(v: unknown): string {
 
 const WANT: Record<string, string> = { string: 'a string', number: 'a number', boolean: 'a boolean' };
 
-/** The first field whose JSON type is wrong ("spec.ports[0].port is a string, want a number"), or undefined. */
-function check(v: unknown, shape: Shape, at: string): string | undefined {
+/** The path of a wrong field, built only when one is found (a good object costs no string per field). */
+type Segment = string | number;
+interface Wrong {
+  /** Innermost first: check() prepends nothing on the way in, appends on the way out. */
+  path: Segment[];
+  found: unknown;
+  want: string;
+}
+
+/** Each object shape's fields as a list, made once (not Object.entries per checked object). */
+const FIELDS = new WeakMap<object, Array<[string, Shape]>>();
+const fieldsOf = (shape: { readonly object: Readonly<Record<string, Shape>> }) => {
+  let f = FIELDS.get(shape);
+  if (!f) FIELDS.set(shape, (f = Object.entries(shape.object)));
+  return f;
+};
+
+function check(v: unknown, shape: Shape): Wrong | undefined {
   if (typeof shape === 'string') {
-    return typeof v === shape && (shape !== 'number' || Number.isFinite(v)) ? undefined : `${at || 'the object'} is ${kindOf(v)}, want ${WANT[shape]}`;
+    return typeof v === shape && (shape !== 'number' || Number.isFinite(v)) ? undefined : { path: [], found: v, want: WANT[shape]! };
   }
   if ('list' in shape) {
-    if (!Array.isArray(v)) return `${at || 'the object'} is ${kindOf(v)}, want a list`;
+    if (!Array.isArray(v)) return { path: [], found: v, want: 'a list' };
     for (let i = 0; i < v.length; i++) {
-      const why = check(v[i], shape.list, `${at}[${i}]`);
-      if (why) return why;
+      const wrong = check(v[i], shape.list);
+      if (wrong) {
+        wrong.path.push(i);
+        return wrong;
+      }
     }
     return undefined;
   }
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) return `${at || 'the object'} is ${kindOf(v)}, want an object`;
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return { path: [], found: v, want: 'an object' };
   const o = v as Record<string, unknown>;
   if ('mapOf' in shape) {
-    for (const [k, value] of Object.entries(o)) if (typeof value !== 'string') return `${at}[${JSON.stringify(k)}] is ${kindOf(value)}, want a string`;
+    for (const k of Object.keys(o)) {
+      const value = o[k];
+      if (typeof value !== 'string') return { path: [`[${JSON.stringify(k)}]`], found: value, want: 'a string' };
+    }
     return undefined;
   }
-  for (const [field, sub] of Object.entries(shape.object)) {
+  for (const [field, sub] of fieldsOf(shape)) {
     const value = o[field];
     if (value === undefined || value === null) continue;
-    const why = check(value, sub, at === '' ? field : `${at}.${field}`);
-    if (why) return why;
+    const wrong = check(value, sub);
+    if (wrong) {
+      wrong.path.push(field);
+      return wrong;
+    }
   }
   return undefined;
+}
+
+/** "spec.ports[0].port" from the innermost-first segments. */
+function pathText(path: Segment[]): string {
+  let at = '';
+  for (let i = path.length - 1; i >= 0; i--) {
+    const s = path[i]!;
+    if (typeof s === 'number') at += `[${s}]`;
+    else if (s.startsWith('[')) at += s;
+    else at += at === '' ? s : `.${s}`;
+  }
+  return at;
 }
 
 const SHAPES = { Service: SERVICE, EndpointSlice: ENDPOINT_SLICE, Node: NODE };
@@ -101,7 +138,8 @@ export type WatchedKind = keyof typeof SHAPES;
 
 /** Why this object cannot be read as a `kind` (its first wrongly typed field), or undefined when it can. */
 export function shapeError(kind: WatchedKind, o: unknown): string | undefined {
-  return check(o, SHAPES[kind], '');
+  const wrong = check(o, SHAPES[kind]);
+  return wrong && `${pathText(wrong.path) || 'the object'} is ${kindOf(wrong.found)}, want ${wrong.want}`;
 }
 
 /** "namespace/name" ("name" for a Node) for a log line, whatever the metadata holds. */

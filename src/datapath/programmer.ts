@@ -220,13 +220,16 @@ export class LbProgrammer {
       revNatIds.push(id);
     }
     // IPv4: one master per frontend, its backend ids in its range.
-    const rangeIds = readRangeArray(maps.ranges);
+    // Read only when a master names a range: on a fresh node the services
+    // map is empty and the whole ARRAY (SLUICE_MAX_RANGE4 ids) is not worth a pass.
+    let rangeIds: Uint32Array | undefined;
     const owners: ProgrammedFrontend[] = [];
     for (const [k, v] of maps.services.readAll()) {
       const f = keyToFrontend(k);
       const id = frontendId(f);
       const backendIds: number[] = [];
-      for (let i = 0; i < v.count; i++) backendIds.push(rangeIds[v.backend_id + i] ?? 0);
+      if (v.count > 0) rangeIds ??= readRangeArray(maps.ranges);
+      for (let i = 0; i < v.count; i++) backendIds.push(rangeIds![v.backend_id + i] ?? 0);
       const fe = p.adoptMaster(f, id, v, backendIds);
       if (v.count > 0) {
         fe.rangeStart = v.backend_id;
@@ -721,10 +724,12 @@ export class LbProgrammer {
   private recordServiceNames(specs: Iterable<FrontendSpec>): void {
     const names = this.serviceNameWriter();
     if (!names) return;
+    const batch: Array<{ revNatId: number; proto: ProtoName; name: ServiceName }> = [];
     for (const f of specs) {
       const programmed = this.frontends.get(frontendId(f));
-      if (f.service && programmed) names.write(programmed.revNatId, f.proto, f.service);
+      if (f.service && programmed) batch.push({ revNatId: programmed.revNatId, proto: f.proto, name: f.service });
     }
+    names.writeMany(batch);
   }
 
   /** A name goes with the last scope of its frontend. */

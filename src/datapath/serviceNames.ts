@@ -78,11 +78,23 @@ export class ServiceNameWriter {
   }
 
   write(revNatId: number, proto: ProtoName, name: ServiceName): void {
-    const k = numberKey(revNatId, proto);
-    const cur = this.known.get(k);
-    if (cur && cur.namespace === name.namespace && cur.name === name.name && cur.portName === name.portName) return;
-    this.map.set(keyOf(revNatId, proto), encodeServiceName(name));
-    this.known.set(k, name);
+    this.writeMany([{ revNatId, proto, name }]);
+  }
+
+  /** The names that differ from the map's, in one batched update (a full sync names 20k frontends at 10k Services). */
+  writeMany(names: Iterable<{ revNatId: number; proto: ProtoName; name: ServiceName }>): void {
+    const entries: Array<[abi.LbSvcNameKey, abi.LbSvcName]> = [];
+    const known: Array<[number, ServiceName]> = [];
+    for (const { revNatId, proto, name } of names) {
+      const k = numberKey(revNatId, proto);
+      const cur = this.known.get(k);
+      if (cur && cur.namespace === name.namespace && cur.name === name.name && cur.portName === name.portName) continue;
+      entries.push([keyOf(revNatId, proto), encodeServiceName(name)]);
+      known.push([k, name]);
+    }
+    if (entries.length === 0) return;
+    this.map.setMany(entries);
+    for (const [k, name] of known) this.known.set(k, name);
   }
 
   forget(revNatId: number, proto: ProtoName): void {

@@ -127,7 +127,7 @@ export class IdArrayMap<V> extends TypedMap<number, V> {
     const out: Array<[number, V]> = [];
     const vs = this.valueCodec.size;
     for (let i = 0; i < count; i++) {
-      if (values.subarray(i * vs, (i + 1) * vs).equals(this.zero)) continue;
+      if (allZero(values, i * vs, vs)) continue;
       out.push([this.keyCodec.decode(keys, i * this.keyCodec.size), this.valueCodec.decode(values, i * vs)]);
     }
     return out;
@@ -138,9 +138,19 @@ export class IdArrayMap<V> extends TypedMap<number, V> {
     const { values, count } = this.map.lookupBatch(65536);
     const vs = this.valueCodec.size;
     let n = 0;
-    for (let i = 0; i < count; i++) if (!values.subarray(i * vs, (i + 1) * vs).equals(this.zero)) n++;
+    for (let i = 0; i < count; i++) if (!allZero(values, i * vs, vs)) n++;
     return n;
   }
+}
+
+/**
+ * Whether len bytes at off are all zero: a byte loop, no view or native call
+ * per entry (an agent's start reads every slot of its ARRAY tables, 262 144
+ * backends, most of them zero on a fresh node).
+ */
+function allZero(b: Buffer, off: number, len: number): boolean {
+  for (let j = off, end = off + len; j < end; j++) if (b[j] !== 0) return false;
+  return true;
 }
 
 /** A table of ids: IdArrayMap on an ARRAY, a plain TypedMap on a hash (IPv6, older pins). */

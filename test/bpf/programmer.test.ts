@@ -161,3 +161,31 @@ test('the programmer keeps backends compactly: 20 000 distinct backends under 2 
   assert.ok(perBackend < 200, `${perBackend.toFixed(0)} bytes of heap per backend`);
   assert.equal(p.backendById(p.programmedFrontends()[5]!.backendIds[3]!)?.address, '198.18.0.53');
 });
+
+test('the Service names of one apply go to the names map in one batched update, not one syscall per frontend (issue 12: 20k updates at 10k Services)', () => {
+  const names = maps.serviceNames!;
+  const single: unknown[] = [];
+  const batches: number[] = [];
+  const set = names.set.bind(names);
+  const setMany = names.setMany.bind(names);
+  names.set = (k, v) => {
+    single.push(k);
+    set(k, v);
+  };
+  names.setMany = (entries) => {
+    batches.push(entries.length);
+    setMany(entries);
+  };
+  const p = LbProgrammer.adopt(maps);
+  const specs = Array.from({ length: 300 }, (_, i) => ({ ...fe(`10.96.${i >> 8}.${i & 0xff}`, 80, backends(1)), service: { namespace: 'default', name: `s${i}`, portName: 'http' } }));
+  assert.equal(p.apply(specs, { prune: true }).failures.length, 0);
+  assert.equal(single.length, 0, `${single.length} single updates`);
+  assert.deepEqual(batches, [300]);
+  assert.equal(names.readAll().length, 300);
+  // Unchanged names are not written again; a changed one is, alone.
+  batches.length = 0;
+  specs[7] = { ...specs[7]!, service: { namespace: 'default', name: 's7', portName: 'https' } };
+  p.apply(specs, { prune: true });
+  assert.deepEqual(batches, [1]);
+  assert.equal(single.length, 0);
+});
