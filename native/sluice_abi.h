@@ -739,13 +739,21 @@ _Static_assert(sizeof(struct lb6_sock_term_event) == 32, "lb6_sock_term_event la
  * programs. Keyed by rev-NAT id and protocol, as a TCP and a UDP port on one
  * address:port share a rev-NAT id but can carry different port names.
  *
- * sluice_events is a ring buffer of lb_event records (drops with their reason,
- * refusals, new north-south flows) that `sluice monitor` reads. The programs
- * write to it only while sluice_ev_on names a listener, so a node where
- * nobody listens pays one array lookup at those (rare) points, nothing more.
+ * sluice_ev_v2 is a ring buffer of lb_event records (drops with their reason,
+ * refusals, new flows) of both address families that `sluice monitor` reads.
+ * The programs write to it only while sluice_ev_on names a listener, so a
+ * node where nobody listens pays one array lookup at those (rare) points.
+ *
+ * A ring's record layout is not in any BTF the agent or the ABI check can
+ * compare (a RINGBUF map has no key or value type), so a new record layout
+ * gets a new map name: the first layout (IPv4 only, 72 bytes) was written to
+ * sluice_events, which an upgraded agent unpins (RETIRED_MAPS in
+ * src/datapath/migrate.ts). An older `sluice monitor` then finds no ring and
+ * says so instead of misreading records; the monitor also skips, and counts,
+ * records whose size is not sizeof(struct lb_event).
  */
 #define SLUICE_MAP_SVC_NAMES sluice_svcname /* lb_svc_name_key -> lb_svc_name (written by the agent only) */
-#define SLUICE_MAP_EVENTS    sluice_events  /* ring buffer of struct lb_event */
+#define SLUICE_MAP_EVENTS    sluice_ev_v2   /* ring buffer of struct lb_event (layout 2: both families) */
 #define SLUICE_MAP_EVENTS_ON sluice_ev_on   /* __u32 0 -> lb_events_ctl (array of one, written by `sluice monitor`) */
 
 #define SLUICE_MAX_SVC_NAMES     131072   /* two protocols per rev-NAT id */
@@ -773,24 +781,34 @@ struct lb_events_ctl {
 	__u32 listener_pid; /* pid of the `sluice monitor` reading the ring; 0: nobody, emit nothing */
 };
 
+/* lb_event.family */
+#define LB_EVENT_FAMILY_IPV4 4
+#define LB_EVENT_FAMILY_IPV6 6
+
+/*
+ * Addresses are 16 bytes for both families: an IPv6 address as it is; an
+ * IPv4 address in the first 4 bytes (network order), the other 12 zero
+ * (family says which; a v4-mapped form would cost two more stores on the
+ * IPv4 paths for nothing the reader needs).
+ */
 struct lb_event {
-	__u64  timestamp_ns;    /* bpf_ktime_get_ns() */
-	__u64  netns_cookie;    /* socket path: the client's network namespace; 0 on TC */
-	__u32  pid;             /* socket path: the calling process (tgid); 0 on TC */
-	__u16  reason;          /* the SLUICE_MAP_COUNTERS index counted with it: names reason, direction, path */
-	__u8   type;            /* LB_EVENT_* */
-	__u8   proto;           /* LB_PROTO_* */
-	__be32 saddr;           /* client address (0 on the socket path: not bound yet at connect) */
-	__be32 daddr;           /* frontend address */
-	__be16 sport;           /* client port (0 on the socket path) */
-	__be16 dport;           /* frontend port */
-	__u32  rev_nat_id;      /* the frontend's rev-NAT id (0: not a frontend) */
-	__be32 backend_address; /* new flows: the backend picked; else 0 */
+	__u64  timestamp_ns;        /* bpf_ktime_get_ns() */
+	__u64  netns_cookie;        /* socket path: the client's network namespace; 0 on TC */
+	__u32  pid;                 /* socket path: the calling process (tgid); 0 on TC */
+	__u16  reason;              /* the SLUICE_MAP_COUNTERS index counted with it: names reason, direction, path */
+	__u8   type;                /* LB_EVENT_* */
+	__u8   proto;               /* LB_PROTO_* */
+	__u8   saddr[16];           /* client address (zero on the socket path: not bound yet at connect) */
+	__u8   daddr[16];           /* frontend address */
+	__u8   backend_address[16]; /* new flows: the backend picked; else zero */
+	__be16 sport;               /* client port (0 on the socket path) */
+	__be16 dport;               /* frontend port */
 	__be16 backend_port;
-	__u8   pad[2];
-	__u32  ifindex;         /* TC: the device; 0 on the socket path */
-	char   comm[16];        /* socket path: the calling task's name */
-	__u8   pad2[4];
+	__u8   family;              /* LB_EVENT_FAMILY_IPV4 or _IPV6: how to read the addresses */
+	__u8   pad;
+	__u32  rev_nat_id;          /* the frontend's rev-NAT id (0: not a frontend) */
+	__u32  ifindex;             /* TC: the device; 0 on the socket path */
+	char   comm[16];            /* socket path: the calling task's name */
 };
 
 _Static_assert(sizeof(struct lb_svc_name_key) == 8, "lb_svc_name_key layout");
@@ -798,7 +816,7 @@ _Static_assert(sizeof(struct lb4_maglev_key) == 8, "lb4_maglev_key layout");
 _Static_assert(sizeof(struct lb_maglev_row) == 32, "lb_maglev_row layout");
 _Static_assert(sizeof(struct lb_svc_name) == 144, "lb_svc_name layout");
 _Static_assert(sizeof(struct lb_events_ctl) == 4, "lb_events_ctl layout");
-_Static_assert(sizeof(struct lb_event) == 72, "lb_event layout");
+_Static_assert(sizeof(struct lb_event) == 104, "lb_event layout");
 /* ==== end of operator CLI ======================================================== */
 
 /* ==== least-connection (issue 15; bpf/lib/lc.h, docs/algorithms.md) =============

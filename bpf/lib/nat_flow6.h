@@ -40,6 +40,7 @@
 #include "nat_flow.h"
 #include "conntrack6.h"
 #include "frag6.h"
+#include "events6.h"
 
 /* ---- forwarding (nat_flow.h's lb4_tc_redirect) ---- */
 
@@ -608,8 +609,12 @@ static __always_inline bool lb6_source_allowed(__u32 rev_nat_id, const __u8 *cli
 
 static __always_inline int lb6_flow_no_backend(const struct lb4_service *svc, enum lb_path path)
 {
+	bool drop = path == LB_PATH_NORTH_SOUTH || (svc->flags & LB_SVC_FLAG_DROP_NO_BACKEND);
+
 	lb_path_count(path, LB_CNT_TC_NO_BACKEND);
-	if (path == LB_PATH_NORTH_SOUTH || (svc->flags & LB_SVC_FLAG_DROP_NO_BACKEND))
+	lb6_event_packet(drop ? LB_EVENT_DROP : LB_EVENT_REFUSED, lb_cnt_flow(lb_path_ct_flags(path), LB_CNT_TC_NO_BACKEND),
+			 &pkt->tuple, svc->rev_nat_id, path == LB_PATH_POD ? skb->ifindex : skb->ingress_ifindex);
+	if (drop)
 		return TC_ACT_SHOT;
 	return LB6_FLOW_REJECT;
 }
@@ -651,6 +656,7 @@ lb6_flow_new(void *ctx, const struct lb6_tuple *t, const struct lb4_tc_config *c
 	svc = *found; /* selection may re-read the master into it */
 	if (!pod && lb_svc_has_source_ranges(&svc) && !lb6_source_allowed(svc.rev_nat_id, t->saddr)) {
 		lb_count(LB_CNT_TC_SRC_RANGE_DROP);
+		lb6_event_packet(LB_EVENT_DROP, LB_CNT_TC_SRC_RANGE_DROP, t, svc.rev_nat_id, skb->ingress_ifindex);
 		return TC_ACT_SHOT;
 	}
 	if (!svc.count)
@@ -673,6 +679,8 @@ lb6_flow_new(void *ctx, const struct lb6_tuple *t, const struct lb4_tc_config *c
 		lb6_snat_address_for(ctx, ifindex, e->backend_address, e->nat_address);
 	if (lb6_is_zero(e->nat_address)) {
 		lb_path_count(path, LB_CNT_TC_SNAT_FAILED);
+		lb6_event_packet(LB_EVENT_DROP, lb_cnt_flow(lb_path_ct_flags(path), LB_CNT_TC_SNAT_FAILED), t, svc.rev_nat_id,
+				 pod ? skb->ifindex : skb->ingress_ifindex);
 		return TC_ACT_SHOT;
 	}
 	e->flags |= LB_CT_FLAG_SNAT;
@@ -730,6 +738,7 @@ static __noinline __attribute__((unused)) int lb6_flow_ingress(struct __sk_buff 
 	e = lb6_ct_scratch();
 	if (!e || lb6_ct_create_flow(&pkt.tuple, e, &cfg) < 0)
 		return TC_ACT_SHOT;
+	lb6_event_flow(e);
 	/* Its entries are written: translated as a known flow. */
 	rc = lb6_flow_ingress_known(skb, &pkt, &cfg, path);
 	return rc == LB6_FLOW_UNKNOWN ? TC_ACT_SHOT : rc;

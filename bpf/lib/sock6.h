@@ -204,8 +204,8 @@ static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const _
 		return 0;
 	}
 	if (svc.count == 0) {
-		/* No lb_event: its addresses are IPv4-sized (a later slice). */
 		lb_count(LB_CNT_SOCK_NO_BACKEND);
+		lb6_event_sock(ctx, LB_CNT_SOCK_NO_BACKEND, &key, svc.rev_nat_id);
 		return (svc.flags & LB_SVC_FLAG_DROP_NO_BACKEND) ? -EHOSTUNREACH : -ECONNREFUSED;
 	}
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);

@@ -78,6 +78,8 @@ export const LB_CT_FLAG_SNAT = 1;
 export const LB_CT_FLAG_SPORT = 128;
 export const LB_DSR_ENCAP_LEN = 20;
 export const LB_EVENT_DROP = 1;
+export const LB_EVENT_FAMILY_IPV4 = 4;
+export const LB_EVENT_FAMILY_IPV6 = 6;
 export const LB_EVENT_NEW_FLOW = 3;
 export const LB_EVENT_REFUSED = 2;
 export const LB_LC_FLOW_CLAIMED = 3;
@@ -127,7 +129,7 @@ export const SLUICE_MAP_CT4 = "sluice_ct4";
 export const SLUICE_MAP_CT6 = "sluice_ct6";
 export const SLUICE_MAP_CT6_TMP = "sluice_ct6_tmp";
 export const SLUICE_MAP_DSR_CFG = "sluice_dsr_cfg";
-export const SLUICE_MAP_EVENTS = "sluice_events";
+export const SLUICE_MAP_EVENTS = "sluice_ev_v2";
 export const SLUICE_MAP_EVENTS_ON = "sluice_ev_on";
 export const SLUICE_MAP_FRAG4 = "sluice_frag4";
 export const SLUICE_MAP_FRAG6 = "sluice_frag6";
@@ -1502,7 +1504,7 @@ export function decodeLbDsrConfig(buf: Buffer, off = 0): LbDsrConfig {
 }
 export const lb_dsr_configCodec: Codec<LbDsrConfig> = { size: 8, encode: encodeLbDsrConfig, decode: decodeLbDsrConfig };
 
-/** struct lb_event (72 bytes) */
+/** struct lb_event (104 bytes) */
 export interface LbEvent {
   timestamp_ns: bigint;
   netns_cookie: bigint;
@@ -1510,35 +1512,37 @@ export interface LbEvent {
   reason: number;
   type: number;
   proto: number;
-  saddr: number; // network byte order in the map
-  daddr: number; // network byte order in the map
+  saddr: Buffer;
+  daddr: Buffer;
+  backend_address: Buffer;
   sport: number; // network byte order in the map
   dport: number; // network byte order in the map
-  rev_nat_id: number;
-  backend_address: number; // network byte order in the map
   backend_port: number; // network byte order in the map
+  family: number;
+  rev_nat_id: number;
   ifindex: number;
   comm: Buffer;
 }
-export const LB_EVENT_SIZE = 72;
-export const lb_eventLayout: StructLayout = {"name":"lb_event","size":72,"fields":[{"name":"timestamp_ns","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"netns_cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"pid","kind":"int","offset":16,"size":4,"bigEndian":false},{"name":"reason","kind":"int","offset":20,"size":2,"bigEndian":false},{"name":"type","kind":"int","offset":22,"size":1,"bigEndian":false},{"name":"proto","kind":"int","offset":23,"size":1,"bigEndian":false},{"name":"saddr","kind":"int","offset":24,"size":4,"bigEndian":true},{"name":"daddr","kind":"int","offset":28,"size":4,"bigEndian":true},{"name":"sport","kind":"int","offset":32,"size":2,"bigEndian":true},{"name":"dport","kind":"int","offset":34,"size":2,"bigEndian":true},{"name":"rev_nat_id","kind":"int","offset":36,"size":4,"bigEndian":false},{"name":"backend_address","kind":"int","offset":40,"size":4,"bigEndian":true},{"name":"backend_port","kind":"int","offset":44,"size":2,"bigEndian":true},{"name":"pad","kind":"bytes","offset":46,"size":2},{"name":"ifindex","kind":"int","offset":48,"size":4,"bigEndian":false},{"name":"comm","kind":"bytes","offset":52,"size":16},{"name":"pad2","kind":"bytes","offset":68,"size":4}]};
-export function encodeLbEvent(v: LbEvent, buf: Buffer = Buffer.alloc(72), off = 0): Buffer {
-  buf.fill(0, off, off + 72);
+export const LB_EVENT_SIZE = 104;
+export const lb_eventLayout: StructLayout = {"name":"lb_event","size":104,"fields":[{"name":"timestamp_ns","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"netns_cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"pid","kind":"int","offset":16,"size":4,"bigEndian":false},{"name":"reason","kind":"int","offset":20,"size":2,"bigEndian":false},{"name":"type","kind":"int","offset":22,"size":1,"bigEndian":false},{"name":"proto","kind":"int","offset":23,"size":1,"bigEndian":false},{"name":"saddr","kind":"bytes","offset":24,"size":16},{"name":"daddr","kind":"bytes","offset":40,"size":16},{"name":"backend_address","kind":"bytes","offset":56,"size":16},{"name":"sport","kind":"int","offset":72,"size":2,"bigEndian":true},{"name":"dport","kind":"int","offset":74,"size":2,"bigEndian":true},{"name":"backend_port","kind":"int","offset":76,"size":2,"bigEndian":true},{"name":"family","kind":"int","offset":78,"size":1,"bigEndian":false},{"name":"pad","kind":"int","offset":79,"size":1,"bigEndian":false},{"name":"rev_nat_id","kind":"int","offset":80,"size":4,"bigEndian":false},{"name":"ifindex","kind":"int","offset":84,"size":4,"bigEndian":false},{"name":"comm","kind":"bytes","offset":88,"size":16}]};
+export function encodeLbEvent(v: LbEvent, buf: Buffer = Buffer.alloc(104), off = 0): Buffer {
+  buf.fill(0, off, off + 104);
   buf.writeBigUInt64LE(v.timestamp_ns, off + 0);
   buf.writeBigUInt64LE(v.netns_cookie, off + 8);
   buf.writeUInt32LE(v.pid >>> 0, off + 16);
   buf.writeUInt16LE(v.reason & 0xffff, off + 20);
   buf.writeUInt8(v.type & 0xff, off + 22);
   buf.writeUInt8(v.proto & 0xff, off + 23);
-  buf.writeUInt32BE(v.saddr >>> 0, off + 24);
-  buf.writeUInt32BE(v.daddr >>> 0, off + 28);
-  buf.writeUInt16BE(v.sport & 0xffff, off + 32);
-  buf.writeUInt16BE(v.dport & 0xffff, off + 34);
-  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 36);
-  buf.writeUInt32BE(v.backend_address >>> 0, off + 40);
-  buf.writeUInt16BE(v.backend_port & 0xffff, off + 44);
-  buf.writeUInt32LE(v.ifindex >>> 0, off + 48);
-  v.comm.copy(buf, off + 52, 0, 16);
+  v.saddr.copy(buf, off + 24, 0, 16);
+  v.daddr.copy(buf, off + 40, 0, 16);
+  v.backend_address.copy(buf, off + 56, 0, 16);
+  buf.writeUInt16BE(v.sport & 0xffff, off + 72);
+  buf.writeUInt16BE(v.dport & 0xffff, off + 74);
+  buf.writeUInt16BE(v.backend_port & 0xffff, off + 76);
+  buf.writeUInt8(v.family & 0xff, off + 78);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 80);
+  buf.writeUInt32LE(v.ifindex >>> 0, off + 84);
+  v.comm.copy(buf, off + 88, 0, 16);
   return buf;
 }
 export function decodeLbEvent(buf: Buffer, off = 0): LbEvent {
@@ -1549,18 +1553,19 @@ export function decodeLbEvent(buf: Buffer, off = 0): LbEvent {
     reason: buf.readUInt16LE(off + 20),
     type: buf.readUInt8(off + 22),
     proto: buf.readUInt8(off + 23),
-    saddr: buf.readUInt32BE(off + 24),
-    daddr: buf.readUInt32BE(off + 28),
-    sport: buf.readUInt16BE(off + 32),
-    dport: buf.readUInt16BE(off + 34),
-    rev_nat_id: buf.readUInt32LE(off + 36),
-    backend_address: buf.readUInt32BE(off + 40),
-    backend_port: buf.readUInt16BE(off + 44),
-    ifindex: buf.readUInt32LE(off + 48),
-    comm: Buffer.from(buf.subarray(off + 52, off + 52 + 16)),
+    saddr: Buffer.from(buf.subarray(off + 24, off + 24 + 16)),
+    daddr: Buffer.from(buf.subarray(off + 40, off + 40 + 16)),
+    backend_address: Buffer.from(buf.subarray(off + 56, off + 56 + 16)),
+    sport: buf.readUInt16BE(off + 72),
+    dport: buf.readUInt16BE(off + 74),
+    backend_port: buf.readUInt16BE(off + 76),
+    family: buf.readUInt8(off + 78),
+    rev_nat_id: buf.readUInt32LE(off + 80),
+    ifindex: buf.readUInt32LE(off + 84),
+    comm: Buffer.from(buf.subarray(off + 88, off + 88 + 16)),
   };
 }
-export const lb_eventCodec: Codec<LbEvent> = { size: 72, encode: encodeLbEvent, decode: decodeLbEvent };
+export const lb_eventCodec: Codec<LbEvent> = { size: 104, encode: encodeLbEvent, decode: decodeLbEvent };
 
 /** struct lb_events_ctl (4 bytes) */
 export interface LbEventsCtl {
@@ -1845,7 +1850,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_ct6_tmp: {"name":"sluice_ct6_tmp","type":6,"keyType":"u32","keySize":4,"valueType":"lb6_ct_entry","valueSize":112,"maxEntries":1},
   sluice_dsr_cfg: {"name":"sluice_dsr_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb_dsr_config","valueSize":8,"maxEntries":1},
   sluice_ev_on: {"name":"sluice_ev_on","type":2,"keyType":"u32","keySize":4,"valueType":"lb_events_ctl","valueSize":4,"maxEntries":1},
-  sluice_events: {"name":"sluice_events","type":27,"maxEntries":262144},
+  sluice_ev_v2: {"name":"sluice_ev_v2","type":27,"maxEntries":262144},
   sluice_frag4: {"name":"sluice_frag4","type":9,"keyType":"lb4_frag_key","keySize":12,"valueType":"lb4_frag_ports","valueSize":4,"maxEntries":8192},
   sluice_frag6: {"name":"sluice_frag6","type":9,"keyType":"lb6_frag_key","keySize":40,"valueType":"lb4_frag_ports","valueSize":4,"maxEntries":8192},
   sluice_icmp6_tmp: {"name":"sluice_icmp6_tmp","type":6,"keyType":"u32","keySize":4,"valueType":"lb6_icmp_scratch","valueSize":1536,"maxEntries":1},

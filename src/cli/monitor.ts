@@ -6,11 +6,16 @@
 // every tick (two monitors: when one exits, the other takes over within a
 // tick), and clears it on exit if it is still its own; a monitor killed
 // with SIGKILL leaves its pid, which the next monitor replaces and clears.
+//
+// Records carry both families (lb_event.family; 16-byte addresses, IPv4 in
+// the first 4 bytes). A record of another size was written by programs of
+// another Sluice version (the ring is not in any BTF the ABI check reads):
+// skipped and counted on stderr, never misread.
 import * as fs from 'node:fs';
 import * as abi from '../abi/generated';
 import { BpfMap, RingBuffer } from '../bpf';
 import { cString } from '../bpf/libbpf';
-import { numberToIp4, protoName } from '../datapath/addr';
+import { bytesToIp6, hostPort, protoName } from '../datapath/addr';
 import { COUNTERS, counterName } from '../datapath/counters';
 import { mapPinPath } from '../datapath/maps';
 import { TypedMap, u32Codec } from '../datapath/typedMap';
@@ -24,6 +29,7 @@ const TYPES: Record<number, EventType> = { [abi.LB_EVENT_DROP]: 'drop', [abi.LB_
 
 export interface EventView {
   time: string;
+  family: 'ipv4' | 'ipv6';
   type: EventType | string;
   /** counter labels "path/reason/direction" of the event (the same counter was bumped) */
   reason: string;
@@ -40,6 +46,19 @@ export interface EventView {
   netnsCookie?: string;
 }
 
+/** An lb_event address (16 bytes) as text, by the record's family. */
+function eventAddress(bytes: Buffer, family: number): string {
+  return family === abi.LB_EVENT_FAMILY_IPV6 ? bytesToIp6(bytes) : `${bytes[0]}.${bytes[1]}.${bytes[2]}.${bytes[3]}`;
+}
+
+const isZero = (b: Buffer) => b.every((x) => x === 0);
+
+/** "host:port" or "[v6]:port" -> [host, port]. */
+function splitEnd(end: string): [string, number] {
+  const at = end.lastIndexOf(':');
+  return [end.slice(0, at).replace(/^\[(.*)\]$/, '$1'), Number(end.slice(at + 1))];
+}
+
 /** Kernel monotonic ns -> wall clock, from the offset measured now. */
 export function eventView(e: abi.LbEvent, names: (revNatId: number, proto: 'tcp' | 'udp') => ServiceName | undefined, monoNowNs: bigint, wallNowMs: number): EventView {
   const labels = COUNTERS.get(e.reason);
@@ -47,15 +66,16 @@ export function eventView(e: abi.LbEvent, names: (revNatId: number, proto: 'tcp'
   const name = proto === 'tcp' || proto === 'udp' ? names(e.rev_nat_id, proto) : undefined;
   const view: EventView = {
     time: new Date(wallNowMs - Number((monoNowNs - e.timestamp_ns) / 1_000_000n)).toISOString(),
+    family: e.family === abi.LB_EVENT_FAMILY_IPV6 ? 'ipv6' : 'ipv4',
     type: TYPES[e.type] ?? `type-${e.type}`,
     reason: labels ? counterName(labels) : `counter-${e.reason}`,
     path: labels?.path ?? '?',
     proto,
-    frontend: `${numberToIp4(e.daddr)}:${e.dport}`,
+    frontend: hostPort(eventAddress(e.daddr, e.family), e.dport),
     revNatId: e.rev_nat_id,
   };
-  if (e.saddr) view.source = `${numberToIp4(e.saddr)}:${e.sport}`;
-  if (e.backend_address) view.backend = `${numberToIp4(e.backend_address)}:${e.backend_port}`;
+  if (!isZero(e.saddr)) view.source = hostPort(eventAddress(e.saddr, e.family), e.sport);
+  if (!isZero(e.backend_address)) view.backend = hostPort(eventAddress(e.backend_address, e.family), e.backend_port);
   if (name) view.service = formatServiceName(name);
   if (e.ifindex) view.ifindex = e.ifindex;
   if (e.pid) view.pid = e.pid;
@@ -87,8 +107,8 @@ export function eventMatches(v: EventView, f: EventFilter): boolean {
   if (f.proto !== undefined && v.proto !== f.proto) return false;
   if (f.service !== undefined && (!v.service || (v.service !== f.service && !v.service.startsWith(`${f.service}:`)))) return false;
   const ends = [v.source, v.frontend, v.backend].filter((x): x is string => !!x);
-  if (f.address !== undefined && !ends.some((e) => e.split(':')[0] === f.address)) return false;
-  if (f.port !== undefined && !ends.some((e) => Number(e.split(':')[1]) === f.port)) return false;
+  if (f.address !== undefined && !ends.some((e) => splitEnd(e)[0] === f.address)) return false;
+  if (f.port !== undefined && !ends.some((e) => splitEnd(e)[1] === f.port)) return false;
   return true;
 }
 
@@ -129,7 +149,7 @@ export const monitorCommand = {
     const duration = a.flags.has('duration') ? Number(a.flags.get('duration')) : Infinity;
     if (!(duration > 0)) throw new UsageError(`--duration ${a.flags.get('duration')}: positive seconds`);
     const ringPin = mapPinPath(bpffs, abi.SLUICE_MAP_EVENTS);
-    if (!fs.existsSync(ringPin)) throw new Error(`no pinned ring buffer ${ringPin}: these programs predate events, or Sluice is not installed under ${bpffs}`);
+    if (!fs.existsSync(ringPin)) throw new Error(`no pinned ring buffer ${ringPin}: Sluice is not installed under ${bpffs}, or its programs are older than this CLI (an older Sluice writes IPv4-only records to sluice_events, or has no events)`);
 
     const opened: BpfMap[] = [];
     const ring = BpfMap.fromPinned(ringPin);
@@ -145,9 +165,15 @@ export const monitorCommand = {
       return serviceNameOf(names, revNatId, proto);
     };
     let seen = 0;
+    let foreign = 0;
     let finish: (code: number) => void;
     const rb = new RingBuffer(ring, (record) => {
       if (seen >= count) return;
+      if (record.length !== abi.LB_EVENT_SIZE) {
+        // Programs of another Sluice version (see the top of this file).
+        if (foreign++ === 0) process.stderr.write(`sluice monitor: skipping records of ${record.length} bytes (this sluice reads ${abi.LB_EVENT_SIZE}-byte lb_event records): the programs and the CLI are of different Sluice versions\n`);
+        return;
+      }
       const view = eventView(abi.decodeLbEvent(record), nameOf, process.hrtime.bigint(), Date.now());
       if (!eventMatches(view, filter)) return;
       seen++;

@@ -7,12 +7,14 @@
 //  - socket       (bpf/lib/sock.h)   connect()/sendmsg() from the node or a pod
 //  - north_south  (bpf/lib/tc_lb.h)  a packet arriving on an external device
 //  - pod          (bpf/lib/pod_lb.h) a packet from a pod whose socket LB is bypassed
+// IPv6 destinations (trace6): the same three paths, mirroring lib/sock6.h and
+// lib/nat_flow6.h (north-south and pod veth share that pipeline).
 import * as abi from '../abi/generated';
 import { bytesToIp6, hostPort, ip4ToNumber, ip6ToBytes, numberToIp4, protoNumber, type ProtoName } from '../datapath/addr';
 import { formatServiceName, type ServiceName } from '../datapath/serviceNames';
 import { counterName, COUNTERS } from '../datapath/counters';
 import { flagNames, backendFlagNames, ALGORITHMS } from './inspect';
-import { hash64, loadedBe32, maglevEntry, maglevFlowHash } from '../datapath/maglev';
+import { hash64, loadedBe32, maglevEntry, maglevFlowHash, maglevFlowHash6 } from '../datapath/maglev';
 
 export type TracePath = 'socket' | 'north_south' | 'pod';
 
@@ -317,44 +319,138 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
   });
 }
 
-/** The IPv6 maps trace6 reads (socket path). */
+/** The IPv6 maps trace6 reads; the TC ones only when the TC programs pinned them. */
 export interface TraceMaps6 {
   service(key: abi.Lb6ServiceKey): abi.Lb4Service | undefined;
   backend(id: number): abi.Lb6Backend | undefined;
   serviceName(revNatId: number, proto: ProtoName): ServiceName | undefined;
+  /** loadBalancerSourceRanges of IPv6 frontends (sluice_srcrng6): an LPM match for this client. */
+  sourceAllowed?(revNatId: number, client: Buffer): boolean;
+  /** sluice_ct6 (TC paths). */
+  conntrack?: {
+    get(key: abi.Lb6CtKey): abi.Lb6CtEntry | undefined;
+    /** Original-direction entries from this client to this frontend (when no client port is given). */
+    flowsOf(client: Buffer, frontend: Buffer, port: number, proto: number): abi.Lb6CtEntry[];
+  };
+  /** The node's IPv6 SNAT address (sluice_tc_cfg6); undefined or zero: none. */
+  snatAddress?(): Buffer | undefined;
+  /** The family-blind maps IPv6 frontends share with IPv4 (by rev-NAT id / backend id). */
+  maglevTable?: TraceMaps['maglevTable'];
+  rrCursor?: TraceMaps['rrCursor'];
+  lcCount?: TraceMaps['lcCount'];
+  nowNs?(): bigint;
+}
+
+const ep6 = (address: Uint8Array, port: number) => hostPort(bytesToIp6(address), port);
+const zero16 = (b: Uint8Array) => b.every((x) => x === 0);
+
+function flowView6(e: abi.Lb6CtEntry, m: TraceMaps6, now: bigint): TraceFlow {
+  const backend = m.backend(e.backend_id);
+  return {
+    direction: e.dir === abi.LB_CT_DIR_REPLY ? 'reply' : 'original',
+    state: ctStateName(e.flags, e.proto),
+    flags: ctFlagNames(e.flags),
+    client: ep6(e.client_address, e.client_port),
+    frontend: ep6(e.frontend_address, e.frontend_port),
+    backend: ep6(e.backend_address, e.backend_port),
+    backendId: e.backend_id,
+    nat: !zero16(e.nat_address) || e.nat_port ? ep6(zero16(e.nat_address) ? e.client_address : e.nat_address, e.nat_port) : undefined,
+    expiresInSeconds: Number((e.expires_ns - now) / 1_000_000n) / 1000,
+    packets: Number(e.packets),
+    bytes: Number(e.bytes),
+    // lb6_ct_backend_alive: same id, same address and port.
+    backendAlive: !!backend && Buffer.compare(backend.address, e.backend_address) === 0 && backend.port === e.backend_port,
+  };
 }
 
 /**
- * The socket path for an IPv6 destination (lib/sock6.h lb6_sock_xlate_fwd):
- * the internal-scope twin where there is one, the backends of every slot,
- * and what connect()/sendmsg() get. The TC paths are IPv4 in this build.
- * Affinity (keyed by the netns cookie in sluice_affin6) is not looked up.
+ * An IPv6 destination on one of the three paths:
+ *  - socket (lib/sock6.h lb6_sock_xlate_fwd): the internal-scope twin where
+ *    there is one, the backends of every slot, what connect()/sendmsg() get.
+ *  - north_south and pod (lib/nat_flow6.h, one pipeline for both): a known
+ *    flow or reply in sluice_ct6 first; then lb6_flow_new: the frontend
+ *    (north-south: NodePort / ExternalIP / LoadBalancer only, source ranges
+ *    from sluice_srcrng6; pod: any, internal twin), no backends (north-south
+ *    drops; the pod path rejects with ICMPv6 unless no endpoint may be used
+ *    from here), SNAT (north-south but externalTrafficPolicy Local to a local
+ *    backend; the pod path only for hairpin).
+ * The next pick where state or hashes decide it: round-robin's cursor and
+ * least-connection's counts (the family-blind sluice_rr4 / sluice_lc_cnt4),
+ * source-hash by the client address and Maglev by the 5-tuple on the TC
+ * paths (the data path's hashes, lb6_flow_start). Affinity entries
+ * (sluice_affin6) are not looked up.
  */
-export function trace6(input: Omit<TraceInput, 'path' | 'netnsCookie'>, m: TraceMaps6): TraceResult {
+export function trace6(input: Omit<TraceInput, 'path' | 'netnsCookie'> & { path?: TracePath }, m: TraceMaps6): TraceResult {
+  const path = input.path ?? 'socket';
+  const tc = path !== 'socket';
+  const pod = path === 'pod';
   const address = ip6ToBytes(input.address);
+  const client = ip6ToBytes(input.client);
   const proto = protoNumber(input.proto);
+  const now = m.nowNs?.() ?? 0n;
+  const pathCounter = (c: number) => counter(pod ? c + abi.LB_CNT_POD_OFFSET : c);
   const result: TraceResult = {
-    path: 'socket',
+    path,
     packet: `${input.clientPort !== undefined ? hostPort(input.client, input.clientPort) : input.client} -> ${hostPort(input.address, input.port)}/${input.proto}`,
     verdict: { action: 'pass', reason: '' },
   };
+  let gone: string | undefined;
+  const finish = (verdict: TraceResult['verdict']): TraceResult => {
+    result.verdict = gone ? { ...verdict, reason: `${gone}; ${verdict.reason}` } : verdict;
+    return result;
+  };
+
+  // TC paths: a reply or a known flow of this path wins over the service lookup (lb6_flow_ingress_known).
+  if (tc && m.conntrack) {
+    const onPath = (e: abi.Lb6CtEntry) => (e.flags & abi.LB_CT_FLAG_POD) === (pod ? abi.LB_CT_FLAG_POD : 0);
+    const live = (e: abi.Lb6CtEntry | undefined) => (e && e.expires_ns > now && onPath(e) ? e : undefined);
+    if (input.clientPort !== undefined) {
+      const tuple = { saddr: client, daddr: address, sport: input.clientPort, dport: input.port, proto };
+      const reply = live(m.conntrack.get({ ...tuple, dir: abi.LB_CT_DIR_REPLY }));
+      if (reply && reply.flags & abi.LB_CT_FLAG_SNAT) {
+        result.conntrack = [flowView6(reply, m, now)];
+        return finish({ action: 'reply', reason: `reply of a known flow: restored to ${ep6(reply.frontend_address, reply.frontend_port)} -> ${ep6(reply.client_address, reply.client_port)}`, counter: pathCounter(abi.LB_CNT_TC_REV_XLATED) });
+      }
+      const orig = live(m.conntrack.get({ ...tuple, dir: abi.LB_CT_DIR_ORIGINAL }));
+      if (orig) {
+        const view = flowView6(orig, m, now);
+        result.conntrack = [view];
+        if (view.backendAlive) {
+          const reopen = orig.proto === abi.LB_PROTO_TCP && orig.flags & abi.LB_CT_FLAG_CLOSING;
+          return finish({ action: 'translate', reason: `known flow (${view.state}) to backend ${view.backend}${view.nat ? `, source ${view.nat}` : ''}${reopen ? '; a new SYN on this tuple would open a new flow' : ''}` });
+        }
+        // lb6_ct_live_original: a flow whose backend went is deleted and balanced again.
+        gone = `the known flow's backend ${view.backend} is gone: the flow is deleted (${pathCounter(abi.LB_CNT_TC_BACKEND_GONE)}) and the packet balanced as new`;
+      }
+    } else {
+      const flows = m.conntrack.flowsOf(client, address, input.port, proto).filter((e) => live(e));
+      if (flows.length) result.conntrack = flows.map((e) => flowView6(e, m, now));
+    }
+  }
+
+  // lb6_lookup_service: the internal-scope twin for in-cluster traffic (socket, pod).
   const key = (scope: number, slot: number): abi.Lb6ServiceKey => ({ address, port: input.port, proto, scope, backend_slot: slot });
   let scope: number = abi.LB_SCOPE_EXTERNAL;
   let svc = m.service(key(scope, 0));
-  if (svc && svc.flags & abi.LB_SVC_FLAG_TWO_SCOPES) {
+  if (svc && path !== 'north_south' && svc.flags & abi.LB_SVC_FLAG_TWO_SCOPES) {
     scope = abi.LB_SCOPE_INTERNAL;
     svc = m.service(key(scope, 0));
   }
-  if (!svc) {
-    result.verdict = { action: 'pass', reason: 'not a frontend: the call proceeds untouched' };
-    return result;
-  }
+  if (!svc) return finish({ action: 'pass', reason: `not a frontend: ${tc ? 'the packet passes' : 'the call proceeds'} untouched` });
+  const extLocal = (svc.flags & abi.LB_SVC_FLAG_EXT_LOCAL) !== 0;
   const backends: TraceBackend[] = [];
   for (let slot = 1; slot <= svc.count; slot++) {
     const s = m.service(key(scope, slot));
     const b = s ? m.backend(s.backend_id) : undefined;
-    backends.push(b ? { slot, id: s!.backend_id, address: bytesToIp6(b.address), port: b.port, flags: backendFlagNames(b.flags) }
-      : { slot, id: s?.backend_id ?? 0, flags: [], missing: true });
+    if (!b) {
+      backends.push({ slot, id: s?.backend_id ?? 0, flags: [], missing: true });
+      continue;
+    }
+    const row: TraceBackend = { slot, id: s!.backend_id, address: bytesToIp6(b.address), port: b.port, flags: backendFlagNames(b.flags) };
+    const hairpin = Buffer.compare(b.address, client) === 0;
+    if (path === 'north_south') row.snat = hairpin || !(extLocal && b.flags & abi.LB_BACKEND_FLAG_LOCAL);
+    if (pod) row.snat = hairpin;
+    backends.push(row);
   }
   const name = m.serviceName(svc.rev_nat_id, input.proto);
   result.frontend = {
@@ -367,18 +463,96 @@ export function trace6(input: Omit<TraceInput, 'path' | 'netnsCookie'>, m: Trace
     affinityTimeoutSeconds: svc.affinity_timeout,
     backends,
   };
+  const rangesApply = (svc.flags & abi.LB_SVC_FLAG_SOURCE_RANGE) !== 0;
+  if (rangesApply && m.sourceAllowed) {
+    // Only the north-south path checks IPv6 sources (the IPv6 socket hooks and the pod path do not).
+    result.sourceRange = { applies: true, allowed: m.sourceAllowed(svc.rev_nat_id, client), enforced: path === 'north_south' };
+  }
+  if (path === 'north_south') {
+    if (!(svc.flags & (abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_LOADBALANCER))) {
+      return finish({ action: 'pass', reason: 'a ClusterIP frontend: not served on external devices, the packet passes untouched' });
+    }
+    if (result.sourceRange && !result.sourceRange.allowed) return finish({ action: 'drop', reason: 'source outside loadBalancerSourceRanges', counter: counter(abi.LB_CNT_TC_SRC_RANGE_DROP) });
+  }
   if (svc.count === 0) {
     const drop = (svc.flags & abi.LB_SVC_FLAG_DROP_NO_BACKEND) !== 0;
-    result.verdict = { action: 'refuse', reason: `no backends: connect()/sendmsg() fail with ${drop ? 'EHOSTUNREACH' : 'ECONNREFUSED'}`, counter: counter(abi.LB_CNT_SOCK_NO_BACKEND) };
-    return result;
+    if (!tc) return finish({ action: 'refuse', reason: `no backends: connect()/sendmsg() fail with ${drop ? 'EHOSTUNREACH' : 'ECONNREFUSED'}`, counter: counter(abi.LB_CNT_SOCK_NO_BACKEND) });
+    // lb6_flow_no_backend: north-south always drops; the pod path rejects unless no endpoint may be used from here.
+    return finish(!pod || drop
+      ? { action: 'drop', reason: `no ${extLocal ? 'local ' : drop ? 'usable ' : ''}backends: dropped`, counter: pathCounter(abi.LB_CNT_TC_NO_BACKEND) }
+      : { action: 'reject', reason: 'no backends: ICMPv6 port unreachable sent back into the pod', counter: pathCounter(abi.LB_CNT_TC_NO_BACKEND) });
   }
-  const missing = backends.filter((b) => b.missing).length;
-  result.verdict = {
-    action: 'translate',
-    reason: `to one of ${backends.length} backends (${result.frontend.algorithm})${missing ? `; ${missing} slot(s) missing, a pick of one fails (agent mid-update)` : ''}`,
-    counter: counter(abi.LB_CNT_SOCK_TRANSLATED),
-  };
-  return result;
+  result.pick = predictPick6(path, input, svc, scope, backends, m, client);
+  const usable = backends.filter((b) => !b.missing);
+  const missing = backends.length - usable.length;
+  const pick = result.pick;
+  let reason = pick?.backend
+    ? `to backend #${pick.backendId} ${pick.backend} (${result.frontend.algorithm}, ${pick.slot !== undefined ? `slot ${pick.slot}` : `table entry ${pick.entry}`} by ${pick.hashedBy})`
+    : `to one of ${backends.length} backends (${result.frontend.algorithm})${missing ? `; ${missing} slot(s) missing, a pick of one fails (agent mid-update)` : ''}`;
+  if (path === 'north_south') {
+    const chosen = pick?.backendId !== undefined ? usable.filter((b) => b.id === pick.backendId) : usable;
+    const snat = chosen.filter((b) => b.snat);
+    const to = m.snatAddress?.();
+    if (snat.length && (!to || zero16(to))) {
+      reason += `; ${snat.length === chosen.length ? 'every' : `${snat.length} of ${chosen.length}`} backend(s) need SNAT and no IPv6 SNAT address is configured: dropped (${counter(abi.LB_CNT_TC_SNAT_FAILED)})`;
+    } else if (snat.length) {
+      reason += `; source SNATed to ${bytesToIp6(to!)}${snat.length === chosen.length ? '' : ' for remote backends (client address kept for local ones)'}`;
+    }
+  }
+  if (pod && usable.some((b) => b.snat)) reason += `; hairpin to the pod itself: source becomes ${hostPort(input.address, input.port)}'s address`;
+  return finish({ action: 'translate', reason, counter: tc ? pathCounter(abi.LB_CNT_TC_TRANSLATED) : counter(abi.LB_CNT_SOCK_TRANSLATED) });
+}
+
+/**
+ * The next pick for an IPv6 frontend (lb6_select_backend, lb6_flow_start):
+ * round-robin and least-connection from live state on every path; on the TC
+ * paths source-hash by the client address (the xor of its four 32-bit
+ * words) and Maglev by the 5-tuple (lb6_maglev_flow_hash, mirrored in
+ * maglevFlowHash6), or by the client with ClientIP affinity. The socket
+ * path hashes cookies a trace does not know.
+ */
+function predictPick6(path: TracePath, input: Omit<TraceInput, 'path' | 'netnsCookie'>, svc: abi.Lb4Service, scope: number, backends: TraceBackend[], m: TraceMaps6, client: Buffer): TraceResult['pick'] {
+  const algorithm = ALGORITHMS[svc.algorithm] ?? `algorithm ${svc.algorithm}`;
+  if (svc.algorithm === abi.LB_ALG_ROUND_ROBIN) return rrPick(algorithm, svc, backends, m);
+  if (svc.algorithm === abi.LB_ALG_LEAST_CONN) return lcPick(algorithm, svc, backends, m);
+  if (svc.algorithm !== abi.LB_ALG_SOURCE_HASH && svc.algorithm !== abi.LB_ALG_MAGLEV) return undefined;
+  const affinity = (svc.flags & abi.LB_SVC_FLAG_AFFINITY) !== 0;
+  const flowHash = svc.algorithm === abi.LB_ALG_MAGLEV && !affinity;
+  if (path === 'socket') {
+    return { algorithm, hashedBy: flowHash ? 'socket cookie' : 'netns cookie', note: 'the IPv6 socket path hashes a cookie a trace does not know' };
+  }
+  const hashedBy = flowHash ? '5-tuple' : 'client address';
+  let clientId: bigint | undefined;
+  if (!flowHash) clientId = BigInt((client.readUInt32LE(0) ^ client.readUInt32LE(4) ^ client.readUInt32LE(8) ^ client.readUInt32LE(12)) >>> 0);
+  else if (input.clientPort !== undefined) clientId = maglevFlowHash6({ saddr: input.client, daddr: input.address, sport: input.clientPort, dport: input.port, proto: input.proto });
+  const pick: NonNullable<TraceResult['pick']> = { algorithm, hashedBy };
+  const byId = (id: number) => backends.find((b) => b.id === id && !b.missing);
+  if (svc.algorithm === abi.LB_ALG_MAGLEV) {
+    const table = m.maglevTable?.({ revNatId: svc.rev_nat_id, proto: input.proto, scope: scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' });
+    if (!table || table.m === 0) {
+      pick.note = `no Maglev table for this frontend: a random slot (${counter(abi.LB_CNT_MAGLEV_FALLBACK)})`;
+      return pick;
+    }
+    if (clientId === undefined) {
+      pick.note = 'give the client port ([SRC]:PORT) to hash the 5-tuple';
+      return pick;
+    }
+    pick.entry = maglevEntry(clientId, table.m);
+    const id = table.ids[pick.entry]!;
+    const b = byId(id);
+    pick.backendId = id;
+    if (b) pick.backend = hostPort(b.address!, b.port!);
+    else pick.note = `entry ${pick.entry} names backend #${id}, not in the backends map: a random slot (${counter(abi.LB_CNT_MAGLEV_FALLBACK)})`;
+    return pick;
+  }
+  // lb4_slot_choice: (u32)lb_hash64(client ^ (rev-NAT id << 32)); slot = choice % count + 1.
+  const choice = Number(hash64(clientId! ^ (BigInt(svc.rev_nat_id) << 32n)) & 0xffffffffn);
+  pick.slot = (choice % svc.count) + 1;
+  const row = backends[pick.slot - 1];
+  pick.backendId = row?.id;
+  if (row && !row.missing) pick.backend = hostPort(row.address!, row.port!);
+  else pick.note = `slot ${pick.slot} is missing (agent mid-update): the program retries below it`;
+  return pick;
 }
 
 /** The affinity entry the program would consult (lb4_affinity_backend_id). */
@@ -484,7 +658,7 @@ function predictPick(input: TraceInput, svc: abi.Lb4Service, scope: number, back
  * cursor in sluice_rr4, slot cursor % count + 1. It is the next new
  * connection or flow of this frontend from any client that takes it.
  */
-function rrPick(algorithm: string, svc: abi.Lb4Service, backends: TraceBackend[], m: TraceMaps): TraceResult['pick'] {
+function rrPick(algorithm: string, svc: abi.Lb4Service, backends: TraceBackend[], m: Pick<TraceMaps, 'rrCursor'>): TraceResult['pick'] {
   const pick: NonNullable<TraceResult['pick']> = { algorithm, hashedBy: 'the frontend\'s cursor' };
   const cursor = m.rrCursor?.(svc.rev_nat_id);
   if (cursor === undefined) {
@@ -495,7 +669,7 @@ function rrPick(algorithm: string, svc: abi.Lb4Service, backends: TraceBackend[]
   pick.slot = (cursor % svc.count) + 1;
   const row = backends[pick.slot - 1];
   pick.backendId = row?.id;
-  if (row && !row.missing) pick.backend = `${row.address}:${row.port}`;
+  if (row && !row.missing) pick.backend = hostPort(row.address!, row.port!);
   else pick.note = `slot ${pick.slot} is missing (agent mid-update): the program retries below it`;
   return pick;
 }
@@ -506,7 +680,7 @@ function rrPick(algorithm: string, svc: abi.Lb4Service, backends: TraceBackend[]
  * pick is the least loaded (a tie: any of the tied, by the scan's random
  * start); with more, the least of a random window of LB_LC_SCAN.
  */
-function lcPick(algorithm: string, svc: abi.Lb4Service, backends: TraceBackend[], m: TraceMaps): TraceResult['pick'] {
+function lcPick(algorithm: string, svc: abi.Lb4Service, backends: TraceBackend[], m: Pick<TraceMaps, 'lcCount'>): TraceResult['pick'] {
   const pick: NonNullable<TraceResult['pick']> = { algorithm, hashedBy: 'active connections' };
   const usable = backends.filter((b) => !b.missing);
   const counts = usable.map((b) => [b, m.lcCount?.(b.id)] as const);
@@ -524,7 +698,7 @@ function lcPick(algorithm: string, svc: abi.Lb4Service, backends: TraceBackend[]
     const b = least[0]!;
     pick.backendId = b.id;
     pick.slot = b.slot;
-    pick.backend = `${b.address}:${b.port}`;
+    pick.backend = hostPort(b.address!, b.port!);
   } else {
     pick.note = `tied at ${min} active: one of ${least.map((b) => `#${b.id}`).join(', ')} (the scan starts at a random slot)`;
   }

@@ -5,9 +5,9 @@ import { isIPv4, isIPv6 } from 'node:net';
 import * as abi from '../abi/generated';
 import { UsageError, type ParsedArgs } from './args';
 import { withMaps } from './inspect';
-import { trace, trace6, type TraceMaps, type TracePath, type TraceResult } from './trace';
+import { trace, trace6, type TraceMaps, type TraceMaps6, type TracePath, type TraceResult } from './trace';
 import { canonicalIp6, checkPort, hostPort, isIp6, parseEndpoint } from '../datapath/addr';
-import { mapPinPath, type SockLbMaps } from '../datapath/maps';
+import { mapPinPath, type SockLbMaps, type SockLbMaps6 } from '../datapath/maps';
 import { BpfMap } from '../bpf/map';
 import { TypedMap, u32Codec } from '../datapath/typedMap';
 import { readServiceNames, serviceNameOf } from '../datapath/serviceNames';
@@ -27,22 +27,56 @@ export function parseClient(text: string): { address: string; port?: number } {
   return m[2] === undefined ? { address: m[1]! } : { address: m[1]!, port: checkPort(Number(m[2]), `source ${text}`) };
 }
 
-/** TraceMaps over the pinned maps; conntrack and TC config only when the TC programs pinned them. */
-function pinnedTraceMaps(bpffs: string, maps: SockLbMaps, opened: BpfMap[]): TraceMaps {
-  const openIf = (name: string) => {
-    const pin = mapPinPath(bpffs, name);
-    if (!fs.existsSync(pin)) return undefined;
-    const m = BpfMap.fromPinned(pin);
-    opened.push(m);
-    return m;
-  };
-  const rrMap = openIf(abi.SLUICE_MAP_RR4);
-  const lcMap = openIf(abi.SLUICE_MAP_LC_COUNT4);
+function openPinnedIf(bpffs: string, opened: BpfMap[], name: string): BpfMap | undefined {
+  const pin = mapPinPath(bpffs, name);
+  if (!fs.existsSync(pin)) return undefined;
+  const m = BpfMap.fromPinned(pin);
+  opened.push(m);
+  return m;
+}
+
+/** Round-robin cursors and least-connection counts: one map each for both families. */
+function algorithmState(bpffs: string, opened: BpfMap[]): Pick<TraceMaps, 'rrCursor' | 'lcCount'> {
+  const rrMap = openPinnedIf(bpffs, opened, abi.SLUICE_MAP_RR4);
+  const lcMap = openPinnedIf(bpffs, opened, abi.SLUICE_MAP_LC_COUNT4);
   const arrayU32 = (map: BpfMap | undefined, i: number, signed: boolean): number | undefined => {
     if (!map || i < 0 || i >= map.maxEntries) return undefined;
     const v = map.lookup(u32Codec.encode(i));
     return v ? (signed ? v.readInt32LE(0) : v.readUInt32LE(0)) : undefined;
   };
+  return {
+    rrCursor: (revNatId) => arrayU32(rrMap, revNatId, false),
+    lcCount: (backendId) => arrayU32(lcMap, backendId, true),
+  };
+}
+
+/** TraceMaps6 over the pinned IPv6 maps; conntrack and the SNAT address only when the TC programs pinned them. */
+function pinnedTraceMaps6(bpffs: string, maps: SockLbMaps, v6: SockLbMaps6, opened: BpfMap[]): TraceMaps6 {
+  const ctMap = openPinnedIf(bpffs, opened, abi.SLUICE_MAP_CT6);
+  const cfgMap = openPinnedIf(bpffs, opened, abi.SLUICE_MAP_TC_CONFIG6);
+  const ct = ctMap && new TypedMap(ctMap, abi.lb6_ct_keyCodec, abi.lb6_ct_entryCodec);
+  const cfg = cfgMap && new TypedMap(cfgMap, u32Codec, abi.lb6_tc_configCodec);
+  const names = maps.serviceNames ? readServiceNames(maps.serviceNames) : new Map();
+  return {
+    service: (k) => v6.services.get(k),
+    backend: (id) => v6.backends.get(id),
+    serviceName: (revNatId, proto) => serviceNameOf(names, revNatId, proto),
+    sourceAllowed: v6.sourceRanges && ((revNatId, client) => v6.sourceRanges!.get({ prefixlen: 32 + 128, rev_nat_id: revNatId, address: client }) !== undefined),
+    conntrack: ct && {
+      get: (k) => ct.get(k),
+      flowsOf: (client, frontend, port, proto) => ct.readAll().filter(([k, e]) =>
+        k.dir === abi.LB_CT_DIR_ORIGINAL && client.equals(e.client_address) && frontend.equals(e.frontend_address) && e.frontend_port === port && e.proto === proto).map(([, e]) => e),
+    },
+    snatAddress: () => cfg?.get(0)?.snat_address,
+    maglevTable: (f) => (maps.maglev ? readMaglevTable(maps.maglev, f) : undefined),
+    ...algorithmState(bpffs, opened),
+    nowNs: () => process.hrtime.bigint(),
+  };
+}
+
+/** TraceMaps over the pinned maps; conntrack and TC config only when the TC programs pinned them. */
+function pinnedTraceMaps(bpffs: string, maps: SockLbMaps, opened: BpfMap[]): TraceMaps {
+  const openIf = (name: string) => openPinnedIf(bpffs, opened, name);
   const ctMap = openIf(abi.SLUICE_MAP_CT4);
   const cfgMap = openIf(abi.SLUICE_MAP_TC_CONFIG);
   const ct = ctMap && new TypedMap(ctMap, abi.lb4_ct_keyCodec, abi.lb4_ct_entryCodec);
@@ -63,8 +97,7 @@ function pinnedTraceMaps(bpffs: string, maps: SockLbMaps, opened: BpfMap[]): Tra
     isNodePortAddress: (address) => maps.nodeIps.get(address) !== undefined,
     serviceName: (revNatId, proto) => serviceNameOf(names, revNatId, proto),
     maglevTable: (f) => (maps.maglev ? readMaglevTable(maps.maglev, f) : undefined),
-    rrCursor: (revNatId) => arrayU32(rrMap, revNatId, false),
-    lcCount: (backendId) => arrayU32(lcMap, backendId, true),
+    ...algorithmState(bpffs, opened),
     nowNs: () => process.hrtime.bigint(), // CLOCK_MONOTONIC, as bpf_ktime_get_ns()
   };
 }
@@ -118,16 +151,14 @@ export const traceCommand = {
       throw new UsageError(`source ${src} and destination ${dst}: give both of the same family (a dual-stack socket's ::ffff:a.b.c.d is traced as IPv4)`);
     }
     if (isIp6(destination.address)) {
-      if (path !== 'socket') throw new UsageError(`--path ${a.flags.get('path')}: IPv6 is traced on the socket path only (the TC and pod-veth paths of this build are IPv4)`);
       const result6 = withMaps(bpffs, (maps) => {
         if (!maps.v6) throw new UsageError(`the maps under ${bpffs} have no IPv6 tables (pinned by an IPv4-only Sluice)`);
-        const v6 = maps.v6;
-        const names = maps.serviceNames ? readServiceNames(maps.serviceNames) : new Map();
-        return trace6({ client: client.address, clientPort: client.port, ...destination }, {
-          service: (k) => v6.services.get(k),
-          backend: (id) => v6.backends.get(id),
-          serviceName: (revNatId, proto) => serviceNameOf(names, revNatId, proto),
-        });
+        const opened: BpfMap[] = [];
+        try {
+          return trace6({ path, client: client.address, clientPort: client.port, ...destination }, pinnedTraceMaps6(bpffs, maps, maps.v6, opened));
+        } finally {
+          for (const m of opened) m.close();
+        }
       });
       process.stdout.write(output === 'json' ? JSON.stringify(result6, null, 2) + '\n' : renderTrace(result6));
       return 0;

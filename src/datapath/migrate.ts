@@ -137,6 +137,17 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_XDP_S6]: { kind: 'drop', reason: 'scratch space of one IPv6 packet: nothing lives in it between packets' },
 };
 
+/**
+ * Pins of maps no build declares any more, unpinned by finish (the old
+ * programs hold their own references until their links are swapped). A map
+ * whose layout no BTF describes (a ring buffer's records) changes its name
+ * instead of its layout version, so that programs and readers of different
+ * versions never share it: the old name is listed here.
+ */
+export const RETIRED_MAPS: Record<string, string> = {
+  sluice_events: 'ring of lb_event layout 1 (IPv4 only, 72 bytes); now sluice_ev_v2 (both families, 104 bytes)',
+};
+
 /** Unlisted maps: copied when the layout allows it, else empty (logged). */
 const DEFAULT_POLICY: MapPolicy = { kind: 'rebuild' };
 
@@ -282,6 +293,7 @@ export class MapMigration {
       fs.rmSync(path.join(this.opts.bpffs, oldPinName(c.map)), { force: true });
     }
     this.old.clear();
+    for (const name of Object.keys(RETIRED_MAPS)) fs.rmSync(path.join(this.opts.bpffs, name), { force: true });
     recordLayouts(this.opts.bpffs, this.declared.map((d) => [d.name, layoutOf(this.policies, d.name)]));
     return [...this.results.values()];
   }

@@ -1,8 +1,8 @@
 // `sluice trace` for IPv6 (issue 14), socket path: the IPv6 frontends, their
 // backends and the verdict connect() gets, read from real pinned maps made
 // by `sluice attach` + `sluice service upsert` in a throwaway sandbox; then a
-// real IPv6 connect() confirms the "refuse" verdict. The TC paths are IPv4 in
-// this build and say so.
+// real IPv6 connect() confirms the "refuse" verdict. The TC paths:
+// test/bpf/cli_trace6_tc.test.ts.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -55,10 +55,7 @@ test('no backends: refuse, and a real IPv6 connect() is refused at once; not a f
   assert.equal(none.verdict.action, 'pass');
 });
 
-test('the TC paths are IPv4 in this build: an IPv6 trace there is a usage error that says so; families must match', () => {
-  const r = trace('fd00:18::9', `[${VIP6}]:80/tcp`, '--path', 'north-south');
-  assert.equal(r.status, 2);
-  assert.match(r.stderr, /IPv6.*socket path/);
+test('families must match (the TC paths trace IPv6 too: test/bpf/cli_trace6_tc.test.ts)', () => {
   const mixed = trace('198.18.0.9', `[${VIP6}]:80/tcp`);
   assert.equal(mixed.status, 2);
   assert.match(mixed.stderr, /same family/);

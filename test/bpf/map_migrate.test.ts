@@ -284,3 +284,21 @@ test('a migration cut short by a kill is finished by the next start: a moved-asi
     sb.close();
   }
 });
+
+test('the IPv4-only event ring of an older Sluice (sluice_events, 72-byte records) is unpinned at the upgrade; the new ring has its own name', () => {
+  const sb = Sandbox.create('sluice-migr');
+  try {
+    fs.mkdirSync(sb.bpffs, { recursive: true });
+    const old = BpfMap.create({ type: MapType.RINGBUF, name: 'sluice_events', keySize: 0, valueSize: 0, maxEntries: abi.SLUICE_EVENTS_RING_BYTES });
+    old.pin(path.join(sb.bpffs, 'sluice_events'));
+    old.close();
+    installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup });
+    assert.ok(!fs.existsSync(path.join(sb.bpffs, 'sluice_events')), 'the old ring is unpinned: an older `sluice monitor` finds no ring instead of misreading records');
+    assert.equal(abi.SLUICE_MAP_EVENTS, 'sluice_ev_v2');
+    const ring = pinned(sb.bpffs, abi.SLUICE_MAP_EVENTS);
+    assert.equal(ring.type, MapType.RINGBUF);
+    ring.close();
+  } finally {
+    sb.close();
+  }
+});

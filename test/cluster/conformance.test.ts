@@ -37,6 +37,8 @@ const MODES: KubeProxyMode[] = ['iptables', 'nftables'];
 /** Dual-stack scenarios (issue 14): an IPv6 ExternalIP and LoadBalancer IP (fd00::/8, only inside the test namespaces). */
 const EXT_IP6 = 'fd00:100::21';
 const LB6 = 'fd00:200::21';
+/** LoadBalancer ingress IPs of the IPv6 / dual-stack loadBalancerSourceRanges scenarios (v6obs). */
+const LB_RANGES6 = { v6: 'fd00:200::22', dsV4: '198.18.200.26', dsV6: 'fd00:200::23', v4OnlyV4: '198.18.200.27', v4OnlyV6: 'fd00:200::24' };
 /** How long the two proxies get to agree after kube-proxy's first sync (Sluice may still be applying the last change). */
 const SETTLE_MS = 20_000;
 
@@ -82,6 +84,10 @@ const SCENARIOS: Record<string, string> = {
   'v6-lb': 'IPv6 SingleStack LoadBalancer (IPv6 ingress IP)',
   'v6-no-endpoints': 'IPv6 SingleStack, no endpoints',
   'ds-affinity': 'dual-stack RequireDualStack, sessionAffinity ClientIP',
+  // loadBalancerSourceRanges of IPv6 and dual-stack LoadBalancers: each family's proxier keeps its family's CIDRs.
+  'v6-lb-source-ranges': 'IPv6 SingleStack LoadBalancer with IPv6 loadBalancerSourceRanges',
+  'ds-lb-source-ranges': 'dual-stack LoadBalancer, loadBalancerSourceRanges of both families',
+  'ds-lb-ranges-v4-only': 'dual-stack LoadBalancer, IPv4-only loadBalancerSourceRanges',
 };
 
 interface PhaseResult { phase: string; mode: KubeProxyMode; rows: ConformanceRow[] }
@@ -175,7 +181,7 @@ async function compareNode(c: Cluster, node: ClusterNode, mode: KubeProxyMode): 
     const services = await listServices(c);
     const owner = frontendOwners(services, node);
     const localETP = new Set(services.filter((s) => s.spec?.externalTrafficPolicy === 'Local').map((s) => s.metadata?.name ?? ''));
-    const opts = { serviceCidrs: [c.serviceCidr, c.serviceCidr6], loadBalancerIPs: [...Object.values(LB), LB6] };
+    const opts = { serviceCidrs: [c.serviceCidr, c.serviceCidr6], loadBalancerIPs: [...Object.values(LB), LB6, ...Object.values(LB_RANGES6)] };
     const view = await sluiceServices(node);
     rows = [];
     for (const path of ['external', 'internal'] as TrafficPath[]) {
@@ -326,10 +332,10 @@ async function endpointsOf(c: Cluster, service: string): Promise<NonNullable<V1E
 
 // ---------------------------------------------------------------- the objects
 
-async function svc(c: Cluster, name: string, spec: V1Service['spec'], ingressIP?: string): Promise<V1Service> {
+async function svc(c: Cluster, name: string, spec: V1Service['spec'], ingressIP?: string | string[]): Promise<V1Service> {
   const created = await c.core.createNamespacedService({ namespace: NS, body: { metadata: { name }, spec } });
   if (!ingressIP) return created;
-  created.status = { loadBalancer: { ingress: [{ ip: ingressIP }] } };
+  created.status = { loadBalancer: { ingress: [ingressIP].flat().map((ip) => ({ ip })) } };
   return c.core.replaceNamespacedServiceStatus({ name, namespace: NS, body: created });
 }
 
@@ -422,13 +428,26 @@ async function createScenarios(c: Cluster): Promise<void> {
   await svc(c, 'ds-etp-local', { type: 'NodePort', ipFamilyPolicy: 'PreferDualStack', externalTrafficPolicy: 'Local', selector: web, ports: [http(8092)] });
   await svc(c, 'v6-single', { type: 'NodePort', ipFamilyPolicy: 'SingleStack', ipFamilies: ['IPv6'], selector: web, ports: [http(8093)] });
   await svc(c, 'v6-lb', {
-    // No loadBalancerSourceRanges: IPv6 source ranges are not programmed yet (docs/design-ipv6.md).
     type: 'LoadBalancer', ipFamilyPolicy: 'SingleStack', ipFamilies: ['IPv6'], selector: web, ports: [http(8094)],
   }, LB6);
   await svc(c, 'v6-no-endpoints', { ipFamilyPolicy: 'SingleStack', ipFamilies: ['IPv6'], selector: { app: 'nothing' }, ports: [http(8095)] });
   await svc(c, 'ds-affinity', {
     ipFamilyPolicy: 'RequireDualStack', sessionAffinity: 'ClientIP', sessionAffinityConfig: { clientIP: { timeoutSeconds: 900 } }, selector: web, ports: [http(8096)],
   });
+  // IPv6 loadBalancerSourceRanges (sluice_srcrng6 against ip6tables KUBE-FW-* / nft ip6 firewall-ips).
+  await svc(c, 'v6-lb-source-ranges', {
+    type: 'LoadBalancer', ipFamilyPolicy: 'SingleStack', ipFamilies: ['IPv6'], loadBalancerSourceRanges: ['2001:db8:100::/48', 'fd00:18::/64'],
+    selector: web, ports: [http(8097)],
+  }, LB_RANGES6.v6);
+  await svc(c, 'ds-lb-source-ranges', {
+    type: 'LoadBalancer', ipFamilyPolicy: 'RequireDualStack', loadBalancerSourceRanges: ['198.18.0.0/24', '198.19.200.0/24', '2001:db8:100::/48'],
+    selector: web, ports: [http(8098)],
+  }, [LB_RANGES6.dsV4, LB_RANGES6.dsV6]);
+  // Ranges of one family only: what does the other family's LoadBalancer IP let through?
+  await svc(c, 'ds-lb-ranges-v4-only', {
+    type: 'LoadBalancer', ipFamilyPolicy: 'RequireDualStack', loadBalancerSourceRanges: ['198.18.0.0/24'],
+    selector: web, ports: [http(8099)],
+  }, [LB_RANGES6.v4OnlyV4, LB_RANGES6.v4OnlyV6]);
 
   // Selector-less: an Endpoints object the mirroring controller turns into a slice.
   await svc(c, 'selectorless-endpoints', { ports: [{ name: 'http', port: 80, targetPort: 8080 as never, protocol: 'TCP' }] });

@@ -93,7 +93,9 @@ export function sluiceSourceRanges(view: readonly SluiceServiceView[]): Record<s
   const out: Record<string, string[]> = {};
   for (const v of view) {
     if (v.scope !== 'external' || kindOfFlags(v.flags) !== 'loadBalancerIP') continue;
-    out[frontendKey(v.address, v.port, v.protocol)] = [...(v.sourceRanges ?? [])].sort();
+    // The flag without a CIDR would let nothing through (the LPM finds no match): not the same as no ranges.
+    const ranges = [...(v.sourceRanges ?? [])].sort();
+    out[frontendKey(v.address, v.port, v.protocol)] = v.flags.includes('sourceRanges') && ranges.length === 0 ? ['(flag set, no CIDR: deny all)'] : ranges;
   }
   return out;
 }

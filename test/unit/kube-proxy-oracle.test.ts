@@ -175,6 +175,12 @@ test('source ranges column: LoadBalancer rows match only when the ranges match; 
   assert.match(table, /198\.18\.0\.0\/24 +198\.18\.0\.0\/25 +MISMATCH/);
   const same = withSourceRanges(rows, { '198.18.200.24:80/tcp': ['198.18.0.0/25'] }, sluiceSourceRanges(view));
   assert.equal(same.every((r) => r.match), true);
+  // The flag without any CIDR denies every source: not the same as kube-proxy's "no ranges" (all).
+  const denyAll = sluiceSourceRanges([{ ...view[0]!, frontend: '[fd00:200::22]:80/tcp', address: 'fd00:200::22', sourceRanges: undefined }]);
+  const v6rows = compareBackendSets('v6', 'node-1', { ...kp, loadBalancerIP: { '[fd00:200::22]:80/tcp': ['[fd00:19:1::2]:8080'] } }, { ...kp, loadBalancerIP: { '[fd00:200::22]:80/tcp': ['[fd00:19:1::2]:8080'] } });
+  const open = withSourceRanges(v6rows, {}, denyAll).find((r) => r.kind === 'loadBalancerIP')!;
+  assert.equal(open.match, false, JSON.stringify(open));
+  assert.deepEqual(open.sluiceRanges, ['(flag set, no CIDR: deny all)']);
 });
 
 test('a frontend the Service should have that both sides lack is a mismatch row', () => {
