@@ -607,13 +607,14 @@ static __always_inline bool lb6_source_allowed(__u32 rev_nat_id, const __u8 *cli
  * as kube-proxy does. */
 #define LB6_FLOW_REJECT (-3)
 
-static __always_inline int lb6_flow_no_backend(const struct lb4_service *svc, enum lb_path path)
+static __always_inline int
+lb6_flow_no_backend(const struct lb4_service *svc, enum lb_path path, const struct lb6_tuple *t, __u32 ifindex)
 {
 	bool drop = path == LB_PATH_NORTH_SOUTH || (svc->flags & LB_SVC_FLAG_DROP_NO_BACKEND);
 
 	lb_path_count(path, LB_CNT_TC_NO_BACKEND);
 	lb6_event_packet(drop ? LB_EVENT_DROP : LB_EVENT_REFUSED, lb_cnt_flow(lb_path_ct_flags(path), LB_CNT_TC_NO_BACKEND),
-			 &pkt->tuple, svc->rev_nat_id, path == LB_PATH_POD ? skb->ifindex : skb->ingress_ifindex);
+			 t, svc->rev_nat_id, ifindex);
 	if (drop)
 		return TC_ACT_SHOT;
 	return LB6_FLOW_REJECT;
@@ -656,14 +657,14 @@ lb6_flow_new(void *ctx, const struct lb6_tuple *t, const struct lb4_tc_config *c
 	svc = *found; /* selection may re-read the master into it */
 	if (!pod && lb_svc_has_source_ranges(&svc) && !lb6_source_allowed(svc.rev_nat_id, t->saddr)) {
 		lb_count(LB_CNT_TC_SRC_RANGE_DROP);
-		lb6_event_packet(LB_EVENT_DROP, LB_CNT_TC_SRC_RANGE_DROP, t, svc.rev_nat_id, skb->ingress_ifindex);
+		lb6_event_packet(LB_EVENT_DROP, LB_CNT_TC_SRC_RANGE_DROP, t, svc.rev_nat_id, ifindex);
 		return TC_ACT_SHOT;
 	}
 	if (!svc.count)
-		return lb6_flow_no_backend(&svc, path);
+		return lb6_flow_no_backend(&svc, path, t, ifindex);
 	rc = lb6_flow_start(t, &skey, &svc, path, ifindex, cfg);
 	if (rc == LB6_START_NO_BACKEND)
-		return lb6_flow_no_backend(&svc, path);
+		return lb6_flow_no_backend(&svc, path, t, ifindex);
 	e = lb6_ct_scratch();
 	if (rc < 0 || !e)
 		return TC_ACT_SHOT;
@@ -680,7 +681,7 @@ lb6_flow_new(void *ctx, const struct lb6_tuple *t, const struct lb4_tc_config *c
 	if (lb6_is_zero(e->nat_address)) {
 		lb_path_count(path, LB_CNT_TC_SNAT_FAILED);
 		lb6_event_packet(LB_EVENT_DROP, lb_cnt_flow(lb_path_ct_flags(path), LB_CNT_TC_SNAT_FAILED), t, svc.rev_nat_id,
-				 pod ? skb->ifindex : skb->ingress_ifindex);
+				 ifindex);
 		return TC_ACT_SHOT;
 	}
 	e->flags |= LB_CT_FLAG_SNAT;
