@@ -34,9 +34,9 @@ u.on('message', (m, r) => u.send(m, r.port, r.address));
 u.bind(Number(port), '::', () => process.stdout.write('ready\\n'));
 `;
 
-/** multihome_topology.ts's client over an AF_INET6 socket. */
-const BIG_UDP_CLIENT6 = BIG_UDP_CLIENT.replace("createSocket('udp4')", "createSocket('udp6')");
-assert.notEqual(BIG_UDP_CLIENT6, BIG_UDP_CLIENT);
+/** multihome_topology.ts's client: it opens an AF_INET6 socket for an IPv6 host. */
+const BIG_UDP_CLIENT6 = BIG_UDP_CLIENT;
+assert.match(BIG_UDP_CLIENT6, /includes\(':'\) \? 'udp6'/);
 
 let topo: Topology6;
 let h: TcHarness;
