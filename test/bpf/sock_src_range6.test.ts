@@ -32,6 +32,10 @@ const POD_OUT = 'fd00:24::5';      // a pod address outside them
 const LB_IP = 'fd00:25::10';       // LoadBalancer ingress IP: no route anywhere here
 const CLUSTER_IP = 'fd00:96::70';  // the same Service's ClusterIP
 const BACKEND = (i: number) => `fd00:22::${10 + i}`;
+// IPv4 through a dual-stack socket (::ffff:a.b.c.d) is judged by the IPv4 rule.
+const POD_IN4 = '198.18.23.5';
+const POD_OUT4 = '198.18.24.5';
+const LB_IP4 = '198.18.25.10';
 
 let sb: Sandbox;
 let podNetns: string;
@@ -39,7 +43,7 @@ let maps: SockLbMaps;
 
 const frontend = (address: string, port: number, flags: number, sourceRanges?: string[]): FrontendSpec => ({
   address, port, proto: 'udp', scope: 'external', flags, affinityTimeout: 0, sourceRanges,
-  backends: [0, 1].map((i) => ({ address: BACKEND(i), port: 5353, proto: 'udp' as const })),
+  backends: [0, 1].map((i) => ({ address: address.includes(':') ? BACKEND(i) : `198.18.22.${10 + i}`, port: 5353, proto: 'udp' as const })),
 });
 
 /**
@@ -52,7 +56,7 @@ async function from(netns: string, source: string, address: string, port: number
   const act = op === 'connect'
     ? `s.connect(${port},'${address}',e=>{if(e)return done(e.code);const r=s.remoteAddress();done(r.address==='${address}'&&r.port===${port}?'frontend':r.address+'/'+r.port)})`
     : `s.send(Buffer.from('x'),${port},'${address}',e=>done(e?e.code:'frontend'))`;
-  const script = `const s=require('dgram').createSocket({type:'udp6',ipv6Only:true});const done=r=>{console.log(r);process.exit(0)};` +
+  const script = `const s=require('dgram').createSocket({type:'udp6',ipv6Only:${!address.startsWith('::ffff:')}});const done=r=>{console.log(r);process.exit(0)};` +
     `s.on('error',e=>done(e.code));const go=()=>{${act}};` +
     (source === '-' ? 'go()' : `s.bind(0,'${source}',go)`);
   return (await sb.runInCgroup(['node', '-e', script], 30000, netns)).trim();
@@ -67,7 +71,9 @@ before(() => {
     sb.execInNetns(['sysctl', '-q', '-w', 'net.ipv6.conf.all.disable_ipv6=0'], ns);
     // A route to the backends (connected UDP needs one, nothing more).
     sb.execInNetns(['ip', 'addr', 'add', 'fd00:22::fe/64', 'dev', 'lo', 'nodad'], ns);
+    sb.execInNetns(['ip', 'addr', 'add', '198.18.22.254/24', 'dev', 'lo'], ns);
   }
+  for (const a of [POD_IN4, POD_OUT4]) sb.execInNetns(['ip', 'addr', 'add', `${a}/32`, 'dev', 'lo'], podNetns);
   sb.ip(['addr', 'add', `${NODE_IP}/128`, 'dev', 'lo', 'nodad']);
   for (const a of [POD_IN, POD_OUT]) sb.execInNetns(['ip', 'addr', 'add', `${a}/128`, 'dev', 'lo', 'nodad'], podNetns);
   installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup, socketLb: { mode: 'all', hostNetnsCookie: netnsCookieOf(`/run/netns/${sb.netns}`) } });
@@ -83,6 +89,7 @@ before(() => {
     frontend(LB_IP, 55, abi.LB_SVC_FLAG_LOADBALANCER),
     // The Service's ClusterIP: kube-proxy's firewall chain is for the LB IP only.
     frontend(CLUSTER_IP, 53, abi.LB_SVC_FLAG_CLUSTER_IP),
+    frontend(LB_IP4, 53, ranged, ['198.18.23.0/24']),
   ], { prune: false });
   assert.deepEqual(r.failures, []);
   syncNodeAddresses6(maps.v6!.nodeIps, [NODE_IP]);
@@ -120,6 +127,16 @@ test('IPv6: a LoadBalancer IP with source ranges: only sources inside them are t
     sendmsgBoundOutside: 'EHOSTUNREACH',
   });
   assert.equal(counter(abi.LB_CNT_SOCK_SRC_RANGE_DROP) - outside, 4n);
+});
+
+test('IPv4 through a dual-stack socket: ::ffff:LB-IP is judged by the IPv4 ranges and the socket\'s IPv4 source', async () => {
+  const outside = counter(abi.LB_CNT_SOCK_SRC_RANGE_DROP);
+  assert.deepEqual({
+    inside: await from(podNetns, `::ffff:${POD_IN4}`, `::ffff:${LB_IP4}`, 53),
+    outside: await from(podNetns, `::ffff:${POD_OUT4}`, `::ffff:${LB_IP4}`, 53),
+    sendmsgInside: await from(podNetns, `::ffff:${POD_IN4}`, `::ffff:${LB_IP4}`, 53, 'send'),
+  }, { inside: 'frontend', outside: 'EHOSTUNREACH', sendmsgInside: 'frontend' });
+  assert.equal(counter(abi.LB_CNT_SOCK_SRC_RANGE_DROP) - outside, 1n);
 });
 
 test('IPv6: an unbound pod socket whose netns has no recorded address is refused on a ranged LB IP, and counted apart', async () => {
