@@ -626,10 +626,10 @@ _Static_assert(sizeof(struct lb4_sock_tcp) == 12, "lb4_sock_tcp layout");
 /*
  * loadBalancerSourceRanges on the socket path (issue 11 item 1): a connect()
  * or sendmsg() to a frontend with LB_SVC_FLAG_SOURCE_RANGE whose source is
- * outside the ranges (SLUICE_MAP_SRCRANGE4) fails with EHOSTUNREACH, as a
+ * outside the ranges (SLUICE_MAP_SRCRANGE4; SLUICE_MAP_SRCRANGE6 for connect6/sendmsg6) fails with EHOSTUNREACH, as a
  * frontend with LB_SVC_FLAG_DROP_NO_BACKEND does (kube-proxy drops; a socket
  * cannot). The source is the socket's bound address; an unbound socket of the
- * host netns is judged by the node's addresses (SLUICE_MAP_NODEIP4: allowed
+ * host netns is judged by the node's addresses (SLUICE_MAP_NODEIP4/NODEIP6: allowed
  * when a range holds one of them); an unbound socket of another netns (a
  * pod) by the pod address the CNI plugin recorded for that netns
  * (SLUICE_MAP_POD_ADDR below), refused when there is none.
@@ -643,7 +643,7 @@ _Static_assert(sizeof(struct lb4_sock_tcp) == 12, "lb4_sock_tcp layout");
  * (SO_NETNS_COOKIE) -> the pod's addresses from prevResult.ips at ADD, and
  * deletes the entry at DEL (found by owner, so a DEL after the netns is gone
  * still cleans up). connect4/sendmsg4 judge an unbound socket of that netns
- * by address4, as kube-proxy's firewall chain judges the packet's source (the
+ * by address4 (connect6/sendmsg6 by address6), as kube-proxy's firewall chain judges the packet's source (the
  * pod IP). Netns cookies are never reused. Written by the plugin only, so the
  * agent carries the map across upgrades; a pod started before the plugin
  * recorded addresses has no entry and is refused as before (counter 113).
@@ -891,7 +891,7 @@ _Static_assert(sizeof(struct lb_lc_flow) == 8, "lb_lc_flow layout");
 #define SLUICE_MAP_BACKENDS6 sluice_be6      /* __u32 backend id -> lb6_backend */
 #define SLUICE_MAP_REVNAT6   sluice_revnat6  /* __u32 rev-NAT id -> lb6_reverse_nat */
 #define SLUICE_MAP_AFFINITY6 sluice_affin6   /* lb6_affinity_key -> lb_affinity (LRU) */
-#define SLUICE_MAP_SRCRANGE6 sluice_srcrng6  /* lb6_src_range_key -> __u8 (LPM trie; read by the TC path) */
+#define SLUICE_MAP_SRCRANGE6 sluice_srcrng6  /* lb6_src_range_key -> __u8 (LPM trie; read by the TC and socket paths) */
 #define SLUICE_MAP_SOCK6     sluice_sock6    /* socket -> lb6_sock_state (socket-local storage) */
 #define SLUICE_MAP_NODEIP6   sluice_nodeip6  /* lb6_node_ip -> __u8 1 (hash) */
 

@@ -267,4 +267,14 @@ lb6_pick_backend_copy(struct lb6_service_key *key, struct lb4_service *svc, stru
 	return backend;
 }
 
+/* loadBalancerSourceRanges: is this client inside one of the frontend's IPv6
+ * CIDRs? (lb4_source_allowed's twin; the TC and socket paths share it.) */
+static __always_inline bool lb6_source_allowed(__u32 rev_nat_id, const __u8 *client)
+{
+	struct lb6_src_range_key key = { .prefixlen = 32 + 128, .rev_nat_id = rev_nat_id };
+
+	lb6_addr_copy(key.address, client);
+	return bpf_map_lookup_elem(&SLUICE_MAP_SRCRANGE6, &key) != NULL;
+}
+
 #endif /* SLUICE_BPF_LB6_H */

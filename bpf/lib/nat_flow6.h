@@ -592,14 +592,6 @@ static __always_inline bool lb6_backend_is_local(__u32 backend_id)
 	return backend && (backend->flags & LB_BACKEND_FLAG_LOCAL);
 }
 
-static __always_inline bool lb6_source_allowed(__u32 rev_nat_id, const __u8 *client)
-{
-	struct lb6_src_range_key key = { .prefixlen = 32 + 128, .rev_nat_id = rev_nat_id };
-
-	lb6_addr_copy(key.address, client);
-	return bpf_map_lookup_elem(&SLUICE_MAP_SRCRANGE6, &key) != NULL;
-}
-
 /* A frontend without any usable endpoint: the north-south path drops (as
  * tc_lb6.h always did for IPv6); the pod path rejects with an ICMPv6 port
  * unreachable into the pod (LB6_FLOW_REJECT: the caller has the packet), or

@@ -117,26 +117,36 @@ static long lb4_src_probe_node(void *map, const __be32 *address, __u8 *value, st
  * (kube-proxy also lets the node in when a range holds its node IP).
  * Returns 0 when allowed, else the counter of the refusal.
  */
+/* For an unbound socket (both families): true in the host netns (judged by
+ * the node's addresses), else *pod is what the CNI plugin recorded for the
+ * socket's netns (NULL: nothing). */
+static __always_inline bool lb_sock_unbound_source(struct bpf_sock_addr *ctx, struct lb_pod_addr **pod)
+{
+	const struct lb_sock_config *cfg = lb_sock_config();
+	__u64 netns;
+
+	if (cfg && lb_sock_in_host_ns(ctx, cfg))
+		return true;
+	netns = bpf_get_netns_cookie(ctx);
+	*pod = bpf_map_lookup_elem(&SLUICE_MAP_POD_ADDR, &netns);
+	return false;
+}
+
 static __always_inline __u32 lb4_sock_src_range_refusal(struct bpf_sock_addr *ctx, const struct lb4_service *svc)
 {
 	struct lb4_src_probe probe = { .rev_nat_id = svc->rev_nat_id };
-	const struct lb_sock_config *cfg;
 	struct bpf_sock *sk = ctx->sk;
-	struct lb_pod_addr *pod;
-	__u64 netns;
+	struct lb_pod_addr *pod = NULL;
 	__be32 source;
 
 	if (!lb_svc_has_source_ranges(svc))
 		return 0;
 	source = sk ? sk->src_ip4 : 0;
 	if (!source) {
-		cfg = lb_sock_config();
-		if (cfg && lb_sock_in_host_ns(ctx, cfg)) {
+		if (lb_sock_unbound_source(ctx, &pod)) {
 			bpf_for_each_map_elem(&SLUICE_MAP_NODEIP4, lb4_src_probe_node, &probe, 0);
 			return probe.allowed ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
 		}
-		netns = bpf_get_netns_cookie(ctx);
-		pod = bpf_map_lookup_elem(&SLUICE_MAP_POD_ADDR, &netns);
 		if (!pod || !(pod->flags & LB_POD_ADDR_HAS4))
 			return LB_CNT_SOCK_SRC_RANGE_UNKNOWN;
 		source = pod->address4;

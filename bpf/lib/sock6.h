@@ -54,6 +54,56 @@ static __always_inline bool lb6_extip_elsewhere(const struct lb4_service *svc, c
 	return !bpf_map_lookup_elem(&SLUICE_MAP_NODEIP6, &ip);
 }
 
+/* ---- loadBalancerSourceRanges (lb4_sock_src_range_refusal's rules) ------- */
+
+/* bpf_for_each_map_elem callback over SLUICE_MAP_NODEIP6: stops at the first
+ * node address inside the frontend's ranges. */
+static long lb6_src_probe_node(void *map, const struct lb6_node_ip *ip, __u8 *value, struct lb4_src_probe *probe)
+{
+	if (lb6_source_allowed(probe->rev_nat_id, ip->address)) {
+		probe->allowed = 1;
+		return 1; /* stop */
+	}
+	return 0;
+}
+
+/*
+ * The IPv6 twin of lb4_sock_src_range_refusal (the firewall chain of
+ * kube-proxy's ip6tables/nftables ip6 table): the socket's bound IPv6
+ * address; unbound, the host netns by the node's IPv6 addresses
+ * (SLUICE_MAP_NODEIP6), a pod's netns by the IPv6 address the CNI plugin
+ * recorded (SLUICE_MAP_POD_ADDR address6; refused, counted apart, when there
+ * is none). The same counters as IPv4. Returns 0 when allowed, else the
+ * counter of the refusal.
+ */
+static __always_inline __u32 lb6_sock_src_range_refusal(struct bpf_sock_addr *ctx, const struct lb4_service *svc)
+{
+	struct lb4_src_probe probe = { .rev_nat_id = svc->rev_nat_id };
+	struct bpf_sock *sk = ctx->sk;
+	struct lb_pod_addr *pod = NULL;
+	struct lb6_node_ip source = {};
+	__u32 *w = (__u32 *)source.address;
+
+	if (!lb_svc_has_source_ranges(svc))
+		return 0;
+	if (sk) {
+		w[0] = sk->src_ip6[0];
+		w[1] = sk->src_ip6[1];
+		w[2] = sk->src_ip6[2];
+		w[3] = sk->src_ip6[3];
+	}
+	if (!(w[0] | w[1] | w[2] | w[3])) {
+		if (lb_sock_unbound_source(ctx, &pod)) {
+			bpf_for_each_map_elem(&SLUICE_MAP_NODEIP6, lb6_src_probe_node, &probe, 0);
+			return probe.allowed ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
+		}
+		if (!pod || !(pod->flags & LB_POD_ADDR_HAS6))
+			return LB_CNT_SOCK_SRC_RANGE_UNKNOWN;
+		lb6_addr_copy(source.address, pod->address6);
+	}
+	return lb6_source_allowed(svc->rev_nat_id, source.address) ? 0 : LB_CNT_SOCK_SRC_RANGE_DROP;
+}
+
 /* ---- Per-socket pairs (lb6_sock_state; the caller holds st->lock) -------- */
 
 static __always_inline bool sock6_pair_is_frontend(const struct lb6_sock_pair *p, const struct lb6_service_key *key)
@@ -187,6 +237,7 @@ static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const _
 	struct lb4_service svc, *found;
 	__u64 client_id = 0;
 	__u32 backend_id = 0;
+	__u32 refusal;
 
 	if (!sock_proto_supported(ctx->protocol))
 		return 0;
@@ -202,6 +253,12 @@ static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const _
 	if (lb6_extip_elsewhere(&svc, key.address)) {
 		lb_count(LB_CNT_SOCK_EXTIP_PASSED);
 		return 0;
+	}
+	refusal = lb6_sock_src_range_refusal(ctx, &svc);
+	if (refusal) {
+		lb_count(refusal);
+		lb6_event_sock(ctx, refusal, &key, svc.rev_nat_id);
+		return -EHOSTUNREACH; /* as lb4_sock_xlate_fwd: kube-proxy drops */
 	}
 	if (svc.count == 0) {
 		lb_count(LB_CNT_SOCK_NO_BACKEND);

@@ -366,7 +366,8 @@ function flowView6(e: abi.Lb6CtEntry, m: TraceMaps6, now: bigint): TraceFlow {
 /**
  * An IPv6 destination on one of the three paths:
  *  - socket (lib/sock6.h lb6_sock_xlate_fwd): the internal-scope twin where
- *    there is one, the backends of every slot, what connect()/sendmsg() get.
+ *    there is one, source ranges from sluice_srcrng6 (the client given is the
+ *    socket's source), the backends of every slot, what connect()/sendmsg() get.
  *  - north_south and pod (lib/nat_flow6.h, one pipeline for both): a known
  *    flow or reply in sluice_ct6 first; then lb6_flow_new: the frontend
  *    (north-south: NodePort / ExternalIP / LoadBalancer only, source ranges
@@ -465,8 +466,11 @@ export function trace6(input: Omit<TraceInput, 'path' | 'netnsCookie'> & { path?
   };
   const rangesApply = (svc.flags & abi.LB_SVC_FLAG_SOURCE_RANGE) !== 0;
   if (rangesApply && m.sourceAllowed) {
-    // Only the north-south path checks IPv6 sources (the IPv6 socket hooks and the pod path do not).
-    result.sourceRange = { applies: true, allowed: m.sourceAllowed(svc.rev_nat_id, client), enforced: path === 'north_south' };
+    // The north-south path and the socket hooks (lb6_sock_src_range_refusal) check IPv6 sources; the pod path does not.
+    result.sourceRange = { applies: true, allowed: m.sourceAllowed(svc.rev_nat_id, client), enforced: path !== 'pod' };
+  }
+  if (!tc && result.sourceRange && !result.sourceRange.allowed) {
+    return finish({ action: 'refuse', reason: 'source outside loadBalancerSourceRanges: connect()/sendmsg() fail with EHOSTUNREACH', counter: counter(abi.LB_CNT_SOCK_SRC_RANGE_DROP) });
   }
   if (path === 'north_south') {
     if (!(svc.flags & (abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_LOADBALANCER))) {

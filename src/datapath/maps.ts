@@ -46,9 +46,9 @@ export interface SockLbMaps6 {
   backends: TypedMap<number, abi.Lb6Backend>;
   revNat: TypedMap<number, abi.Lb6ReverseNat>;
   affinity: TypedMap<abi.Lb6AffinityKey, abi.LbAffinity>;
-  /** This node's IPv6 addresses (ExternalIP rule, bind rule). */
+  /** This node's IPv6 addresses (ExternalIP rule, bind rule, an unbound host socket's source for source ranges). */
   nodeIps: TypedMap<abi.Lb6NodeIp, number>;
-  /** loadBalancerSourceRanges of IPv6 frontends (the IPv6 TC path reads them). */
+  /** loadBalancerSourceRanges of IPv6 frontends (the IPv6 TC path and connect6/sendmsg6 read them). */
   sourceRanges?: TypedMap<abi.Lb6SrcRangeKey, number>;
 }
 

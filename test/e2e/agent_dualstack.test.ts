@@ -142,3 +142,34 @@ test('SingleStack IPv6 gets only an IPv6 frontend; an IPv6 slice of a single-sta
   const r = await client('tcp', only6.spec.clusterIP, 80, 6);
   assert.deepEqual(r.filter((x) => x.error), []);
 });
+
+test('IPv6 loadBalancerSourceRanges on the socket path: a client outside the ranges cannot reach the IPv6 LB IP through connect6; inside can; the ClusterIP is not filtered', async () => {
+  const LB_IP = 'fd00:28::10';
+  const INSIDE = 'fd00:26::5';
+  const OUTSIDE = 'fd00:27::5';
+  for (const a of [INSIDE, OUTSIDE]) sb.ip(['addr', 'add', `${a}/128`, 'dev', 'lo', 'nodad']);
+  const svc = createService('lb6-ranges', {
+    type: 'LoadBalancer', ipFamilies: ['IPv6'], loadBalancerSourceRanges: ['fd00:26::/64'],
+    ports: [{ name: 'dns', port: 53, targetPort: 8080, protocol: 'UDP' }],
+  });
+  api.store.updateStatus('services', { apiVersion: 'v1', kind: 'Service', metadata: { name: 'lb6-ranges', namespace: 'default' },
+    status: { loadBalancer: { ingress: [{ ip: LB_IP }] } } });
+  api.store.create('endpointslices', slice('lb6-ranges', 'lb6-ranges-v6', 'IPv6', BACKENDS6));
+  await waitProgrammed(`[${LB_IP}]:53/udp`, BACKENDS6);
+  await waitProgrammed(`[${svc.spec.clusterIP}]:53/udp`, BACKENDS6);
+  // A UDP6 socket bound to source, connected: what getpeername() shows, or the errno code.
+  const from = async (source: string, address: string) => (await sb.runInCgroup(['node', '-e',
+    `const s=require('dgram').createSocket({type:'udp6',ipv6Only:true});const done=r=>{console.log(r);process.exit(0)};s.on('error',e=>done(e.code));` +
+    `s.bind(0,'${source}',()=>s.connect(53,'${address}',e=>{if(e)return done(e.code);const r=s.remoteAddress();done(r.address+'/'+r.port)}))`])).trim();
+  assert.deepEqual({
+    inside: await from(INSIDE, LB_IP),
+    outside: await from(OUTSIDE, LB_IP),
+    clusterIpOutside: await from(OUTSIDE, svc.spec.clusterIP),
+  }, {
+    inside: `${LB_IP}/53`,
+    outside: 'EHOSTUNREACH',
+    clusterIpOutside: `${svc.spec.clusterIP}/53`,
+  });
+  api.store.delete('services', 'lb6-ranges', 'default');
+  await waitProgrammed(`[${LB_IP}]:53/udp`, undefined);
+});
