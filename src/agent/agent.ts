@@ -91,7 +91,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
       ...(config.nodeIP ? { nodeIP: config.nodeIP } : {}),
       maxEndpointsPerService: config.maxEndpointsPerService,
       // Both families when the pinned maps have the IPv6 tables (issue 14):
-      // the socket LB serves IPv6 Services; TC north-south is IPv4 for now.
+      // every path (socket LB, TC and XDP north-south, pod veths) serves them.
       ipFamilies: maps.v6 ? ['IPv4', 'IPv6'] : ['IPv4'],
       defaultLbAlgorithm: config.lbAlgorithm,
     },
