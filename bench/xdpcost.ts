@@ -35,7 +35,7 @@ function main(): void {
   const h = new XdpHarness();
   try {
     const { ifindex, tcCtx } = setUpCostNode(h);
-    syncFrontendAddresses(h.maps.frontends, [{ address: NODE, flags: abi.LB_SVC_FLAG_NODEPORT }]);
+    syncFrontendAddresses(h.maps, [{ address: NODE, flags: abi.LB_SVC_FLAG_NODEPORT }]);
 
     const xdpCtx = (len: number) => {
       const ctx = Buffer.alloc(24);

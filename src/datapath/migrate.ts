@@ -131,6 +131,8 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_XDP_FE4]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_XDP_FE6]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_XDP_TX]: { kind: 'rebuild' },
+  // The prefilter bitmap: recomputed from the two sets before the links switch (loadXdpObject).
+  [abi.SLUICE_MAP_XDP_PF]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_XDP_STATS]: { kind: 'carry' },
   [abi.SLUICE_MAP_XDP_NP]: { kind: 'carry' },
   [abi.SLUICE_MAP_XDP_FIB]: { kind: 'drop', reason: 'scratch space of one packet: nothing lives in it between packets' },
