@@ -9,6 +9,11 @@
 //   known flow    a data packet of a NodePort flow SNATed to a backend on
 //                 another node: sluice_xdp (XDP_TX) against
 //                 sluice_tc_ingress (bpf_redirect), same translation
+//   non-Service6  the IPv6 twin of non-Service (XDP only)
+//
+// With kernel.bpf_stats_enabled=1, the non-Service rows also carry the
+// kernel's own run_time_ns / run_cnt over the same test runs (`bpfStatsNs`):
+// the program's time without the test-run loop around it.
 //
 // The program run is only part of a packet's cost: XDP's gain is mostly what
 // happens before TC (skb allocation, GRO, the stack up to tc ingress), which
@@ -16,11 +21,12 @@
 //
 //   node dist/bench/xdpcost.js [--runs 15] [--calls 2000]
 import * as abi from '../src/abi/generated';
-import { progTestRun } from '../src/bpf';
+import { progInfo, progTestRun } from '../src/bpf';
 import { syncFrontendAddresses } from '../src/datapath/xdp/xdp';
 import { XdpHarness } from '../test/bpf/xdp_harness';
 import { NODE, NODE_PORT, setUpCostNode } from './costNode';
 import { frame, TCP_ACK, TCP_SYN } from '../test/bpf/tc_packet';
+import { frame6 } from '../test/bpf/tc_packet6';
 
 const arg = (name: string, def: number) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -35,7 +41,7 @@ function main(): void {
   const h = new XdpHarness();
   try {
     const { ifindex, tcCtx } = setUpCostNode(h);
-    syncFrontendAddresses(h.maps.frontends, [{ address: NODE, flags: abi.LB_SVC_FLAG_NODEPORT }]);
+    syncFrontendAddresses(h.maps, [{ address: NODE, flags: abi.LB_SVC_FLAG_NODEPORT }]);
 
     const xdpCtx = (len: number) => {
       const ctx = Buffer.alloc(24);
@@ -52,7 +58,17 @@ function main(): void {
 
     // Unchanged by every program: one test run repeated CALLS times.
     const other = frame({ proto: 'tcp', src: '198.18.0.10', dst: '198.18.0.99', sport: 40000, dport: 80, tcpFlags: TCP_ACK });
-    const repeated = (p: keyof typeof progs) => h.inside(() => progTestRun(progs[p], { dataIn: other, ctxIn: ctxFor(p, other), repeat: CALLS }).duration);
+    const other6 = frame6({ proto: 'tcp', src: 'fd00:18::10', dst: 'fd00:18::99', sport: 40000, dport: 80, tcpFlags: TCP_ACK });
+    const stats: Record<string, { ns: bigint; cnt: bigint }> = {};
+    const repeated = (p: keyof typeof progs, pkt = other, row = '') => h.inside(() => {
+      const before = progInfo({ fd: progs[p] });
+      const d = progTestRun(progs[p], { dataIn: pkt, ctxIn: ctxFor(p, pkt), repeat: CALLS }).duration;
+      const after = progInfo({ fd: progs[p] });
+      const st = (stats[row || p] ??= { ns: 0n, cnt: 0n });
+      st.ns += after.runTimeNs - before.runTimeNs;
+      st.cnt += BigInt(after.runCount) - BigInt(before.runCount);
+      return d;
+    });
     // Rewritten by the program: a fresh copy per run, CALLS runs averaged.
     const syn = frame({ proto: 'tcp', src: '198.18.0.10', dst: NODE, sport: 62000, dport: NODE_PORT, tcpFlags: TCP_SYN });
     const data = frame({ proto: 'tcp', src: '198.18.0.10', dst: NODE, sport: 62000, dport: NODE_PORT, tcpFlags: TCP_ACK });
@@ -67,22 +83,27 @@ function main(): void {
       return sum / CALLS;
     });
 
-    const rows: Record<string, number[]> = { nonServiceXdpPass: [], nonServiceXdp: [], nonServiceTc: [], knownFlowXdp: [], knownFlowTc: [] };
+    const rows: Record<string, number[]> = { nonServiceXdpPass: [], nonServiceXdp: [], nonServiceTc: [], nonService6XdpPass: [], nonService6Xdp: [], knownFlowXdp: [], knownFlowTc: [] };
     for (let run = 0; run < RUNS; run++) {
-      rows.nonServiceXdpPass!.push(repeated('xdpPass'));
-      rows.nonServiceXdp!.push(repeated('xdp'));
-      rows.nonServiceTc!.push(repeated('tc'));
+      rows.nonServiceXdpPass!.push(repeated('xdpPass', other, 'nonServiceXdpPass'));
+      rows.nonServiceXdp!.push(repeated('xdp', other, 'nonServiceXdp'));
+      rows.nonServiceTc!.push(repeated('tc', other, 'nonServiceTc'));
+      rows.nonService6XdpPass!.push(repeated('xdpPass', other6, 'nonService6XdpPass'));
+      rows.nonService6Xdp!.push(repeated('xdp', other6, 'nonService6Xdp'));
       rows.knownFlowXdp!.push(fresh('xdp', 3 /* XDP_TX */));
       rows.knownFlowTc!.push(fresh('tc', 7 /* TC_ACT_REDIRECT */));
     }
     const ns = Object.fromEntries(Object.entries(rows).map(([k, v]) => [k, Math.round(median(v) * 10) / 10]));
+    const bpfStatsNs = Object.fromEntries(Object.entries(stats).filter(([, v]) => v.cnt > 0n).map(([k, v]) => [k, Math.round(Number(v.ns * 10n / v.cnt)) / 10]));
     process.stdout.write(`${JSON.stringify({
       nsPerRun: ns,
       ratios: {
         knownFlowXdpOverTc: +(ns.knownFlowXdp! / ns.knownFlowTc!).toFixed(3),
         nonServiceXdpOverPassOnly: +(ns.nonServiceXdp! / ns.nonServiceXdpPass!).toFixed(3),
         nonServiceXdpOverTc: +(ns.nonServiceXdp! / ns.nonServiceTc!).toFixed(3),
+        nonService6XdpOverPassOnly: +(ns.nonService6Xdp! / ns.nonService6XdpPass!).toFixed(3),
       },
+      bpfStatsNs,
       runs: RUNS,
       calls: CALLS,
     })}\n`);

@@ -990,6 +990,7 @@ _Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6
 #define SLUICE_MAP_XDP_NP    sluice_xdp_np   /* __u32 ifindex -> __u64 non-Service packets passed (per-CPU array; ifindex < SLUICE_MAX_XDP_IFINDEX) */
 #define SLUICE_MAP_XDP_FE6   sluice_xdp_fe6  /* lb6_node_ip north-south IPv6 frontend address -> __u8 1 (hash, written by the agent; bpf/lib/xdp_lb6.h) */
 #define SLUICE_MAP_XDP_S6    sluice_xdp_s6   /* __u32 0 -> lb6_xdp_scratch (per-CPU scratch of the IPv6 path, off the stack) */
+#define SLUICE_MAP_XDP_PF    sluice_xdp_pf   /* __u32 word -> __u64 64 bits of the frontend-address prefilter (array, written by the agent; see below) */
 
 #define SLUICE_PROG_XDP      sluice_xdp      /* the XDP entry point on the external devices */
 #define SLUICE_PROG_XDP_PASS sluice_xdp_pass /* XDP_PASS only: on a veth peer it enables the NAPI XDP_TX/REDIRECT need */
@@ -998,6 +999,23 @@ _Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6
 #define SLUICE_MAX_XDP_FE6   16384
 #define SLUICE_MAX_XDP_DEVS  256
 #define SLUICE_MAX_XDP_IFINDEX 4096 /* SLUICE_MAP_XDP_NP slots; a device of a higher ifindex counts in SLUICE_MAP_XDP_STATS */
+
+/*
+ * SLUICE_MAP_XDP_PF, the prefilter in front of SLUICE_MAP_XDP_FE4/FE6: a
+ * bitmap of 2^SLUICE_XDP_PF_BITS_LOG2 bits (u64 words, bit b of word w is
+ * slot 64 * w + b) with the slot of every frontend address set, so a packet
+ * whose destination's slot is clear is no Service packet (XDP_PASS after one
+ * array load, which the JIT inlines). The slot of an address:
+ *   IPv4: h = the address as a host-order number (ntohl of daddr)
+ *   IPv6: h = ntohl(w0 ^ w1 ^ w2 ^ w3), wi the four 32-bit words of daddr
+ *   slot = (h * SLUICE_XDP_PF_MULT mod 2^32) >> (32 - SLUICE_XDP_PF_BITS_LOG2)
+ * Both families share the bitmap. The agent keeps it a superset of the two
+ * sets (bits set before an address is added, cleared only after it is gone):
+ * a stale bit costs one hash lookup, never a missed frontend.
+ */
+#define SLUICE_XDP_PF_BITS_LOG2 16
+#define SLUICE_XDP_PF_WORDS  1024 /* 2^SLUICE_XDP_PF_BITS_LOG2 / 64 */
+#define SLUICE_XDP_PF_MULT   0x9E3779B1 /* 2^32 / golden ratio (Fibonacci hashing) */
 
 /* SLUICE_MAP_XDP_STATS value: what XDP did with the packets of one device. */
 struct lb_xdp_stats {

@@ -18,9 +18,10 @@
  *
  * Everything else leaves with XDP_PASS, and TC handles it as before:
  *   - not IPv4/IPv6, or not to a frontend address (SLUICE_MAP_XDP_FE4/6): the
- *     cheapest exit, two loads, one hash lookup and one per-CPU array
- *     increment (SLUICE_MAP_XDP_NP; the per-device hash is for Service
- *     packets);
+ *     cheapest exit: two loads, the prefilter (SLUICE_MAP_XDP_PF, one
+ *     inlined array load; the hash lookup only for an address whose bit
+ *     is set) and one per-CPU array increment (SLUICE_MAP_XDP_NP; the
+ *     per-device hash is for Service packets);
  *   - replies (backend -> SNAT address) and DNAT-only flows' packets: TC
  *     restores them (the reply path is unchanged);
  *   - ICMP, fragments, IPv4 options: TC's ICMP and fragment handling;
@@ -81,6 +82,31 @@ struct {
 	__type(value, __u64);
 	__uint(max_entries, SLUICE_MAX_XDP_IFINDEX);
 } SLUICE_MAP_XDP_NP SEC(".maps");
+
+/*
+ * The prefilter in front of the frontend-address sets (native/sluice_abi.h
+ * has the slot function): an ARRAY, whose lookup the verifier inlines, of
+ * bits the agent keeps set for every frontend address of both families. A
+ * clear bit: no frontend, XDP_PASS without the hash lookup.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, SLUICE_XDP_PF_WORDS);
+} SLUICE_MAP_XDP_PF SEC(".maps");
+
+_Static_assert(SLUICE_XDP_PF_WORDS * 64 == 1 << SLUICE_XDP_PF_BITS_LOG2, "prefilter size");
+
+/* May `h` (the destination's fold, sluice_abi.h) be a frontend address? */
+static __always_inline bool lb_xdp_prefilter(__u32 h)
+{
+	__u32 slot = (h * SLUICE_XDP_PF_MULT) >> (32 - SLUICE_XDP_PF_BITS_LOG2);
+	__u32 word = slot >> 6;
+	__u64 *bits = bpf_map_lookup_elem(&SLUICE_MAP_XDP_PF, &word);
+
+	return bits && ((*bits >> (slot & 63)) & 1);
+}
 
 /* Devices XDP_REDIRECT may send to (the agent's XDP devices). */
 struct {

@@ -22,7 +22,8 @@
  * walks or passes them), ICMPv6 (Neighbor Discovery, errors TC translates),
  * replies to the SNAT address, hop limit 1, no neighbour or route yet, a
  * next hop on a device without XDP, and every packet to an address that is
- * no frontend (one hash lookup and one per-CPU slot, as for IPv4).
+ * no frontend (the prefilter, one hash lookup for what it lets through, and
+ * one per-CPU slot, as for IPv4).
  */
 #ifndef SLUICE_BPF_XDP_LB6_H
 #define SLUICE_BPF_XDP_LB6_H
@@ -267,8 +268,9 @@ static __noinline int lb6_xdp_service(struct xdp_md *ctx, bool *ours)
 }
 
 /*
- * The program, both families: the frontend-address sets first (one hash
- * lookup keyed by the packet's own destination); a Service packet goes to
+ * The program, both families: the prefilter (one inlined array load), then
+ * the frontend-address sets (one hash lookup keyed by the packet's own
+ * destination) for the addresses it lets through; a Service packet goes to
  * its family's subprogram, anything else leaves with XDP_PASS.
  */
 static __always_inline int lb_xdp(struct xdp_md *ctx)
@@ -282,12 +284,15 @@ static __always_inline int lb_xdp(struct xdp_md *ctx)
 	int verdict;
 
 	if ((void *)(ip + 1) <= end && eth->h_proto == bpf_htons(LB_ETH_P_IP)) {
-		if (bpf_map_lookup_elem(&SLUICE_MAP_XDP_FE4, &ip->daddr)) {
+		if (lb_xdp_prefilter(bpf_ntohl(ip->daddr)) && bpf_map_lookup_elem(&SLUICE_MAP_XDP_FE4, &ip->daddr)) {
 			verdict = lb4_xdp_service(ctx, &ours);
 			return lb_xdp_count(ctx->ingress_ifindex, verdict, ours);
 		}
 	} else if ((void *)(ip6 + 1) <= end && eth->h_proto == bpf_htons(LB_ETH_P_IPV6)) {
-		if (bpf_map_lookup_elem(&SLUICE_MAP_XDP_FE6, &ip6->daddr)) {
+		const __u32 *d = (const __u32 *)&ip6->daddr;
+
+		if (lb_xdp_prefilter(bpf_ntohl(d[0] ^ d[1] ^ d[2] ^ d[3])) &&
+		    bpf_map_lookup_elem(&SLUICE_MAP_XDP_FE6, &ip6->daddr)) {
 			verdict = lb6_xdp_service(ctx, &ours);
 			return lb_xdp_count(ctx->ingress_ifindex, verdict, ours);
 		}

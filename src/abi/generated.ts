@@ -166,6 +166,7 @@ export const SLUICE_MAP_XDP_FE4 = "sluice_xdp_fe4";
 export const SLUICE_MAP_XDP_FE6 = "sluice_xdp_fe6";
 export const SLUICE_MAP_XDP_FIB = "sluice_xdp_fib";
 export const SLUICE_MAP_XDP_NP = "sluice_xdp_np";
+export const SLUICE_MAP_XDP_PF = "sluice_xdp_pf";
 export const SLUICE_MAP_XDP_S6 = "sluice_xdp_s6";
 export const SLUICE_MAP_XDP_STATS = "sluice_xdp_st";
 export const SLUICE_MAP_XDP_TX = "sluice_xdp_tx";
@@ -209,6 +210,9 @@ export const SLUICE_PROG_XDP = "sluice_xdp";
 export const SLUICE_PROG_XDP_PASS = "sluice_xdp_pass";
 export const SLUICE_SOCK_PAIRS = 4;
 export const SLUICE_SOCK_SLOTS4 = 131072;
+export const SLUICE_XDP_PF_BITS_LOG2 = 16;
+export const SLUICE_XDP_PF_MULT = 2654435761;
+export const SLUICE_XDP_PF_WORDS = 1024;
 
 // ---- structs (BTF) ----
 /** struct bpf_spin_lock (4 bytes) */
@@ -1886,6 +1890,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_xdp_fe6: {"name":"sluice_xdp_fe6","type":1,"keyType":"lb6_node_ip","keySize":16,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
   sluice_xdp_fib: {"name":"sluice_xdp_fib","type":6,"keyType":"u32","keySize":4,"valueType":"lb_xdp_fib_scratch","valueSize":64,"maxEntries":1},
   sluice_xdp_np: {"name":"sluice_xdp_np","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":4096},
+  sluice_xdp_pf: {"name":"sluice_xdp_pf","type":2,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":1024},
   sluice_xdp_s6: {"name":"sluice_xdp_s6","type":6,"keyType":"u32","keySize":4,"valueType":"lb6_xdp_scratch","valueSize":144,"maxEntries":1},
   sluice_xdp_st: {"name":"sluice_xdp_st","type":5,"keyType":"u32","keySize":4,"valueType":"lb_xdp_stats","valueSize":48,"maxEntries":256},
   sluice_xdp_tx: {"name":"sluice_xdp_tx","type":25,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":256},

@@ -64,9 +64,10 @@ export function startXdp(mode: XdpModeSetting, bpffs: string, devices: string[],
         if (key === lastKey) return;
         lastKey = key;
         try {
-          const r = syncFrontendAddresses(opened.frontends, items, nodePorts);
+          // Each keeps the prefilter a superset of both sets (bits set before adding, cleared after removing).
+          const r = syncFrontendAddresses(opened, items, nodePorts);
           if (r.added || r.removed) log.debug(r, 'XDP frontend addresses updated');
-          const r6 = opened.frontends6 ? syncFrontendAddresses6(opened.frontends6, items) : { added: 0, removed: 0 };
+          const r6 = syncFrontendAddresses6(opened, items);
           if (r6.added || r6.removed) log.debug(r6, 'XDP IPv6 frontend addresses updated');
         } catch (err) {
           lastKey = '';

@@ -129,6 +129,7 @@ export interface LibbpfFunctions {
   bpf_map__is_internal(map: Handle): boolean;
   bpf_map__set_pin_path(map: Handle, path: string): number;
   bpf_map__set_max_entries(map: Handle, maxEntries: number): number;
+  bpf_map__set_map_flags(map: Handle, flags: number): number;
   bpf_map__is_pinned(map: Handle): boolean;
 
   bpf_program__name(prog: Handle): string;
@@ -289,6 +290,7 @@ function load(): LibbpfFunctions {
     'bool bpf_map__is_internal(bpf_map *map)',
     'int bpf_map__set_pin_path(bpf_map *map, const char *path)',
     'int bpf_map__set_max_entries(bpf_map *map, uint32_t max_entries)',
+    'int bpf_map__set_map_flags(bpf_map *map, uint32_t flags)',
     'bool bpf_map__is_pinned(bpf_map *map)',
 
     'const char *bpf_program__name(bpf_program *prog)',

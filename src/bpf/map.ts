@@ -9,7 +9,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import { BATCH_OPTS_SIZE, BatchOpts, BpfError, check, cString, libbpf, numPossibleCpus, objInfo } from './libbpf';
-import { BPF_ANY, MapType, isPerCpuMapType, mapTypeName } from './constants';
+import { BPF_ANY, MapFlags, MapType, isPerCpuMapType, mapTypeName } from './constants';
 
 const { E2BIG, ENOENT, EINVAL, ENOSPC, EOPNOTSUPP } = os.constants.errno;
 const ENOTSUPP = 524;
@@ -49,6 +49,17 @@ export function mapInfo(fd: number, label = `fd ${fd}`): MapInfo {
     btfKeyTypeId: b.readUInt32LE(68),
     btfValueTypeId: b.readUInt32LE(72),
   };
+}
+
+/**
+ * map_flags the kernel sets by itself when it creates a map of `type`, which
+ * BPF_OBJ_GET_INFO reports but an object cannot declare (the kernel refuses
+ * them at creation): DEVMAP and DEVMAP_HASH get BPF_F_RDONLY_PROG, because a
+ * lookup from a program returns a pointer to the device's ifindex
+ * (kernel/bpf/devmap.c, dev_map_init_map). Such a flag is no layout change.
+ */
+export function kernelAddedMapFlags(type: number): number {
+  return type === MapType.DEVMAP || type === MapType.DEVMAP_HASH ? MapFlags.RDONLY_PROG : 0;
 }
 
 export interface MapDescription {

@@ -17,7 +17,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { BpfError, Handle, check, checkPtr, libbpf, withLibbpfCapture } from './libbpf';
-import { BpfMap, mapInfo, type MapDescription } from './map';
+import { BpfMap, kernelAddedMapFlags, mapInfo, type MapDescription, type MapInfo } from './map';
 import { BpfProgram } from './program';
 
 export interface OpenOptions {
@@ -82,7 +82,18 @@ export class BpfObject {
       wanted.delete(name);
       // .rodata/.bss/.data/.kconfig belong to this object's build: never share them.
       const pinPath = opts.pinDir && !fns.bpf_map__is_internal(m) ? path.join(opts.pinDir, name) : undefined;
-      const pinnedSize = pinPath ? pinnedMaxEntries(pinPath) : undefined;
+      const pinned = pinPath ? pinnedInfo(pinPath) : undefined;
+      const pinnedSize = pinned?.maxEntries;
+      if (pinned !== undefined) {
+        // libbpf (1.1) reuses a pin only with equal map_flags, and a devmap's
+        // carry BPF_F_RDONLY_PROG, which the kernel adds and the object
+        // cannot declare: take the pinned flags when that is the difference.
+        const added = kernelAddedMapFlags(fns.bpf_map__type(m)) & kernelAddedMapFlags(pinned.type);
+        const declared = fns.bpf_map__map_flags(m);
+        if (added && pinned.flags !== declared && (pinned.flags & ~added) === (declared & ~added)) {
+          check(fns.bpf_map__set_map_flags(m, pinned.flags), 'bpf_map__set_map_flags', name);
+        }
+      }
       if (pinnedSize !== undefined) {
         // Reuse needs equal max_entries; adopt the pinned map's size so a map
         // created with a custom size by an earlier run is still reused.
@@ -251,12 +262,12 @@ export class BpfObject {
   }
 }
 
-/** max_entries of the map pinned at path, or undefined when nothing is pinned there. */
-function pinnedMaxEntries(pinPath: string): number | undefined {
+/** The map pinned at path, or undefined when nothing is pinned there. */
+function pinnedInfo(pinPath: string): MapInfo | undefined {
   if (!fs.existsSync(pinPath)) return undefined;
   const fd = check(libbpf().bpf_obj_get(pinPath), 'bpf_obj_get', pinPath);
   try {
-    return mapInfo(fd, pinPath).maxEntries;
+    return mapInfo(fd, pinPath);
   } finally {
     fs.closeSync(fd);
   }

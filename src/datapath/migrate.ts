@@ -26,7 +26,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import os from 'node:os';
 import { BpfObject } from '../bpf/object';
-import { BpfMap, mapInfo, type MapDescription } from '../bpf/map';
+import { BpfMap, kernelAddedMapFlags, mapInfo, type MapDescription } from '../bpf/map';
 import { BpfError, check, libbpf } from '../bpf/libbpf';
 import { BPF_ANY, BPF_NOEXIST, MapType, mapTypeName } from '../bpf/constants';
 import * as abi from '../abi/generated';
@@ -131,6 +131,8 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_XDP_FE4]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_XDP_FE6]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_XDP_TX]: { kind: 'rebuild' },
+  // The prefilter bitmap: recomputed from the two sets before the links switch (loadXdpObject).
+  [abi.SLUICE_MAP_XDP_PF]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_XDP_STATS]: { kind: 'carry' },
   [abi.SLUICE_MAP_XDP_NP]: { kind: 'carry' },
   [abi.SLUICE_MAP_XDP_FIB]: { kind: 'drop', reason: 'scratch space of one packet: nothing lives in it between packets' },
@@ -435,7 +437,11 @@ function plan(bpffs: string, declared: MapDescription[], requested: Record<strin
       continue;
     }
     const from = { name: d.name, type: info.type, keySize: info.keySize, valueSize: info.valueSize, maxEntries: info.maxEntries, flags: info.flags, layout: pinnedLayout };
-    const layoutChanged = from.type !== d.type || from.keySize !== d.keySize || from.valueSize !== d.valueSize || from.flags !== d.flags || pinnedLayout < ourLayout;
+    // Flags the kernel adds itself (a devmap's BPF_F_RDONLY_PROG) are not
+    // declared by any object: ignored when both sides are of such a type.
+    const added = kernelAddedMapFlags(d.type) & kernelAddedMapFlags(info.type);
+    const flagsChanged = (from.flags & ~added) !== (d.flags & ~added);
+    const layoutChanged = from.type !== d.type || from.keySize !== d.keySize || from.valueSize !== d.valueSize || flagsChanged || pinnedLayout < ourLayout;
     // A size nobody asked for keeps the pinned one (another object, or the
     // CLI, loading without the config), except arrays that grew: their
     // indices are meaning (counters), not capacity.

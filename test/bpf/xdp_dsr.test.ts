@@ -46,7 +46,7 @@ beforeEach(() => {
   assert.ok(h.tc.tc.dsr);
   writeNodePortMode(h.tc.tc.dsr, 'dsr');
   h.tc.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 7, backends: [REMOTE_BE] });
-  syncFrontendAddresses(h.maps.frontends, [{ address: NODE, flags: abi.LB_SVC_FLAG_NODEPORT }]);
+  syncFrontendAddresses(h.maps, [{ address: NODE, flags: abi.LB_SVC_FLAG_NODEPORT }]);
 });
 
 describe('TC on the ingress node, with a route to the backend', () => {

@@ -99,6 +99,12 @@ export class XdpHarness {
     this.tc.reset();
     for (const [k] of [...this.maps.frontends.entries()]) this.maps.frontends.delete(k);
     for (const [k] of [...this.maps.frontends6?.entries() ?? []]) this.maps.frontends6!.delete(k);
+    if (this.maps.prefilter) {
+      const zero = Buffer.alloc(8 * abi.SLUICE_XDP_PF_WORDS);
+      const keys = Buffer.alloc(4 * abi.SLUICE_XDP_PF_WORDS);
+      for (let i = 0; i < abi.SLUICE_XDP_PF_WORDS; i++) keys.writeUInt32LE(i, 4 * i);
+      this.maps.prefilter.updateBatch(keys, zero, abi.SLUICE_XDP_PF_WORDS);
+    }
   }
 
   close(): void {

@@ -48,7 +48,7 @@ function expectPacket(actual: Buffer, expected: Buffer, what: string): void {
 
 function nodePort(backends: typeof REMOTE_BE[], proto: 'tcp' | 'udp' = 'tcp', flags = NODEPORT, revNatId = 7): void {
   h.tc.upsertFrontend({ address: NODE, port: NODE_PORT, proto, flags, revNatId, backends });
-  syncFrontendAddresses(h.maps.frontends, [{ address: NODE, flags }]);
+  syncFrontendAddresses(h.maps, [{ address: NODE, flags }]);
 }
 
 before(() => {
@@ -241,7 +241,7 @@ describe('loadBalancerSourceRanges at XDP', () => {
     const vip = '198.18.100.10';
     syncSourceRanges(h.tc.tc.sourceRanges, 9, ['198.18.0.0/28']);
     h.tc.upsertFrontend({ address: vip, port: 80, proto: 'tcp', flags, revNatId: 9, backends: [REMOTE_BE] });
-    syncFrontendAddresses(h.maps.frontends, [{ address: vip, flags }]);
+    syncFrontendAddresses(h.maps, [{ address: vip, flags }]);
     const dropsBefore = h.tc.counter(abi.LB_CNT_TC_SRC_RANGE_DROP);
     const before = h.stats(ext0);
     const outside = h.runXdp(frame({ proto: 'tcp', src: '198.18.0.77', dst: vip, sport: 40000, dport: 80, tcpFlags: TCP_SYN }), ext0);
@@ -255,14 +255,14 @@ describe('loadBalancerSourceRanges at XDP', () => {
 
 describe('the frontend-address set', () => {
   test('holds the IPv4 addresses of north-south frontends only, and follows changes', () => {
-    const r1 = syncFrontendAddresses(h.maps.frontends, [
+    const r1 = syncFrontendAddresses(h.maps, [
       { address: NODE, flags: NODEPORT },
       { address: '198.18.100.10', flags: abi.LB_SVC_FLAG_EXTERNAL_IP },
       { address: '198.18.50.1', flags: 0 }, // a ClusterIP
       { address: 'fd00::1', flags: NODEPORT },
     ]);
     assert.deepEqual(r1, { added: 2, removed: 0 });
-    const r2 = syncFrontendAddresses(h.maps.frontends, [{ address: NODE, flags: NODEPORT }]);
+    const r2 = syncFrontendAddresses(h.maps, [{ address: NODE, flags: NODEPORT }]);
     assert.deepEqual(r2, { added: 0, removed: 1 });
     assert.deepEqual([...h.maps.frontends.entries()].map(([k]) => k), [ip4ToNumber(NODE)]);
   });

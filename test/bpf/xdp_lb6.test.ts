@@ -51,7 +51,7 @@ function expectPacket(actual: Buffer, expected: Buffer, what: string): void {
 /** The frontend in the IPv6 tables, its address in XDP's set (when this build has one). */
 function serve(address: string, port: number, backends: TcBackend[], proto: 'tcp' | 'udp' = 'tcp', flags = NODEPORT, revNatId = 7, algorithm?: number): void {
   v6.upsertFrontend({ address, port, proto, flags, revNatId, backends, ...(algorithm !== undefined ? { algorithm } : {}) });
-  if (h.maps.frontends6) syncFrontendAddresses6(h.maps.frontends6, [{ address, flags }]);
+  syncFrontendAddresses6(h.maps, [{ address, flags }]);
 }
 
 const nodePort = (backends: TcBackend[], proto: 'tcp' | 'udp' = 'tcp') => serve(NODE, NODE_PORT, backends, proto);
@@ -292,14 +292,14 @@ describe('the IPv6 frontend-address set', () => {
   test('holds the IPv6 addresses of north-south frontends only, and follows changes', () => {
     const set = h.maps.frontends6!;
     assert.ok(set, `${abi.SLUICE_MAP_XDP_FE6} pinned`);
-    const r1 = syncFrontendAddresses6(set, [
+    const r1 = syncFrontendAddresses6(h.maps, [
       { address: NODE, flags: NODEPORT },
       { address: '2001:db8:100::10', flags: abi.LB_SVC_FLAG_LOADBALANCER },
       { address: 'fd00:96::1', flags: 0 }, // a ClusterIP
       { address: '198.18.0.1', flags: NODEPORT },
     ]);
     assert.deepEqual(r1, { added: 2, removed: 0 });
-    assert.deepEqual(syncFrontendAddresses6(set, [{ address: NODE, flags: NODEPORT }]), { added: 0, removed: 1 });
+    assert.deepEqual(syncFrontendAddresses6(h.maps, [{ address: NODE, flags: NODEPORT }]), { added: 0, removed: 1 });
     assert.equal([...set.entries()].length, 1);
   });
 });

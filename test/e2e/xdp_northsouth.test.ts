@@ -66,7 +66,7 @@ function frontend(f: Partial<TcFrontend> & Pick<TcFrontend, 'backends'>): TcFron
 
 function serve(f: TcFrontend): void {
   h.upsertFrontend(f);
-  syncFrontendAddresses(xdp.frontends, [{ address: f.address, flags: f.flags }]);
+  syncFrontendAddresses(xdp, [{ address: f.address, flags: f.flags }]);
 }
 
 function lines(child: { stdout: NodeJS.ReadableStream | null }): () => Promise<string> {

@@ -72,7 +72,7 @@ const n = (s: string) => BigInt(s);
 function serve(f: TcFrontend): void {
   v6.upsertFrontend(f);
   // (absent from an object older than IPv6 at XDP: the fail-first runs load one)
-  if (xdp.frontends6) syncFrontendAddresses6(xdp.frontends6, [{ address: f.address, flags: f.flags }]);
+  syncFrontendAddresses6(xdp, [{ address: f.address, flags: f.flags }]);
 }
 
 function frontend(f: Partial<TcFrontend> & Pick<TcFrontend, 'backends'>): TcFrontend {

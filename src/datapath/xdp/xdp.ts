@@ -13,12 +13,12 @@ import { BpfLink, unpin } from '../../bpf/link';
 import { BpfMap } from '../../bpf/map';
 import type { BpfObject } from '../../bpf/object';
 import * as abi from '../../abi/generated';
-import { ip4ToNumber, isIp6 } from '../addr';
+import { bytesToIp6, ip4ToNumber, ip6ToBytes, isIp6 } from '../addr';
 import { loadMigrated, type MigratedMap } from '../migrate';
 import { execFileSync } from 'node:child_process';
 import { checkEthernetDevice, deviceIndex } from '../tc/attach';
 import { TypedMap, u32Codec, u8Codec } from '../typedMap';
-import { nodeIpMap, syncNodeAddresses6 } from '../sockConfig';
+import { nodeIpMap } from '../sockConfig';
 
 const { ENOLINK, EOPNOTSUPP, EINVAL } = os.constants.errno;
 
@@ -71,6 +71,14 @@ function pinnedXdpLinks(bpffs: string): Array<{ pin: string; device: string; mod
  */
 export function loadXdpObject(objectPath: string, bpffs: string, opts: { maxEntries?: Record<string, number>; onMigrated?: (m: MigratedMap[]) => void } = {}): BpfObject {
   return loadMigrated(objectPath, bpffs, opts, (obj) => {
+    // The new program skips every address whose prefilter bit is clear: the
+    // bits of the pinned sets first (a prefilter new to these pins starts empty).
+    const maps = openXdpMaps(bpffs);
+    try {
+      refreshPrefilter(maps);
+    } finally {
+      maps.close();
+    }
     for (const { pin } of pinnedXdpLinks(bpffs)) swapLink(pin, obj);
   });
 }
@@ -219,6 +227,8 @@ export interface XdpMaps {
   /** The node's NodePort addresses (sluice_nodeip4, shared with the socket and TC objects). */
   nodeIps: TypedMap<number, number>;
   stats: BpfMap;
+  /** The prefilter bitmap in front of both sets (u64 words; absent in pins of builds before it). */
+  prefilter?: BpfMap;
   /** Non-Service packets passed, per-CPU array by ifindex (absent in pins of builds before it). */
   passed?: BpfMap;
   close(): void;
@@ -244,6 +254,7 @@ export function openXdpMaps(bpffs: string): XdpMaps {
       nodeIps: nodeIpMap(open(abi.SLUICE_MAP_NODEIP4)),
       stats: open(abi.SLUICE_MAP_XDP_STATS),
       ...(fs.existsSync(path.join(bpffs, abi.SLUICE_MAP_XDP_NP)) ? { passed: open(abi.SLUICE_MAP_XDP_NP) } : {}),
+      ...(fs.existsSync(path.join(bpffs, abi.SLUICE_MAP_XDP_PF)) ? { prefilter: open(abi.SLUICE_MAP_XDP_PF) } : {}),
       close: () => opened.forEach((m) => m.close()),
     };
   } catch (err) {
@@ -254,16 +265,15 @@ export function openXdpMaps(bpffs: string): XdpMaps {
 
 const NORTH_SOUTH = abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXTERNAL_IP | abi.LB_SVC_FLAG_LOADBALANCER;
 
+/** The maps a frontend-address sync writes: the two sets and the prefilter in front of them. */
+export type XdpFrontendMaps = Pick<XdpMaps, 'frontends' | 'frontends6' | 'prefilter'>;
+
 /**
- * Make the frontend-address set hold exactly the IPv4 addresses of the
- * north-south frontends given. Returns what changed.
+ * The frontend-address set XDP checks first (after the prefilter). An IPv4
+ * NodePort is one wildcard frontend, 0.0.0.0:<port> (bpf/lib/nodeport.h):
+ * the node's NodePort addresses stand for it. Returns what changed.
  */
-/**
- * The frontend-address set XDP checks first. An IPv4 NodePort is one
- * wildcard frontend, 0.0.0.0:<port> (bpf/lib/nodeport.h): the node's
- * NodePort addresses stand for it.
- */
-export function syncFrontendAddresses(map: TypedMap<number, number>, frontends: Iterable<{ address: string; flags: number }>, nodePortAddresses: Iterable<number> = []): { added: number; removed: number } {
+export function syncFrontendAddresses(maps: XdpFrontendMaps, frontends: Iterable<{ address: string; flags: number }>, nodePortAddresses: Iterable<number> = []): { added: number; removed: number } {
   const wanted = new Set<number>();
   for (const f of frontends) {
     if (!(f.flags & NORTH_SOUTH) || f.address.includes(':')) continue;
@@ -271,12 +281,15 @@ export function syncFrontendAddresses(map: TypedMap<number, number>, frontends: 
     if (a !== 0) wanted.add(a);
     else for (const n of nodePortAddresses) wanted.add(n);
   }
+  const map = maps.frontends;
   const present = new Set([...map.entries()].map(([k]) => k));
-  let added = 0;
-  let removed = 0;
-  for (const a of wanted) if (!present.has(a)) { map.set(a, 1); added++; }
-  for (const a of present) if (!wanted.has(a)) { map.delete(a); removed++; }
-  return { added, removed };
+  const added = [...wanted].filter((a) => !present.has(a));
+  const removed = [...present].filter((a) => !wanted.has(a));
+  if (maps.prefilter) setPrefilterBits(maps.prefilter, added); // make
+  for (const a of added) map.set(a, 1);
+  for (const a of removed) map.delete(a);
+  if (maps.prefilter) refreshPrefilter(maps); // ... before break
+  return { added: added.length, removed: removed.length };
 }
 
 /**
@@ -284,10 +297,82 @@ export function syncFrontendAddresses(map: TypedMap<number, number>, frontends: 
  * north-south frontends given. IPv6 NodePorts are programmed per node
  * address (no wildcard), so they are listed as they are.
  */
-export function syncFrontendAddresses6(map: TypedMap<abi.Lb6NodeIp, number>, frontends: Iterable<{ address: string; flags: number }>): { added: number; removed: number } {
-  const wanted = [...frontends].filter((f) => (f.flags & NORTH_SOUTH) && isIp6(f.address)).map((f) => f.address);
-  const r = syncNodeAddresses6(map, wanted);
-  return { added: r.added.length, removed: r.removed.length };
+export function syncFrontendAddresses6(maps: XdpFrontendMaps, frontends: Iterable<{ address: string; flags: number }>): { added: number; removed: number } {
+  const map = maps.frontends6;
+  if (!map) return { added: 0, removed: 0 };
+  const wanted = new Set([...frontends].filter((f) => (f.flags & NORTH_SOUTH) && isIp6(f.address)).map((f) => bytesToIp6(ip6ToBytes(f.address))));
+  const present = new Set([...map.entries()].map(([k]) => bytesToIp6(k.address)));
+  const added = [...wanted].filter((a) => !present.has(a));
+  const removed = [...present].filter((a) => !wanted.has(a));
+  if (maps.prefilter) setPrefilterBits(maps.prefilter, added); // make
+  for (const a of added) map.set({ address: ip6ToBytes(a) }, 1);
+  for (const a of removed) map.delete({ address: ip6ToBytes(a) });
+  if (maps.prefilter) refreshPrefilter(maps); // ... before break
+  return { added: added.length, removed: removed.length };
+}
+
+/**
+ * The prefilter slot of a frontend address (native/sluice_abi.h, as
+ * lb_xdp_prefilter computes it): IPv4 as ip4ToNumber gives it, IPv6 as text.
+ */
+export function prefilterSlot(address: number | string): number {
+  let h: number;
+  if (typeof address === 'number') {
+    h = address >>> 0;
+  } else {
+    const b = ip6ToBytes(address); // ntohl(w0 ^ w1 ^ w2 ^ w3): the big-endian words' XOR
+    h = (b.readUInt32BE(0) ^ b.readUInt32BE(4) ^ b.readUInt32BE(8) ^ b.readUInt32BE(12)) >>> 0;
+  }
+  return Math.imul(h, abi.SLUICE_XDP_PF_MULT) >>> (32 - abi.SLUICE_XDP_PF_BITS_LOG2);
+}
+
+/** The prefilter's words as the kernel holds them. */
+export function readPrefilter(m: BpfMap): BigUint64Array {
+  const words = new BigUint64Array(abi.SLUICE_XDP_PF_WORDS);
+  const all = m.lookupBatch();
+  for (let i = 0; i < all.count; i++) {
+    const k = all.keys.readUInt32LE(i * m.keySize);
+    if (k < words.length) words[k] = all.values.readBigUInt64LE(i * m.valueBufferSize);
+  }
+  return words;
+}
+
+/** Write the words of `next` that differ from `current`, one update each (an aligned u64 store). */
+function writePrefilter(m: BpfMap, current: BigUint64Array, next: BigUint64Array): void {
+  const key = Buffer.alloc(4);
+  const value = Buffer.alloc(8);
+  for (let w = 0; w < next.length; w++) {
+    if (next[w] === current[w]) continue;
+    key.writeUInt32LE(w);
+    value.writeBigUInt64LE(next[w]!);
+    m.update(key, value);
+  }
+}
+
+function withSlot(words: BigUint64Array, slot: number): void {
+  words[slot >>> 6]! |= 1n << BigInt(slot & 63);
+}
+
+/** Make: set the bits of `addresses`, keeping every bit already set (a word only gains bits). */
+function setPrefilterBits(m: BpfMap, addresses: Array<number | string>): void {
+  if (addresses.length === 0) return;
+  const current = readPrefilter(m);
+  const next = current.slice();
+  for (const a of addresses) withSlot(next, prefilterSlot(a));
+  writePrefilter(m, current, next);
+}
+
+/**
+ * Break (and repair): the prefilter holds exactly the bits of the addresses
+ * the two sets hold now. Called after removals, so a cleared bit belongs to
+ * no address left in either set (a word only loses bits of removed ones).
+ */
+export function refreshPrefilter(maps: XdpFrontendMaps): void {
+  if (!maps.prefilter) return;
+  const next = new BigUint64Array(abi.SLUICE_XDP_PF_WORDS);
+  for (const [a] of maps.frontends.entries()) withSlot(next, prefilterSlot(a));
+  for (const [k] of maps.frontends6?.entries() ?? []) withSlot(next, prefilterSlot(bytesToIp6(k.address)));
+  writePrefilter(maps.prefilter, readPrefilter(maps.prefilter), next);
 }
 
 export type XdpDeviceStats = { ifindex: number } & abi.LbXdpStats;
