@@ -5,8 +5,8 @@
 // devices, its own maps, snat mode). node1 sends the client's packet in
 // ip6ip6 to the pod's address; node2 opens it, DNATs to the pod, and the
 // pod's reply leaves node2 with the address the client talked to as source,
-// straight to the client over a link of its own (topology of tc_topology6.ts
-// plus a client-node2 link: node2's route to the client avoids node1). A
+// straight to the client over a link of its own (tc_topology6.ts with
+// addClientLink: node2's route to the client avoids node1). A
 // packet socket inside node1's namespace counts the replies node1 sends to
 // the client: none under DSR (all of them under SNAT, the control).
 import { after, before, beforeEach, describe, test } from 'node:test';
@@ -19,12 +19,10 @@ import { writeNodePortMode, writeTcConfig, type NodePortMode } from '../../src/d
 import { TypedMap, u8Codec } from '../../src/datapath/typedMap';
 import { TcHarness, attachInNetns, type TcBackend, type TcFrontend } from '../bpf/tc_harness';
 import { Tc6Maps } from '../bpf/tc_harness6';
-import { Topology6, V6 } from './tc_topology6';
+import { PEER_SERVER6, Topology6, V6 } from './tc_topology6';
 
 const NODE_PORT = 30080;
 const LB_IP = '2001:db8:100::10'; // the client routes the VIP network to node1
-const CLIENT_N2 = '2001:db8:3::10'; // the client's end of its link to node2
-const NODE2_CLI = '2001:db8:3::2'; // node2's end
 const POD2_REMOTE: TcBackend = { id: 2, address: V6.pod2, port: 8080, local: false };
 const POD2_LOCAL: TcBackend = { id: 2, address: V6.pod2, port: 8080, local: true };
 
@@ -33,17 +31,6 @@ let h1: TcHarness; // node1's maps (ingress node)
 let h2: TcHarness; // node2's maps (backend node)
 let v1: Tc6Maps;
 let v2: Tc6Maps;
-
-/** TCP: answers "<name> <peer>" at once; UDP: "<name> <peer>". */
-const SERVER = `
-const net = require('net'), dgram = require('dgram');
-const [name, port] = process.argv.slice(1);
-let ready = 0; const up = () => { if (++ready === 2) process.stdout.write('ready\\n'); };
-net.createServer((s) => { s.on('error', () => {}); s.on('data', () => {}); s.end(name + ' ' + s.remoteAddress); }).listen(Number(port), '::', up);
-const u = dgram.createSocket('udp6');
-u.on('message', (m, r) => u.send(name + ' ' + r.address, r.port, r.address));
-u.bind(Number(port), '::', up);
-`;
 
 /** One request; prints "<answer>|<[address]:port the answer came from>". */
 const CLIENT = `
@@ -124,13 +111,7 @@ function setMode(mode: NodePortMode): void {
 before(async () => {
   topo = new Topology6('sldsr6');
   topo.create();
-  // A client-node2 link: node2 answers the client without node1.
-  topo.in('cli', 'link', 'add', 'eth1', 'type', 'veth', 'peer', 'name', 'eth2', 'netns', topo.ns.n2);
-  topo.in('cli', '-6', 'addr', 'add', `${CLIENT_N2}/64`, 'dev', 'eth1', 'nodad');
-  topo.in('n2', '-6', 'addr', 'add', `${NODE2_CLI}/64`, 'dev', 'eth2', 'nodad');
-  topo.in('cli', 'link', 'set', 'eth1', 'up');
-  topo.in('n2', 'link', 'set', 'eth2', 'up');
-  topo.in('n2', '-6', 'route', 'add', `${V6.client}/128`, 'via', CLIENT_N2, 'dev', 'eth2');
+  topo.addClientLink(); // node2 answers the client without node1
   h1 = TcHarness.create('sluice-dsr6e2e-n1');
   h2 = TcHarness.create('sluice-dsr6e2e-n2');
   v1 = new Tc6Maps(h1);
@@ -139,7 +120,7 @@ before(async () => {
     const r = attachInNetns(topo.netnsPath(role), h.pinDir, [...devices]);
     assert.equal(r.status, 0, `attach in ${role} failed: ${r.stderr}`);
   }
-  await topo.start('p2', SERVER, ['pod2', '8080']);
+  await topo.start('p2', PEER_SERVER6, ['pod2', '8080']);
 });
 
 after(() => {
