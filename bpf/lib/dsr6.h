@@ -161,8 +161,8 @@ static __noinline int lb6_dsr_receive(struct __sk_buff *skb)
 	struct lb6_packet pkt = {};
 	struct lb4_tc_config cfg;
 	struct lb6_ct_entry *e;
+	struct lb6_tuple to;
 	struct dsr6_rx rx;
-	int rc;
 
 	if (lb6_dsr_find(skb, &rx) < 0)
 		return TC_ACT_OK;
@@ -181,10 +181,22 @@ static __noinline int lb6_dsr_receive(struct __sk_buff *skb)
 		e = lb6_dsr_flow_fill(skb, &pkt.tuple, &rx, &cfg);
 		if (!e || lb6_ct_create_flow(&pkt.tuple, e, &cfg) < 0)
 			return TC_ACT_SHOT;
+		/* Its entries are written: touched (counted) as a known flow's. */
+		e = lb6_ct_live_original(skb, &pkt.tuple, &cfg, LB_PATH_NORTH_SOUTH);
+		if (!e)
+			return TC_ACT_SHOT;
 	}
-	/* Its entries are written: translated as a known flow. */
-	rc = lb6_flow_ingress_known(skb, &pkt, &cfg, LB_PATH_NORTH_SOUTH);
-	return rc == LB6_FLOW_UNKNOWN ? TC_ACT_SHOT : rc;
+	/* DNAT only (never SNAT here; the client's port when it was remapped):
+	 * the stack delivers it to the pod. Not lb6_flow_ingress_known, whose
+	 * forwarding steps this packet never takes (fewer paths to verify). */
+	to = pkt.tuple;
+	lb6_addr_copy(to.daddr, e->backend_address);
+	to.dport = e->backend_port;
+	if (lb6_ct_has_nat(e)) {
+		lb6_addr_copy(to.saddr, e->nat_address);
+		to.sport = e->nat_port;
+	}
+	return lb6_rewrite(skb, &pkt, &to) < 0 ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
 #endif /* SLUICE_BPF_DSR6_H */
