@@ -33,8 +33,10 @@ int sluice_tc_ingress(struct __sk_buff *skb)
 {
 	int rc;
 
-	if (skb->protocol == bpf_htons(LB_ETH_P_IPV6))
-		return lb6_tc_ingress(skb);
+	if (skb->protocol == bpf_htons(LB_ETH_P_IPV6)) {
+		rc = lb6_tc_ingress(skb);
+		return rc == LB_TC_DSR6_RECEIVE ? lb6_dsr_receive(skb) : rc; /* ip6ip6: DSR (dsr6.h), a frame of its own */
+	}
 	rc = tc_ingress4(skb);
 	return rc == LB_TC_DSR_RECEIVE ? tc_dsr_receive4(skb) : rc;
 }

@@ -1178,13 +1178,14 @@ _Static_assert(sizeof(struct lb6_icmp_scratch) == 1536, "lb6_icmp_scratch layout
 #define LB_NODEPORT_MODE_HYBRID 2 /* TCP by DSR, UDP SNATed */
 
 #define LB_DSR_ENCAP_LEN 20 /* the outer IPv4 header: the path MTU toward the backend is 20 bytes smaller */
+#define LB_DSR6_ENCAP_LEN 40 /* IPv6 (ip6ip6, RFC 2473): the outer IPv6 header, 40 bytes off the path MTU */
 
-#define LB_CT_FLAG_DSR    (1 << 8) /* ingress node: the flow is forwarded in IPIP to its backend (DSR) */
+#define LB_CT_FLAG_DSR    (1 << 8) /* ingress node: the flow is forwarded in IPIP (IPv6: ip6ip6) to its backend (DSR) */
 #define LB_CT_FLAG_DSR_RX (1 << 9) /* backend node: the flow arrived in IPIP (DSR); replies go to the client directly */
 
 /* Counters (TC flow range; north-south only, rows +80 unused). */
-#define LB_CNT_TC_DSR_ENCAP 28 /* original: packet sent in IPIP to the backend's node (DSR) */
-#define LB_CNT_TC_DSR_DECAP 29 /* original: IPIP DSR packet taken off its outer header and DNATed to a local backend */
+#define LB_CNT_TC_DSR_ENCAP 28 /* original: packet sent in IPIP or ip6ip6 to the backend's node (DSR) */
+#define LB_CNT_TC_DSR_DECAP 29 /* original: IPIP/ip6ip6 DSR packet taken off its outer header and DNATed to a local backend */
 
 struct lb_dsr_config {
 	__u32 mode; /* LB_NODEPORT_MODE_* */

@@ -30,6 +30,7 @@
 
 #define LB_ETH_P_IPV6          0x86DD
 #define LB_IPPROTO_ICMPV6      58
+#define LB_IPPROTO_IPV6        41 /* ip6ip6 (RFC 2473): DSR, dsr6.h */
 #define LB_NEXTHDR_HOP         0
 #define LB_NEXTHDR_ROUTING     43
 #define LB_NEXTHDR_FRAGMENT    44

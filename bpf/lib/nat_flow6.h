@@ -425,6 +425,11 @@ lb6_ct_create_flow(const struct lb6_tuple *t, struct lb6_ct_entry *e, const stru
 	e->dir = LB_CT_DIR_REPLY;
 	if (e->flags & LB_CT_FLAG_SNAT) {
 		err = lb6_snat_alloc_port(e, cfg);
+	} else if (e->flags & LB_CT_FLAG_DSR) {
+		/* No reply reaches this node (dsr6.h): the entry only keeps the
+		 * flow's pair complete; a key in use is left to its flow. */
+		lb6_ct_reply_key(&key, e);
+		(void)lb6_ct_claim_insert(&key, e);
 	} else {
 		lb6_ct_reply_key(&key, e);
 		if (lb6_ct_claim_insert(&key, e) < 0) {
@@ -583,6 +588,73 @@ lb6_flow_icmp_error(struct __sk_buff *skb, const struct lb6_packet *pkt, enum lb
 	return e && lb6_ct_on_path(e, path) ? lb6_icmp_error_to_backend(skb, pkt, &q, e) : TC_ACT_OK;
 }
 
+/* ---- Direct Server Return, ingress node (issue 17 item 2 for IPv6; docs/dsr.md) ---- */
+
+/* lb6_flow_ingress: "an ip6ip6 packet, give it to lb6_dsr_receive" (dsr6.h;
+ * the TC entry calls it, so its frame is not added to this chain's). */
+#define LB_TC_DSR6_RECEIVE 0x7ffd
+
+/* Does --nodeport-mode send a new remote-backend flow of `proto` by DSR?
+ * (dsr.h's lb4_dsr_applies: the one mode of the node, both families.) */
+static __always_inline bool lb6_dsr_applies(__u8 proto)
+{
+	__u32 zero = 0;
+	struct lb_dsr_config *cfg = bpf_map_lookup_elem(&SLUICE_MAP_DSR_CFG, &zero);
+
+	if (!cfg)
+		return false;
+	if (cfg->mode == LB_NODEPORT_MODE_DSR)
+		return proto == LB_PROTO_TCP || proto == LB_PROTO_UDP;
+	return cfg->mode == LB_NODEPORT_MODE_HYBRID && proto == LB_PROTO_TCP;
+}
+
+/*
+ * The packet of a DSR flow (LB_CT_FLAG_DSR), kept as it arrived (client ->
+ * frontend) and put in an outer IPv6 header (ip6ip6, RFC 2473: next header
+ * 41, LB_DSR6_ENCAP_LEN bytes): source the node's address (nat_address),
+ * destination the backend, routed by the FIB. LB6_DSR_TOO_BIG + the MTU
+ * left for the client's packet (the route's less the outer header) when
+ * it would no longer fit: the caller answers with a Packet Too Big. A subprogram: its FIB
+ * and header buffers stay off the callers' frames.
+ */
+#define LB6_DSR_TOO_BIG 0x10000 /* + the MTU: no out-parameter on the caller's frame (the chain is at 512 bytes) */
+
+static __noinline int lb6_dsr_forward(struct __sk_buff *skb, const struct lb6_ct_entry *e)
+{
+	struct bpf_fib_lookup fib = {};
+	struct ipv6hdr outer;
+	__u32 len = skb->len - LB_ETH_HLEN; /* the client's IPv6 packet */
+	int rc;
+
+	if (skb->len < LB_ETH_HLEN + LB_IP6_HLEN ||
+	    bpf_skb_load_bytes(skb, LB_ETH_HLEN, &outer, 4) < 0) /* version, traffic class, flow label */
+		return TC_ACT_SHOT;
+	fib.family = AF_INET6;
+	__builtin_memcpy(fib.ipv6_src, e->nat_address, 16);
+	__builtin_memcpy(fib.ipv6_dst, e->backend_address, 16);
+	fib.ifindex = skb->ingress_ifindex;
+	/* The length once encapsulated, so the FIB checks the route's MTU. */
+	fib.tot_len = skb->gso_size ? 0 : len + LB_DSR6_ENCAP_LEN;
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return LB6_DSR_TOO_BIG + (fib.mtu_result > LB_DSR6_ENCAP_LEN ? fib.mtu_result - LB_DSR6_ENCAP_LEN : 0);
+	if (bpf_skb_adjust_room(skb, LB_DSR6_ENCAP_LEN, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6) < 0)
+		return TC_ACT_SHOT;
+	outer.payload_len = bpf_htons((__u16)len);
+	outer.nexthdr = LB_IPPROTO_IPV6;
+	outer.hop_limit = 64;
+	__builtin_memcpy(&outer.saddr, e->nat_address, 16);
+	__builtin_memcpy(&outer.daddr, e->backend_address, 16);
+	if (bpf_skb_store_bytes(skb, LB_ETH_HLEN, &outer, sizeof(outer), BPF_F_INVALIDATE_HASH) < 0)
+		return TC_ACT_SHOT;
+	lb_count(LB_CNT_TC_DSR_ENCAP);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
+		lb_count(LB_CNT_TC_FIB_FAILED);
+		return TC_ACT_OK;
+	}
+	return lb_fib_redirect(skb, &fib, rc);
+}
+
 /* ---- the two paths' steps, told apart by enum lb_path ---- */
 
 static __always_inline bool lb6_backend_is_local(__u32 backend_id)
@@ -676,6 +748,14 @@ lb6_flow_new(void *ctx, const struct lb6_tuple *t, const struct lb4_tc_config *c
 				 ifindex);
 		return TC_ACT_SHOT;
 	}
+	/* DSR (lb6_dsr_forward): a remote backend gets the client's packet in
+	 * ip6ip6; nat_address is the outer source. The reply never passes
+	 * here: the flow counts as answered. */
+	if (!pod && !lb6_addr_equal(e->backend_address, t->saddr) && !lb6_backend_is_local(e->backend_id) &&
+	    lb6_dsr_applies(t->proto)) {
+		e->flags |= LB_CT_FLAG_DSR | LB_CT_FLAG_SEEN_REPLY;
+		return LB6_FLOW_NEW;
+	}
 	e->flags |= LB_CT_FLAG_SNAT;
 	return LB6_FLOW_NEW;
 }
@@ -703,6 +783,11 @@ lb6_flow_ingress_known(struct __sk_buff *skb, const struct lb6_packet *pkt, cons
 	e = lb6_ct_live_original(skb, &pkt->tuple, cfg, path);
 	if (!e)
 		return LB6_FLOW_UNKNOWN;
+	if (e->flags & LB_CT_FLAG_DSR) {
+		int rc = lb6_dsr_forward(skb, e);
+
+		return rc >= LB6_DSR_TOO_BIG ? lb6_pmtu_too_big(skb, pkt, &pkt->tuple, rc - LB6_DSR_TOO_BIG) : rc;
+	}
 	return lb6_flow_xlate_original(skb, pkt, e, path);
 }
 
@@ -715,8 +800,8 @@ static __noinline __attribute__((unused)) int lb6_flow_ingress(struct __sk_buff 
 	struct lb6_ct_entry *e;
 	int rc;
 
-	if (lb6_tc_parse(skb, &pkt) < 0) /* later fragments too (frag6.h) */
-		return TC_ACT_OK;
+	if (lb6_tc_parse(skb, &pkt) < 0) /* later fragments too (frag6.h); ip6ip6: DSR (dsr6.h) */
+		return pkt.tuple.proto == LB_IPPROTO_IPV6 && path == LB_PATH_NORTH_SOUTH ? LB_TC_DSR6_RECEIVE : TC_ACT_OK;
 	if (pkt.tuple.proto == LB_IPPROTO_ICMPV6)
 		return lb6_icmp_is_error(pkt.icmp_type) ? lb6_flow_icmp_error(skb, &pkt, path, LB_HOOK_INGRESS) : TC_ACT_OK;
 	cfg = lb4_tc_config_get();

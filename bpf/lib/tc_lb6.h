@@ -24,14 +24,14 @@
  * SLUICE_MAP_LC_FLOW6, given back at the TCP close or by the conntrack GC);
  * Maglev hashes the 5-tuple (lb6_maglev_flow_hash), the same on every node.
  *
- * Not (yet) for IPv6: fragments (passed untouched, nat6.h), per-device SNAT
- * addresses (egress.h: IPv6 flows take the one address of
- * SLUICE_MAP_TC_CONFIG6).
+ * DSR (--nodeport-mode dsr|hybrid): ip6ip6 to a remote backend
+ * (nat_flow6.h lb6_dsr_forward), opened on the backend's node (dsr6.h).
  */
 #ifndef SLUICE_BPF_TC_LB6_H
 #define SLUICE_BPF_TC_LB6_H
 
 #include "nat_flow6.h"
+#include "dsr6.h" /* issue 17 item 2 for IPv6: --nodeport-mode dsr|hybrid */
 
 /* The steps are nat_flow6.h's, shared with the pod-veth path (bpf/pod_lb.bpf.c). */
 static __always_inline int lb6_tc_ingress(struct __sk_buff *skb)

@@ -191,7 +191,7 @@ lb6_xdp_known_flow(struct xdp_md *ctx, const struct lb6_xdp_packet *p, struct lb
 	struct bpf_fib_lookup *fib = lb_xdp_fib_scratch();
 	int action;
 
-	if (!fib || !lb6_ct_backend_alive(e))
+	if (!fib || !lb6_ct_backend_alive(e) || (e->flags & LB_CT_FLAG_DSR)) /* DSR: TC's (lb6_dsr_forward) */
 		return XDP_PASS;
 	lb6_xdp_to_backend(&w->to, &w->tuple, e);
 	action = lb6_xdp_route(ctx, p, &w->to, fib);
@@ -224,7 +224,7 @@ lb6_xdp_new_flow(struct xdp_md *ctx, struct lb6_xdp_packet *p, struct lb6_xdp_wo
 	p->service = true;
 	e = lb6_ct_scratch();
 	fib = lb_xdp_fib_scratch();
-	if (!e || !fib)
+	if (!e || !fib || (e->flags & LB_CT_FLAG_DSR)) /* DSR: TC encapsulates (lb6_dsr_forward) */
 		return XDP_PASS;
 	lb6_xdp_to_backend(&w->to, &w->tuple, e); /* the route needs the addresses only */
 	action = lb6_xdp_route(ctx, p, &w->to, fib);

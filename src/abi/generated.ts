@@ -76,6 +76,7 @@ export const LB_CT_FLAG_POD = 4;
 export const LB_CT_FLAG_SEEN_REPLY = 8;
 export const LB_CT_FLAG_SNAT = 1;
 export const LB_CT_FLAG_SPORT = 128;
+export const LB_DSR6_ENCAP_LEN = 40;
 export const LB_DSR_ENCAP_LEN = 20;
 export const LB_EVENT_DROP = 1;
 export const LB_EVENT_FAMILY_IPV4 = 4;

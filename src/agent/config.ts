@@ -54,7 +54,7 @@ export interface AgentConfig {
   xdpMode: XdpModeSetting;
   /**
    * How NodePort/ExternalIP/LoadBalancer flows to backends on other nodes
-   * leave (issue 17 item 2; docs/dsr.md): snat (default), dsr (IPIP to the
+   * leave (issue 17 item 2; docs/dsr.md): snat (default), dsr (IPIP, IPv6: ip6ip6, to the
    * backend, which answers the client directly), hybrid (DSR for TCP, SNAT for UDP).
    */
   nodePortMode: NodePortMode;

@@ -131,3 +131,12 @@ export function fragment6(ipPkt: Buffer, chunk: number, id: number): Buffer[] {
   }
   return out;
 }
+
+/** DSR for IPv6 (bpf/lib/dsr6.h): the IPv6 packet `inner` in an outer IPv6
+ * header (ip6ip6, RFC 2473: next header 41) whose first 4 bytes (version,
+ * traffic class, flow label) are the inner one's, in an Ethernet frame. */
+export function ip6ip6(outerSrc: string, outerDst: string, inner: Buffer): Buffer {
+  const outer = ip6Header(outerSrc, outerDst, 41, inner.length);
+  inner.copy(outer, 0, 0, 4);
+  return ethernet6(Buffer.concat([outer, inner]));
+}

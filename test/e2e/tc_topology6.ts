@@ -20,6 +20,9 @@ export const V6 = {
   node2Private: '2001:db8:2::2',
   pod1: 'fd00:1::10',
   pod2: 'fd00:2::20',
+  /** addClientLink: the client's and node2's ends of their own link. */
+  clientN2: '2001:db8:3::10',
+  node2Client: '2001:db8:3::2',
   /** ExternalIP / LoadBalancer IPs, routed to node1 by the client. */
   vipNet: '2001:db8:100::/64',
 } as const;
@@ -57,6 +60,20 @@ export class Topology6 extends NetnsTopology<V6Role> {
     for (const n of ['n1', 'n2'] as const) this.sysctl(n, 'net.ipv6.conf.all.forwarding', '1');
   }
 
+  /**
+   * DSR (docs/dsr.md): a client-node2 link (cli eth1 V6.clientN2, n2 eth2
+   * V6.node2Client) and node2's route to the client over it, so node2
+   * answers the client without node1.
+   */
+  addClientLink(): void {
+    this.in('cli', 'link', 'add', 'eth1', 'type', 'veth', 'peer', 'name', 'eth2', 'netns', this.ns.n2);
+    this.in('cli', '-6', 'addr', 'add', `${V6.clientN2}/64`, 'dev', 'eth1', 'nodad');
+    this.in('n2', '-6', 'addr', 'add', `${V6.node2Client}/64`, 'dev', 'eth2', 'nodad');
+    this.in('cli', 'link', 'set', 'eth1', 'up');
+    this.in('n2', 'link', 'set', 'eth2', 'up');
+    this.in('n2', '-6', 'route', 'add', `${V6.client}/128`, 'via', V6.clientN2, 'dev', 'eth2');
+  }
+
   /** Set the MTU of the node1-node2 link (both ends). */
   setPrivateMtu(mtu: number): void {
     this.in('n1', 'link', 'set', 'eth1', 'mtu', String(mtu));
@@ -91,6 +108,17 @@ net.createServer((s) => { const parts = []; s.on('data', (d) => parts.push(d));
   s.on('error', () => {}); }).listen(Number(port), '::', up);
 const u = dgram.createSocket('udp6');
 u.on('message', (m, r) => u.send(name + ' ' + r.address + ':' + r.port, r.port, r.address));
+u.bind(Number(port), '::', up);
+`;
+
+/** Backend on [::] for the DSR tests: TCP answers "<name> <peer>" at once, UDP "<name> <peer>". */
+export const PEER_SERVER6 = `
+const net = require('net'), dgram = require('dgram');
+const [name, port] = process.argv.slice(1);
+let ready = 0; const up = () => { if (++ready === 2) process.stdout.write('ready\\n'); };
+net.createServer((s) => { s.on('error', () => {}); s.on('data', () => {}); s.end(name + ' ' + s.remoteAddress); }).listen(Number(port), '::', up);
+const u = dgram.createSocket('udp6');
+u.on('message', (m, r) => u.send(name + ' ' + r.address, r.port, r.address));
 u.bind(Number(port), '::', up);
 `;
 
