@@ -53,7 +53,7 @@ beforeEach(() => {
   assert.ok(h.tc.tc.dsr);
   writeNodePortMode(h.tc.tc.dsr, 'dsr');
   v6.upsertFrontend({ address: NODE, port: NODE_PORT, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 7, backends: [REMOTE_BE] });
-  if (h.maps.frontends6) syncFrontendAddresses6(h.maps.frontends6, [{ address: NODE, flags: abi.LB_SVC_FLAG_NODEPORT }]);
+  syncFrontendAddresses6(h.maps, [{ address: NODE, flags: abi.LB_SVC_FLAG_NODEPORT }]);
 });
 
 describe('IPv6: TC on the ingress node, with a route to the backend', () => {
