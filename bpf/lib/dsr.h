@@ -37,19 +37,6 @@
  * point calls it, so its stack frame is not added to the IPv4 path's). */
 #define LB_TC_DSR_RECEIVE 0x7ffe
 
-/* Does --nodeport-mode send a new remote-backend flow of `proto` by DSR? */
-static __always_inline bool lb4_dsr_applies(__u8 proto)
-{
-	__u32 zero = 0;
-	struct lb_dsr_config *cfg = bpf_map_lookup_elem(&SLUICE_MAP_DSR_CFG, &zero);
-
-	if (!cfg)
-		return false;
-	if (cfg->mode == LB_NODEPORT_MODE_DSR)
-		return proto == LB_PROTO_TCP || proto == LB_PROTO_UDP;
-	return cfg->mode == LB_NODEPORT_MODE_HYBRID && proto == LB_PROTO_TCP;
-}
-
 /* Ingress node: the packet of a DSR flow (LB_CT_FLAG_DSR), in IPIP to its backend. */
 static __always_inline int
 lb4_dsr_forward(struct __sk_buff *skb, const struct lb4_packet *pkt, const struct lb4_ct_entry *e)

@@ -127,19 +127,8 @@ lb6_dsr_flow_fill(struct __sk_buff *skb, const struct lb6_tuple *t, const struct
 
 	if (!backend || !e)
 		return NULL;
-	__builtin_memset(e, 0, sizeof(*e));
-	lb6_addr_copy(e->client_address, t->saddr);
-	e->client_port = t->sport;
-	lb6_addr_copy(e->frontend_address, t->daddr);
-	e->frontend_port = t->dport;
-	lb6_addr_copy(e->backend_address, backend->address);
-	e->backend_port = backend->port;
-	e->backend_id = rx->found;
-	e->rev_nat_id = rx->rev_nat_id;
-	e->proto = t->proto;
-	e->flags = lb_path_ct_flags(LB_PATH_NORTH_SOUTH) | LB_CT_FLAG_DSR_RX;
-	e->ifindex = skb->ingress_ifindex;
-	e->expires_ns = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, e->flags);
+	lb6_ct_fill(e, t, backend, rx->found, rx->rev_nat_id, lb_path_ct_flags(LB_PATH_NORTH_SOUTH) | LB_CT_FLAG_DSR_RX,
+		    skb->ingress_ifindex, cfg);
 	return e;
 }
 

@@ -490,4 +490,18 @@ lb4_flow_icmp_error(struct __sk_buff *skb, const struct lb4_packet *pkt, enum lb
 	return TC_ACT_OK;
 }
 
+/* Does --nodeport-mode send a new remote-backend flow of `proto` by DSR?
+ * (one mode per node, both families: dsr.h and nat_flow6.h ask it) */
+static __always_inline bool lb_dsr_applies(__u8 proto)
+{
+	__u32 zero = 0;
+	struct lb_dsr_config *cfg = bpf_map_lookup_elem(&SLUICE_MAP_DSR_CFG, &zero);
+
+	if (!cfg)
+		return false;
+	if (cfg->mode == LB_NODEPORT_MODE_DSR)
+		return proto == LB_PROTO_TCP || proto == LB_PROTO_UDP;
+	return cfg->mode == LB_NODEPORT_MODE_HYBRID && proto == LB_PROTO_TCP;
+}
+
 #endif /* SLUICE_BPF_NAT_FLOW_H */

@@ -316,6 +316,28 @@ lb6_flow_xlate_reply(struct __sk_buff *skb, const struct lb6_packet *pkt, const 
 #define LB6_START_NO_BACKEND (-1)
 #define LB6_START_FAILED     (-2)
 
+/* A new flow's conntrack value (client -> frontend, to `backend`), the
+ * translation and the first deadline: lb6_flow_start and the DSR backend
+ * node (dsr6.h) fill the scratch entry with it. */
+static __always_inline void
+lb6_ct_fill(struct lb6_ct_entry *e, const struct lb6_tuple *t, const struct lb6_backend *backend, __u32 backend_id,
+	    __u32 rev_nat_id, __u32 flags, __u32 ifindex, const struct lb4_tc_config *cfg)
+{
+	__builtin_memset(e, 0, sizeof(*e));
+	lb6_addr_copy(e->client_address, t->saddr);
+	e->client_port = t->sport;
+	lb6_addr_copy(e->frontend_address, t->daddr);
+	e->frontend_port = t->dport;
+	lb6_addr_copy(e->backend_address, backend->address);
+	e->backend_port = backend->port;
+	e->backend_id = backend_id;
+	e->rev_nat_id = rev_nat_id;
+	e->proto = t->proto;
+	e->flags = flags;
+	e->ifindex = ifindex;
+	e->expires_ns = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, e->flags);
+}
+
 static __always_inline int
 lb6_flow_start(const struct lb6_tuple *t, struct lb6_service_key *skey, struct lb4_service *svc,
 	       enum lb_path path, __u32 ifindex, const struct lb4_tc_config *cfg)
@@ -340,21 +362,8 @@ lb6_flow_start(const struct lb6_tuple *t, struct lb6_service_key *skey, struct l
 	e = lb6_ct_scratch();
 	if (!e)
 		return LB6_START_FAILED;
-	__builtin_memset(e, 0, sizeof(*e));
-	lb6_addr_copy(e->client_address, t->saddr);
-	e->client_port = t->sport;
-	lb6_addr_copy(e->frontend_address, t->daddr);
-	e->frontend_port = t->dport;
-	lb6_addr_copy(e->backend_address, backend->address);
-	e->backend_port = backend->port;
-	e->backend_id = backend_id;
-	e->rev_nat_id = svc->rev_nat_id;
-	e->proto = t->proto;
-	e->flags = lb_path_ct_flags(path);
-	if (svc->algorithm == LB_ALG_LEAST_CONN)
-		e->flags |= LB_CT_FLAG_LC;
-	e->ifindex = ifindex;
-	e->expires_ns = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, e->flags);
+	lb6_ct_fill(e, t, backend, backend_id, svc->rev_nat_id,
+		    lb_path_ct_flags(path) | (svc->algorithm == LB_ALG_LEAST_CONN ? LB_CT_FLAG_LC : 0), ifindex, cfg);
 	return 0;
 }
 
@@ -594,20 +603,6 @@ lb6_flow_icmp_error(struct __sk_buff *skb, const struct lb6_packet *pkt, enum lb
  * the TC entry calls it, so its frame is not added to this chain's). */
 #define LB_TC_DSR6_RECEIVE 0x7ffd
 
-/* Does --nodeport-mode send a new remote-backend flow of `proto` by DSR?
- * (dsr.h's lb4_dsr_applies: the one mode of the node, both families.) */
-static __always_inline bool lb6_dsr_applies(__u8 proto)
-{
-	__u32 zero = 0;
-	struct lb_dsr_config *cfg = bpf_map_lookup_elem(&SLUICE_MAP_DSR_CFG, &zero);
-
-	if (!cfg)
-		return false;
-	if (cfg->mode == LB_NODEPORT_MODE_DSR)
-		return proto == LB_PROTO_TCP || proto == LB_PROTO_UDP;
-	return cfg->mode == LB_NODEPORT_MODE_HYBRID && proto == LB_PROTO_TCP;
-}
-
 /*
  * The packet of a DSR flow (LB_CT_FLAG_DSR), kept as it arrived (client ->
  * frontend) and put in an outer IPv6 header (ip6ip6, RFC 2473: next header
@@ -752,7 +747,7 @@ lb6_flow_new(void *ctx, const struct lb6_tuple *t, const struct lb4_tc_config *c
 	 * ip6ip6; nat_address is the outer source. The reply never passes
 	 * here: the flow counts as answered. */
 	if (!pod && !lb6_addr_equal(e->backend_address, t->saddr) && !lb6_backend_is_local(e->backend_id) &&
-	    lb6_dsr_applies(t->proto)) {
+	    lb_dsr_applies(t->proto)) {
 		e->flags |= LB_CT_FLAG_DSR | LB_CT_FLAG_SEEN_REPLY;
 		return LB6_FLOW_NEW;
 	}

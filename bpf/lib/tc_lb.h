@@ -109,7 +109,7 @@ lb4_tc_new_flow(struct __sk_buff *skb, const struct lb4_packet *pkt, const struc
 		/* DSR (dsr.h): a remote backend gets the client's packet in
 		 * IPIP; nat_address is the outer source. No reply comes back
 		 * here, so the handshake counts as answered. */
-		if (!lb4_backend_is_local(backend) && backend->address != t->saddr && lb4_dsr_applies(t->proto))
+		if (!lb4_backend_is_local(backend) && backend->address != t->saddr && lb_dsr_applies(t->proto))
 			e.flags |= LB_CT_FLAG_DSR | LB_CT_FLAG_SEEN_REPLY;
 		else
 			e.flags |= LB_CT_FLAG_SNAT;

@@ -429,7 +429,7 @@ lb4_xdp_new_flow(struct xdp_md *ctx, struct lb4_xdp_packet *p, const struct lb4_
 
 	lb4_flow_fill(&e, t, svc, backend, backend_id, LB_PATH_NORTH_SOUTH, ctx->ingress_ifindex, cfg);
 	if (!lb_svc_is_ext_local(svc) || !lb4_backend_is_local(backend) || backend->address == t->saddr) {
-		if (!lb4_backend_is_local(backend) && backend->address != t->saddr && lb4_dsr_applies(t->proto))
+		if (!lb4_backend_is_local(backend) && backend->address != t->saddr && lb_dsr_applies(t->proto))
 			return XDP_PASS; /* DSR: TC encapsulates (dsr.h) */
 		e.nat_address = lb4_snat_address_ctx(ctx, ctx->ingress_ifindex, cfg, backend->address);
 		if (!e.nat_address)
