@@ -76,29 +76,50 @@ static long lb6_dsr_nodeport_one(struct bpf_map *map, const void *key, void *val
 }
 
 /*
- * Is this ip6ip6 packet ours? Its inner packet (TCP or UDP right after its
- * header: inner extension headers, fragments included, are not walked) goes
+ * Is this ip6ip6 packet ours? Its inner packet (TCP or UDP, behind extension
+ * headers walked as nat6.h does; a later fragment by its first's ports) goes
  * to a north-south frontend one of whose local backends is the outer
  * destination. 0 with *rx filled, else -1.
  */
 static __noinline int lb6_dsr_find(struct __sk_buff *skb, struct dsr6_rx *rx)
 {
+	__u32 off = LB_ETH_HLEN + 2 * LB_IP6_HLEN;
 	struct dsr6_rx_match m = {};
+	struct lb6_frag_info frag;
 	struct lb4_service *svc;
 	struct ipv6hdr ip;
 	__be16 ports[2];
+	__u8 nexthdr;
+	int rc;
 
 	if (bpf_skb_load_bytes(skb, LB_ETH_HLEN, &ip, sizeof(ip)) < 0 || ip.version != 6 ||
 	    ip.nexthdr != LB_IPPROTO_IPV6)
 		return -1;
 	__builtin_memcpy(m.outer_daddr, &ip.daddr, 16);
-	if (bpf_skb_load_bytes(skb, LB_ETH_HLEN + LB_IP6_HLEN, &ip, sizeof(ip)) < 0 || ip.version != 6 ||
-	    (ip.nexthdr != LB_PROTO_TCP && ip.nexthdr != LB_PROTO_UDP) ||
-	    bpf_skb_load_bytes(skb, LB_ETH_HLEN + 2 * LB_IP6_HLEN, ports, sizeof(ports)) < 0)
+	if (bpf_skb_load_bytes(skb, LB_ETH_HLEN + LB_IP6_HLEN, &ip, sizeof(ip)) < 0 || ip.version != 6)
 		return -1;
+	/* The inner extension headers: a fragment's ports are those its first
+	 * fragment left in SLUICE_MAP_FRAG6 once opened here (frag6.h). */
+	nexthdr = ip.nexthdr;
+	rc = lb6_walk_exthdrs(skb, &off, &nexthdr, &frag);
+	if (nexthdr != LB_PROTO_TCP && nexthdr != LB_PROTO_UDP)
+		return -1;
+	if (rc == LB6_PARSE_FRAG && frag.kind == LB_FRAG_LATER) {
+		struct lb4_frag_ports *fp;
+		struct lb6_frag_key fkey = { .id = frag.id, .proto = nexthdr };
+
+		__builtin_memcpy(fkey.saddr, &ip.saddr, 16);
+		__builtin_memcpy(fkey.daddr, &ip.daddr, 16);
+		fp = bpf_map_lookup_elem(&SLUICE_MAP_FRAG6, &fkey);
+		if (!fp)
+			return -1;
+		ports[1] = fp->dport;
+	} else if (rc < 0 || bpf_skb_load_bytes(skb, off, ports, sizeof(ports)) < 0) {
+		return -1;
+	}
 	__builtin_memcpy(m.skey.address, &ip.daddr, 16);
 	m.skey.port = ports[1];
-	m.skey.proto = ip.nexthdr;
+	m.skey.proto = nexthdr;
 	svc = lb6_lookup_service(&m.skey, false);
 	if (svc)
 		m.svc = *svc;

@@ -14,7 +14,7 @@ import { writeNodePortMode, type NodePortMode } from '../../src/datapath/tc/conf
 import { TypedMap, u8Codec } from '../../src/datapath/typedMap';
 import { tc6Fixture } from './tc_harness6';
 import { TC_ACT_OK, TCP_ACK, TCP_SYN, diffHex } from './tc_packet';
-import { frame6, ip6Packet, ip6ip6, type L4Spec6 } from './tc_packet6';
+import { fragment6, frame6, ip6Packet, ip6ip6, type L4Spec6 } from './tc_packet6';
 
 const CLIENT = '2001:db8::10';
 const NODE = '2001:db8::1'; // ingress node: NodePort address, IPv6 SNAT address, outer source
@@ -130,6 +130,16 @@ describe('IPv6 backend node: the ip6ip6 packet is opened, DNATed, and the reply 
     } finally {
       nodeIps.delete({ address: ip6ToBytes(BACKEND_NODE) });
     }
+  });
+
+  test('a datagram the client fragmented: the first fragment opens the flow, the later ones follow by its ports', () => {
+    fx.v6.upsertFrontend({ address: LB_IP, port: 53, proto: 'udp', flags: LB, revNatId: 28, backends: [LOCAL_BE] });
+    const inner: L4Spec6 = { proto: 'udp', src: CLIENT, dst: LB_IP, sport: 40013, dport: 53, payload: Buffer.alloc(600, 5) };
+    const arrived = fragment6(ip6Packet(inner), 256, 0x1234);
+    const delivered = fragment6(ip6Packet({ ...inner, dst: LOCAL_BE.address, dport: LOCAL_BE.port }), 256, 0x1234);
+    assert.equal(arrived.length, 3);
+    arrived.forEach((f, i) => run('ingress', ip6ip6(NODE, LOCAL_BE.address, f.subarray(14)), delivered[i]!, `fragment ${i}`));
+    assert.ok(originalEntry().flags & abi.LB_CT_FLAG_DSR_RX);
   });
 
   test('ip6ip6 that is not ours (outer destination not a local backend, or no frontend) passes untouched', () => {

@@ -160,20 +160,22 @@ const node1 = `[${V6.node1Public}]:${NODE_PORT}`;
 
 // First: the client's route must not know the smaller PMTU yet (the TCP tests teach it).
 describe('--nodeport-mode dsr over IPv6: MTU (ip6ip6 takes 40 bytes)', () => {
-  test('udp: a 1500-byte datagram gets a Packet Too Big (MTU 1460) from node1; the client\'s route learns it', () => {
+  test('udp: a 1500-byte datagram gets a Packet Too Big (MTU 1460) from node1; the client fragments to fit and is answered', () => {
     setMode('dsr');
     const sent = h1.counter(abi.LB_CNT_TC_FRAG_NEEDED_SENT);
-    // 1452 bytes of payload = a 1500-byte packet: 1540 once encapsulated.
+    // 1452 bytes of payload = a 1500-byte packet: 1540 once encapsulated. The
+    // client then fragments its 3000-byte datagram to 1460 bytes; node2 opens
+    // the later fragments by the ports of the first (sluice_frag6).
     const script = `
       const u = require('dgram').createSocket('udp6'); const [host, port] = process.argv.slice(1);
       u.on('message', (m, r) => { process.stdout.write(String(m) + '|[' + r.address + ']:' + r.port); process.exit(0); });
       u.send(Buffer.alloc(1452, 97), Number(port), host);
-      setTimeout(() => u.send(Buffer.alloc(1000, 98), Number(port), host), 500);
+      setTimeout(() => u.send(Buffer.alloc(3000, 98), Number(port), host), 500);
       setTimeout(() => { process.stdout.write('timeout'); process.exit(0); }, 2500);`;
     const out = topo.node('cli', script, [V6.node1Public, String(NODE_PORT)]);
     assert.equal(h1.counter(abi.LB_CNT_TC_FRAG_NEEDED_SENT) - sent, 1n, 'Packet Too Big sent once');
     assert.match(execFileSync('ip', ['-n', topo.ns.cli, '-6', 'route', 'get', V6.node1Public], { encoding: 'utf8' }), /mtu 1460/);
-    assert.equal(out, `pod2 ${V6.client}|${node1}`, 'the next datagram that fits reached the pod by DSR and was answered from the NodePort');
+    assert.equal(out, `pod2 ${V6.client}|${node1}`, 'the fragmented datagram reached the pod by DSR and was answered from the NodePort');
   });
 
   test('tcp: 1 MB upload in one connection (Packet Too Big shrinks the client\'s segments; GSO segments made 40 bytes smaller)', () => {
