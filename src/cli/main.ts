@@ -81,7 +81,7 @@ const commands: Record<string, Command> = {
         ? `stale sockets: destroyed on backend removal (${ss.protocols.join(', ')})\n\n`
         : `stale sockets: NOT destroyed on backend removal: ${ss.reason}\n\n`);
       if (view.nodePortMode) {
-        const dsr = { snat: 'flows to other nodes SNATed', dsr: 'Direct Server Return (IPIP) for TCP and UDP', hybrid: 'Direct Server Return (IPIP) for TCP, SNAT for UDP' };
+        const dsr = { snat: 'flows to other nodes SNATed', dsr: 'Direct Server Return (IPIP, ip6ip6 for IPv6) for TCP and UDP', hybrid: 'Direct Server Return (IPIP, ip6ip6 for IPv6) for TCP, SNAT for UDP' };
         print(`nodeport mode: ${view.nodePortMode} (${dsr[view.nodePortMode]})\n\n`);
       }
       print(table(['HOOK', 'PROGRAM', 'ATTACHED', 'CGROUP', 'LINK'], view.attachments.map((s) => [

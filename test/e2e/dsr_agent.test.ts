@@ -59,6 +59,6 @@ test('agent --nodeport-mode dsr on node1: the pod on node2 sees the client; stat
   for (let i = 0; i < 3; i++) assert.equal(request().split(':')[0], `p2 ${ADDR.client}`);
   assert.ok(counter(n2, 'north_south/dsr_decapsulated/original') - before >= 3n, 'node2 opened the IPIP packets');
   assert.ok(counter(n1, 'north_south/dsr_encapsulated/original') >= 3n, 'node1 encapsulated');
-  assert.match(execFileSync(sluiceBin, ['status', '--bpffs', n1.bpffs], { encoding: 'utf8' }), /^nodeport mode: dsr \(Direct Server Return \(IPIP\) for TCP and UDP\)$/m);
+  assert.match(execFileSync(sluiceBin, ['status', '--bpffs', n1.bpffs], { encoding: 'utf8' }), /^nodeport mode: dsr \(Direct Server Return \(IPIP, ip6ip6 for IPv6\) for TCP and UDP\)$/m);
   assert.match(execFileSync(sluiceBin, ['status', '--bpffs', n2.bpffs], { encoding: 'utf8' }), /^nodeport mode: snat /m);
 });

@@ -232,7 +232,7 @@ describe('--nodeport-mode hybrid over IPv6: TCP by DSR, UDP SNATed', () => {
   test('tcp skips node1 on the way back, udp goes through it', async () => {
     setMode('hybrid');
     const status = execFileSync(process.execPath, [path.resolve(__dirname, '../../src/cli/main.js'), 'status', '--bpffs', h1.pinDir], { encoding: 'utf8' });
-    assert.match(status, /^nodeport mode: hybrid \(Direct Server Return \(IPIP\) for TCP, SNAT for UDP\)$/m);
+    assert.match(status, /^nodeport mode: hybrid \(Direct Server Return \(IPIP, ip6ip6 for IPv6\) for TCP, SNAT for UDP\)$/m);
     const tcp = await three('tcp');
     for (const a of tcp.answers) assert.deepEqual(a, { pod: 'pod2', peer: V6.client, from: node1 });
     assert.equal(tcp.sentByNode1, 0);
