@@ -483,6 +483,31 @@ static long sys_bpf(int cmd, union bpf_attr *attr)
 	return syscall(__NR_bpf, cmd, attr, sizeof(*attr));
 }
 
+/* Loads a raw-instruction XDP program (sink, live generator, progcost's bare
+ * XDP_PASS); on failure says why under `who`, with the verifier's log. */
+static int load_xdp_insns(const struct bpf_insn *insns, int n, const char *name, __u32 attach_type,
+			  const char *who)
+{
+	static char license[] = "GPL", log[16384];
+	union bpf_attr la;
+	int prog;
+
+	memset(&la, 0, sizeof(la));
+	la.prog_type = BPF_PROG_TYPE_XDP;
+	la.expected_attach_type = attach_type;
+	la.insns = (uintptr_t)insns;
+	la.insn_cnt = n;
+	la.license = (uintptr_t)license;
+	la.log_buf = (uintptr_t)log;
+	la.log_size = sizeof(log);
+	la.log_level = 1;
+	strncpy(la.prog_name, name, sizeof(la.prog_name) - 1);
+	prog = sys_bpf(BPF_PROG_LOAD, &la);
+	if (prog < 0)
+		fprintf(stderr, "%s: BPF_PROG_LOAD: %s\n%s\n", who, strerror(errno), log);
+	return prog;
+}
+
 static int netns_ino(unsigned long *ino)
 {
 	struct stat st;
@@ -615,23 +640,9 @@ static int sink(int argc, char **argv)
 	I(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
 #undef JPASS
 #undef I
-	static char license[] = "GPL", log[16384];
-	union bpf_attr la;
-	memset(&la, 0, sizeof(la));
-	la.prog_type = BPF_PROG_TYPE_XDP;
-	la.expected_attach_type = BPF_XDP;
-	la.insns = (uintptr_t)insns;
-	la.insn_cnt = n;
-	la.license = (uintptr_t)license;
-	la.log_buf = (uintptr_t)log;
-	la.log_size = sizeof(log);
-	la.log_level = 1;
-	memcpy(la.prog_name, "npbench_sink", 13);
-	int prog = sys_bpf(BPF_PROG_LOAD, &la);
-	if (prog < 0) {
-		fprintf(stderr, "npbench sink: BPF_PROG_LOAD: %s\n%s\n", strerror(errno), log);
+	int prog = load_xdp_insns(insns, n, "npbench_sink", BPF_XDP, "npbench sink");
+	if (prog < 0)
 		return 1;
-	}
 	char path[512];
 	snprintf(path, sizeof(path), "%s/count", pin);
 	if (obj_pin(map, path)) {
@@ -735,14 +746,7 @@ static int progcost(int argc, char **argv)
 		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = XDP_PASS },
 		{ .code = BPF_JMP | BPF_EXIT },
 	};
-	static char license[] = "GPL";
-	union bpf_attr la;
-	memset(&la, 0, sizeof(la));
-	la.prog_type = BPF_PROG_TYPE_XDP;
-	la.insns = (uintptr_t)insns;
-	la.insn_cnt = 2;
-	la.license = (uintptr_t)license;
-	int pass = sys_bpf(BPF_PROG_LOAD, &la);
+	int pass = load_xdp_insns(insns, 2, "npbench_pass", 0, "npbench progcost");
 	if (prog < 0 || pass < 0) {
 		perror("npbench progcost: program");
 		return 1;
@@ -880,22 +884,9 @@ static int live(int argc, char **argv)
 	I(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, XDP_DROP);
 	I(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
 #undef I
-	static char license[] = "GPL", log[16384];
-	union bpf_attr la;
-	memset(&la, 0, sizeof(la));
-	la.prog_type = BPF_PROG_TYPE_XDP;
-	la.insns = (uintptr_t)insns;
-	la.insn_cnt = n;
-	la.license = (uintptr_t)license;
-	la.log_buf = (uintptr_t)log;
-	la.log_size = sizeof(log);
-	la.log_level = 1;
-	memcpy(la.prog_name, "npbench_live", 13);
-	int prog = sys_bpf(BPF_PROG_LOAD, &la);
-	if (prog < 0) {
-		fprintf(stderr, "npbench live: BPF_PROG_LOAD: %s\n%s\n", strerror(errno), log);
+	int prog = load_xdp_insns(insns, n, "npbench_live", 0, "npbench live");
+	if (prog < 0)
 		return 1;
-	}
 	long sent = 0, calls = 0;
 	struct timespec c0, c1;
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
