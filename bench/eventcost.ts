@@ -36,7 +36,11 @@ function measure(object: string | undefined, listen: boolean): number {
   const h = TcHarness.create('sluice-eventcost', object);
   try {
     h.reset();
-    h.upsertFrontend({ address: '198.18.0.1', port: 30081, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL, revNatId: 4, backends: [] });
+    // LB_SVC_FLAG_DROP_NO_BACKEND is what the agent writes for eTP Local
+    // without a local endpoint: a drop. Without it the program rejects, which
+    // rewrites the packet in place, so every later repeat of a batch would
+    // see the ICMP reply instead of the SYN (one event per batch).
+    h.upsertFrontend({ address: '198.18.0.1', port: 30081, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT | abi.LB_SVC_FLAG_EXT_LOCAL | abi.LB_SVC_FLAG_DROP_NO_BACKEND, revNatId: 4, backends: [] });
     const ctlMap = BpfMap.fromPinned(path.join(h.pinDir, abi.SLUICE_MAP_EVENTS_ON));
     const ringMap = BpfMap.fromPinned(path.join(h.pinDir, abi.SLUICE_MAP_EVENTS));
     let records = 0;
