@@ -991,6 +991,7 @@ _Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6
 #define SLUICE_MAP_XDP_FE6   sluice_xdp_fe6  /* lb6_node_ip north-south IPv6 frontend address -> __u8 1 (hash, written by the agent; bpf/lib/xdp_lb6.h) */
 #define SLUICE_MAP_XDP_S6    sluice_xdp_s6   /* __u32 0 -> lb6_xdp_scratch (per-CPU scratch of the IPv6 path, off the stack) */
 #define SLUICE_MAP_XDP_PF    sluice_xdp_pf   /* __u32 word -> __u64 64 bits of the frontend-address prefilter (array, written by the agent; see below) */
+#define SLUICE_MAP_XDP_FC    sluice_xdp_fc   /* __u32 slot -> lb4_xdp_fib_cache (per-CPU array: FIB results of known IPv4 flows; see below) */
 
 #define SLUICE_PROG_XDP      sluice_xdp      /* the XDP entry point on the external devices */
 #define SLUICE_PROG_XDP_PASS sluice_xdp_pass /* XDP_PASS only: on a veth peer it enables the NAPI XDP_TX/REDIRECT need */
@@ -1017,6 +1018,25 @@ _Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6
 #define SLUICE_XDP_PF_WORDS  1024 /* 2^SLUICE_XDP_PF_BITS_LOG2 / 64 */
 #define SLUICE_XDP_PF_MULT   0x9E3779B1 /* 2^32 / golden ratio (Fibonacci hashing) */
 
+/*
+ * SLUICE_MAP_XDP_FC, the FIB cache of the known-flow path (bpf/lib/xdp_fc.h):
+ * per CPU, direct-mapped, SLUICE_XDP_FC_SLOTS slots. A slot holds the answer
+ * of one bpf_fib_lookup (out device, MACs, XDP_TX or XDP_REDIRECT) tagged
+ * with every input of that lookup (arrival device, addresses, ports,
+ * protocol, TOS) and the largest IPv4 total length it accepted (the MTU
+ * check). It answers for SLUICE_XDP_FC_TTL_NS after the lookup; a stale,
+ * empty or other-tagged slot, or a longer packet, makes a full lookup.
+ * The agent does not read it (a changed layout is dropped at reload, src/datapath/migrate.ts).
+ *   slot = ((saddr ^ daddr ^ ports ^ ifindex) * SLUICE_XDP_PF_MULT mod 2^32) >> (32 - SLUICE_XDP_FC_SLOTS_LOG2)
+ */
+#define SLUICE_XDP_FC_SLOTS_LOG2 8
+#define SLUICE_XDP_FC_SLOTS  256 /* 2^SLUICE_XDP_FC_SLOTS_LOG2 */
+#define SLUICE_XDP_FC_TTL_NS 50000000 /* 50 ms: how long a route or neighbour change may go unseen */
+
+/* Counters of the known-flow path's sending (rows 57-58). */
+#define LB_CNT_XDP_FIB_LOOKUP 57 /* known IPv4 flow at XDP: full bpf_fib_lookup (no fresh SLUICE_MAP_XDP_FC slot for it) */
+#define LB_CNT_XDP_FIB_CACHED 58 /* known IPv4 flow at XDP: sent with the cached FIB answer */
+
 /* SLUICE_MAP_XDP_STATS value: what XDP did with the packets of one device. */
 struct lb_xdp_stats {
 	__u64 packets;    /* every packet the program saw */
@@ -1033,6 +1053,24 @@ struct lb_xdp_fib_scratch {
 	__u8 bytes[64];
 };
 
+/* SLUICE_MAP_XDP_FC value: one cached FIB answer and the inputs it is for. */
+struct lb4_xdp_fib_cache {
+	__u64  expires_ns; /* bpf_ktime_get_ns() after which the slot is stale (0: empty) */
+	__be32 saddr;      /* the lookup's inputs: the packet as it is sent */
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u32  in_ifindex; /* the arrival device the lookup was made from */
+	__u32  out_ifindex; /* the answer */
+	__u16  max_len;    /* largest IPv4 total length the lookup passed (MTU) */
+	__u8   proto;
+	__u8   tos;
+	__u8   smac[6];
+	__u8   dmac[6];
+	__u8   action;     /* XDP_TX or XDP_REDIRECT */
+	__u8   pad[3];
+};
+
 /* SLUICE_MAP_XDP_S6 value: the IPv6 path's tuples, conntrack key and TC
  * configuration of one packet (struct lb6_xdp_work, bpf/lib/xdp_lb6.h): the
  * conntrack steps it calls take most of the 512-byte stack. */
@@ -1041,6 +1079,7 @@ struct lb6_xdp_scratch {
 };
 
 _Static_assert(sizeof(struct lb_xdp_stats) == 48, "lb_xdp_stats layout");
+_Static_assert(sizeof(struct lb4_xdp_fib_cache) == 48, "lb4_xdp_fib_cache layout");
 /* ==== end of XDP ================================================================= */
 /* ==== IPv6, TC north-south (issue 14 item 3; bpf/lib/nat6.h, conntrack6.h, tc_lb6.h) ==== */
 /*
@@ -1136,7 +1175,7 @@ _Static_assert(sizeof(struct lb6_snat_device) == 16, "lb6_snat_device layout");
 
 #define SLUICE_MAX_FRAG6     8192 /* IPv6 datagrams in flight in fragments at once (as SLUICE_MAX_FRAG4) */
 
-/* Counters (rows 54-57 of the fragments/PMTU range; 57 free). */
+/* Counters (rows 54-56 of the fragments/PMTU range; 57-58: XDP's FIB cache). */
 #define LB_CNT_TC6_FRAG_TRACKED 54 /* first fragment of an IPv6 TCP/UDP datagram: ports remembered */
 #define LB_CNT_TC6_FRAG_FOUND   55 /* later IPv6 fragment: ports found, translated like its first */
 #define LB_CNT_TC6_FRAG_UNKNOWN 56 /* later IPv6 fragment whose first was not seen here: passed untouched */

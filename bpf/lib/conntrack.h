@@ -70,14 +70,21 @@ lb4_ct_key_of(struct lb4_ct_key *key, const struct lb4_tuple *t, __u8 dir)
 	key->pad[1] = 0;
 }
 
-/* A live entry for this exact key, or NULL. */
-static __always_inline struct lb4_ct_entry *lb4_ct_lookup(const struct lb4_ct_key *key)
+/* A live entry for this exact key at time `now`, or NULL. (A caller that
+ * reads the clock once per packet passes it on: XDP's known-flow path.) */
+static __always_inline struct lb4_ct_entry *lb4_ct_lookup_at(const struct lb4_ct_key *key, __u64 now)
 {
 	struct lb4_ct_entry *entry = bpf_map_lookup_elem(&SLUICE_MAP_CT4, key);
 
-	if (!entry || entry->expires_ns <= bpf_ktime_get_ns())
+	if (!entry || entry->expires_ns <= now)
 		return NULL;
 	return entry;
+}
+
+/* A live entry for this exact key, or NULL. */
+static __always_inline struct lb4_ct_entry *lb4_ct_lookup(const struct lb4_ct_key *key)
+{
+	return lb4_ct_lookup_at(key, bpf_ktime_get_ns());
 }
 
 static __always_inline __u64
@@ -236,8 +243,8 @@ static __always_inline void lb4_ct_delete_flow(const struct lb4_ct_entry *e)
  * change them at once may lose one bit until the next packet sets it again.
  */
 static __always_inline int
-lb4_ct_touch(struct lb4_ct_entry *entry, const struct lb4_tc_config *cfg,
-	     const struct lb4_tuple *t, __u32 len)
+lb4_ct_touch_at(struct lb4_ct_entry *entry, const struct lb4_tc_config *cfg,
+		const struct lb4_tuple *t, __u32 len, __u64 now)
 {
 	struct lb4_ct_entry *peer;
 	struct lb4_ct_key peer_key;
@@ -252,7 +259,7 @@ lb4_ct_touch(struct lb4_ct_entry *entry, const struct lb4_tc_config *cfg,
 		}
 		entry->flags = flags;
 	}
-	expires = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, flags);
+	expires = now + lb4_ct_timeout_ns(cfg, t->proto, flags);
 	entry->expires_ns = expires;
 	__sync_fetch_and_add(&entry->packets, 1);
 	__sync_fetch_and_add(&entry->bytes, len);
@@ -261,7 +268,7 @@ lb4_ct_touch(struct lb4_ct_entry *entry, const struct lb4_tc_config *cfg,
 		lb4_ct_reply_key(&peer_key, entry);
 	else
 		lb4_ct_original_key(&peer_key, entry);
-	peer = lb4_ct_lookup(&peer_key);
+	peer = lb4_ct_lookup_at(&peer_key, now);
 	if (peer) {
 		if (peer->flags != flags)
 			peer->flags = flags;
@@ -284,6 +291,14 @@ lb4_ct_touch(struct lb4_ct_entry *entry, const struct lb4_tc_config *cfg,
 	lb4_ct_key_of(&peer_key, t, entry->dir);
 	bpf_map_delete_elem(&SLUICE_MAP_CT4, &peer_key);
 	return -1;
+}
+
+/* lb4_ct_touch_at, reading the clock. */
+static __always_inline int
+lb4_ct_touch(struct lb4_ct_entry *entry, const struct lb4_tc_config *cfg,
+	     const struct lb4_tuple *t, __u32 len)
+{
+	return lb4_ct_touch_at(entry, cfg, t, len, bpf_ktime_get_ns());
 }
 
 /*

@@ -15,6 +15,8 @@
  * "Send it out" is a FIB lookup (bpf_fib_lookup) and XDP_TX (same device) or
  * XDP_REDIRECT (another device the agent listed in SLUICE_MAP_XDP_TX, i.e.
  * one where XDP runs: a device without XDP support would drop the frame).
+ * A known flow takes the lookup's answer from the FIB cache (xdp_fc.h) while
+ * a fresh one exists for exactly the same inputs.
  *
  * Everything else leaves with XDP_PASS, and TC handles it as before:
  *   - not IPv4/IPv6, or not to a frontend address (SLUICE_MAP_XDP_FE4/6): the
@@ -43,6 +45,7 @@
 #include "nat_flow.h"
 #include "events.h"
 #include "tc_lb.h" /* lb_svc_is_north_south, lb_svc_is_ext_local, lb4_backend_is_local */
+#include "xdp_fc.h"
 
 #ifndef XDP_PASS
 #define XDP_ABORTED  0
@@ -283,17 +286,26 @@ static __always_inline void lb_xdp_l4_csum(__sum16 *check, __u8 proto, __u32 del
 	}
 }
 
+/* Both families: next-hop MAC addresses, then out (`action`; `out`: the
+ * device of an XDP_REDIRECT). */
+static __always_inline int
+lb_xdp_out_to(struct ethhdr *eth, const __u8 *smac, const __u8 *dmac, __u32 out, int action)
+{
+	__builtin_memcpy(eth->h_dest, dmac, 6);
+	__builtin_memcpy(eth->h_source, smac, 6);
+	/* The device was checked in lb_xdp_fib_action (or, for a cached
+	 * answer, just before); if the agent removed it since, the frame goes
+	 * up translated and the stack drops it (one packet, as when any route
+	 * changes under a flow). */
+	if (action == XDP_REDIRECT)
+		return bpf_redirect_map(&SLUICE_MAP_XDP_TX, out, XDP_PASS);
+	return XDP_TX;
+}
+
 /* Both families: next-hop MAC addresses from `fib`, then out (`action`). */
 static __always_inline int lb_xdp_out(struct ethhdr *eth, const struct bpf_fib_lookup *fib, int action)
 {
-	__builtin_memcpy(eth->h_dest, fib->dmac, 6);
-	__builtin_memcpy(eth->h_source, fib->smac, 6);
-	/* The device was checked in lb_xdp_fib_action; if the agent removed
-	 * it since, the frame goes up translated and the stack drops it (one
-	 * packet, as when any route changes under a flow). */
-	if (action == XDP_REDIRECT)
-		return bpf_redirect_map(&SLUICE_MAP_XDP_TX, fib->ifindex, XDP_PASS);
-	return XDP_TX;
+	return lb_xdp_out_to(eth, fib->smac, fib->dmac, fib->ifindex, action);
 }
 
 /*
@@ -318,10 +330,8 @@ lb4_xdp_route(struct xdp_md *ctx, const struct lb4_xdp_packet *p, const struct l
 	return lb_xdp_fib_action(ctx, fib);
 }
 
-/* Rewrite the frame to `to`, next hop from `fib`, TTL - 1; then send it. */
-static __always_inline int
-lb4_xdp_send(const struct lb4_xdp_packet *p, const struct lb4_tuple *to,
-	     const struct bpf_fib_lookup *fib, int action)
+/* Rewrite the IPv4 and TCP/UDP headers to `to`, TTL - 1 (checksums updated). */
+static __always_inline void lb4_xdp_rewrite(const struct lb4_xdp_packet *p, const struct lb4_tuple *to)
 {
 	const struct lb4_tuple *from = &p->tuple;
 	struct iphdr *ip = p->ip;
@@ -343,6 +353,14 @@ lb4_xdp_send(const struct lb4_xdp_packet *p, const struct lb4_tuple *to,
 	ip->daddr = to->daddr;
 	p->ports[0] = to->sport;
 	p->ports[1] = to->dport;
+}
+
+/* Rewrite the frame to `to`, next hop from `fib`, TTL - 1; then send it. */
+static __always_inline int
+lb4_xdp_send(const struct lb4_xdp_packet *p, const struct lb4_tuple *to,
+	     const struct bpf_fib_lookup *fib, int action)
+{
+	lb4_xdp_rewrite(p, to);
 	return lb_xdp_out(p->eth, fib, action);
 }
 
@@ -365,24 +383,52 @@ lb4_xdp_to_backend(struct lb4_tuple *to, const struct lb4_tuple *from, const str
  * is touched only once XDP knows it sends the packet; a flow TC must handle
  * is left for TC to count. A flow whose backend is gone is left to TC too
  * (it deletes the flow and balances again, lb4_ct_live_original).
+ *
+ * Where it goes: the FIB cache's answer when it has a fresh one for these
+ * exact inputs (xdp_fc.h), else a full lookup, whose success fills the
+ * slot. `now`: the clock read once for the packet (conntrack and cache).
  */
 static __always_inline int
 lb4_xdp_known_flow(struct xdp_md *ctx, const struct lb4_xdp_packet *p, struct lb4_ct_entry *e,
-		   const struct lb4_tc_config *cfg)
+		   const struct lb4_tc_config *cfg, __u64 now)
 {
-	struct bpf_fib_lookup *fib = lb_xdp_fib_scratch();
+	__u32 in = ctx->ingress_ifindex;
+	struct lb4_xdp_fib_cache *c;
 	struct lb4_tuple to;
-	int action;
+	__u16 tot_len;
+	__u32 out;
 
-	if (!fib || !lb4_ct_backend_alive(e) || (e->flags & LB_CT_FLAG_DSR)) /* DSR: TC's (dsr.h) */
+	if (!lb4_ct_backend_alive(e) || (e->flags & LB_CT_FLAG_DSR)) /* DSR: TC's (dsr.h) */
 		return XDP_PASS;
+	if (p->ip->ttl <= 1)
+		return XDP_PASS; /* the stack sends "time exceeded" */
 	lb4_xdp_to_backend(&to, &p->tuple, e);
-	action = lb4_xdp_route(ctx, p, &to, fib);
-	if (action == XDP_PASS)
+	c = lb4_xdp_fc_slot(&to, in);
+	if (!c)
 		return XDP_PASS;
-	if (lb4_ct_touch(e, cfg, &p->tuple, p->len) < 0)
+	tot_len = bpf_ntohs(p->ip->tot_len);
+	if (lb4_xdp_fc_hit(c, &to, in, p->ip->tos, tot_len, now)) {
+		/* As lb_xdp_fib_action: only to a device that is still one of the agent's XDP devices. */
+		out = c->out_ifindex;
+		if (c->action == XDP_REDIRECT && !bpf_map_lookup_elem(&SLUICE_MAP_XDP_TX, &out))
+			return XDP_PASS;
+		lb_count(LB_CNT_XDP_FIB_CACHED);
+	} else {
+		struct bpf_fib_lookup *fib = lb_xdp_fib_scratch();
+		int action;
+
+		if (!fib)
+			return XDP_PASS;
+		action = lb4_xdp_route(ctx, p, &to, fib);
+		if (action == XDP_PASS)
+			return XDP_PASS;
+		lb_count(LB_CNT_XDP_FIB_LOOKUP);
+		lb4_xdp_fc_fill(c, fib, &to, in, p->ip->tos, tot_len, action, now);
+	}
+	if (lb4_ct_touch_at(e, cfg, &p->tuple, p->len, now) < 0)
 		return XDP_PASS; /* its peer entry was lost: TC balances it again */
-	return lb4_xdp_send(p, &to, fib, action);
+	lb4_xdp_rewrite(p, &to);
+	return lb_xdp_out_to(p->eth, c->smac, c->dmac, c->out_ifindex, c->action);
 }
 
 /* A frontend refusal: counted and reported as TC's are (same counter rows). */
@@ -457,16 +503,18 @@ static __always_inline int lb4_xdp_flow(struct xdp_md *ctx, struct lb4_xdp_packe
 	struct lb4_tc_config cfg;
 	struct lb4_ct_entry *e;
 	struct lb4_ct_key key;
+	__u64 now;
 
 	if (lb4_xdp_parse_ip(ctx, p) < 0 || lb4_xdp_parse_l4(ctx, p) < 0)
 		return XDP_PASS;
 	cfg = lb4_tc_config_get();
 	lb4_ct_key_of(&key, &p->tuple, LB_CT_DIR_ORIGINAL);
-	e = lb4_ct_lookup(&key);
+	now = bpf_ktime_get_ns();
+	e = lb4_ct_lookup_at(&key, now);
 	/* A pod-path entry is not ours; a SYN on a closing flow is a new one. */
 	if (e && !(e->flags & LB_CT_FLAG_POD) && !lb4_ct_is_reopen(e, &p->tuple)) {
 		p->service = true;
-		return lb4_xdp_known_flow(ctx, p, e, &cfg);
+		return lb4_xdp_known_flow(ctx, p, e, &cfg, now);
 	}
 	return lb4_xdp_new_flow(ctx, p, &cfg);
 }

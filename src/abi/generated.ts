@@ -62,6 +62,8 @@ export const LB_CNT_TC_SPORT_REMAPPED = 27;
 export const LB_CNT_TC_SRC_RANGE_DROP = 19;
 export const LB_CNT_TC_TOO_BIG_DROP = 52;
 export const LB_CNT_TC_TRANSLATED = 16;
+export const LB_CNT_XDP_FIB_CACHED = 58;
+export const LB_CNT_XDP_FIB_LOOKUP = 57;
 export const LB_CT_DIR_ORIGINAL = 0;
 export const LB_CT_DIR_REPLY = 1;
 export const LB_CT_EXPIRES_CLAIMED = 1;
@@ -163,6 +165,7 @@ export const SLUICE_MAP_SRCRANGE6 = "sluice_srcrng6";
 export const SLUICE_MAP_SVC_NAMES = "sluice_svcname";
 export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
 export const SLUICE_MAP_TC_CONFIG6 = "sluice_tc_cfg6";
+export const SLUICE_MAP_XDP_FC = "sluice_xdp_fc";
 export const SLUICE_MAP_XDP_FE4 = "sluice_xdp_fe4";
 export const SLUICE_MAP_XDP_FE6 = "sluice_xdp_fe6";
 export const SLUICE_MAP_XDP_FIB = "sluice_xdp_fib";
@@ -211,6 +214,9 @@ export const SLUICE_PROG_XDP = "sluice_xdp";
 export const SLUICE_PROG_XDP_PASS = "sluice_xdp_pass";
 export const SLUICE_SOCK_PAIRS = 4;
 export const SLUICE_SOCK_SLOTS4 = 131072;
+export const SLUICE_XDP_FC_SLOTS = 256;
+export const SLUICE_XDP_FC_SLOTS_LOG2 = 8;
+export const SLUICE_XDP_FC_TTL_NS = 50000000;
 export const SLUICE_XDP_PF_BITS_LOG2 = 16;
 export const SLUICE_XDP_PF_MULT = 2654435761;
 export const SLUICE_XDP_PF_WORDS = 1024;
@@ -893,6 +899,60 @@ export function decodeLb4TcConfig(buf: Buffer, off = 0): Lb4TcConfig {
   };
 }
 export const lb4_tc_configCodec: Codec<Lb4TcConfig> = { size: 24, encode: encodeLb4TcConfig, decode: decodeLb4TcConfig };
+
+/** struct lb4_xdp_fib_cache (48 bytes) */
+export interface Lb4XdpFibCache {
+  expires_ns: bigint;
+  saddr: number; // network byte order in the map
+  daddr: number; // network byte order in the map
+  sport: number; // network byte order in the map
+  dport: number; // network byte order in the map
+  in_ifindex: number;
+  out_ifindex: number;
+  max_len: number;
+  proto: number;
+  tos: number;
+  smac: Buffer;
+  dmac: Buffer;
+  action: number;
+}
+export const LB4_XDP_FIB_CACHE_SIZE = 48;
+export const lb4_xdp_fib_cacheLayout: StructLayout = {"name":"lb4_xdp_fib_cache","size":48,"fields":[{"name":"expires_ns","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"saddr","kind":"int","offset":8,"size":4,"bigEndian":true},{"name":"daddr","kind":"int","offset":12,"size":4,"bigEndian":true},{"name":"sport","kind":"int","offset":16,"size":2,"bigEndian":true},{"name":"dport","kind":"int","offset":18,"size":2,"bigEndian":true},{"name":"in_ifindex","kind":"int","offset":20,"size":4,"bigEndian":false},{"name":"out_ifindex","kind":"int","offset":24,"size":4,"bigEndian":false},{"name":"max_len","kind":"int","offset":28,"size":2,"bigEndian":false},{"name":"proto","kind":"int","offset":30,"size":1,"bigEndian":false},{"name":"tos","kind":"int","offset":31,"size":1,"bigEndian":false},{"name":"smac","kind":"bytes","offset":32,"size":6},{"name":"dmac","kind":"bytes","offset":38,"size":6},{"name":"action","kind":"int","offset":44,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":45,"size":3}]};
+export function encodeLb4XdpFibCache(v: Lb4XdpFibCache, buf: Buffer = Buffer.alloc(48), off = 0): Buffer {
+  buf.fill(0, off, off + 48);
+  buf.writeBigUInt64LE(v.expires_ns, off + 0);
+  buf.writeUInt32BE(v.saddr >>> 0, off + 8);
+  buf.writeUInt32BE(v.daddr >>> 0, off + 12);
+  buf.writeUInt16BE(v.sport & 0xffff, off + 16);
+  buf.writeUInt16BE(v.dport & 0xffff, off + 18);
+  buf.writeUInt32LE(v.in_ifindex >>> 0, off + 20);
+  buf.writeUInt32LE(v.out_ifindex >>> 0, off + 24);
+  buf.writeUInt16LE(v.max_len & 0xffff, off + 28);
+  buf.writeUInt8(v.proto & 0xff, off + 30);
+  buf.writeUInt8(v.tos & 0xff, off + 31);
+  v.smac.copy(buf, off + 32, 0, 6);
+  v.dmac.copy(buf, off + 38, 0, 6);
+  buf.writeUInt8(v.action & 0xff, off + 44);
+  return buf;
+}
+export function decodeLb4XdpFibCache(buf: Buffer, off = 0): Lb4XdpFibCache {
+  return {
+    expires_ns: buf.readBigUInt64LE(off + 0),
+    saddr: buf.readUInt32BE(off + 8),
+    daddr: buf.readUInt32BE(off + 12),
+    sport: buf.readUInt16BE(off + 16),
+    dport: buf.readUInt16BE(off + 18),
+    in_ifindex: buf.readUInt32LE(off + 20),
+    out_ifindex: buf.readUInt32LE(off + 24),
+    max_len: buf.readUInt16LE(off + 28),
+    proto: buf.readUInt8(off + 30),
+    tos: buf.readUInt8(off + 31),
+    smac: Buffer.from(buf.subarray(off + 32, off + 32 + 6)),
+    dmac: Buffer.from(buf.subarray(off + 38, off + 38 + 6)),
+    action: buf.readUInt8(off + 44),
+  };
+}
+export const lb4_xdp_fib_cacheCodec: Codec<Lb4XdpFibCache> = { size: 48, encode: encodeLb4XdpFibCache, decode: decodeLb4XdpFibCache };
 
 /** struct lb6_affinity_key (24 bytes) */
 export interface Lb6AffinityKey {
@@ -1887,6 +1947,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_svcname: {"name":"sluice_svcname","type":1,"keyType":"lb_svc_name_key","keySize":8,"valueType":"lb_svc_name","valueSize":144,"maxEntries":131072,"flags":1},
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},
   sluice_tc_cfg6: {"name":"sluice_tc_cfg6","type":2,"keyType":"u32","keySize":4,"valueType":"lb6_tc_config","valueSize":16,"maxEntries":1},
+  sluice_xdp_fc: {"name":"sluice_xdp_fc","type":6,"keyType":"u32","keySize":4,"valueType":"lb4_xdp_fib_cache","valueSize":48,"maxEntries":256},
   sluice_xdp_fe4: {"name":"sluice_xdp_fe4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":65536,"flags":1},
   sluice_xdp_fe6: {"name":"sluice_xdp_fe6","type":1,"keyType":"lb6_node_ip","keySize":16,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
   sluice_xdp_fib: {"name":"sluice_xdp_fib","type":6,"keyType":"u32","keySize":4,"valueType":"lb_xdp_fib_scratch","valueSize":64,"maxEntries":1},

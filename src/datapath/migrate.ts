@@ -137,6 +137,7 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_XDP_NP]: { kind: 'carry' },
   [abi.SLUICE_MAP_XDP_FIB]: { kind: 'drop', reason: 'scratch space of one packet: nothing lives in it between packets' },
   [abi.SLUICE_MAP_XDP_S6]: { kind: 'drop', reason: 'scratch space of one IPv6 packet: nothing lives in it between packets' },
+  [abi.SLUICE_MAP_XDP_FC]: { kind: 'drop', reason: 'FIB answers cached for 50 ms: the first packets after the load look the routes up again' },
 };
 
 /**

@@ -105,6 +105,16 @@ export class XdpHarness {
       for (let i = 0; i < abi.SLUICE_XDP_PF_WORDS; i++) keys.writeUInt32LE(i, 4 * i);
       this.maps.prefilter.updateBatch(keys, zero, abi.SLUICE_XDP_PF_WORDS);
     }
+    // The FIB cache outlives a test's routes and flows (bench/xdpcost.ts may load a build without it).
+    if (this.xdp.mapNames().includes(abi.SLUICE_MAP_XDP_FC)) {
+      const fc = this.xdp.map(abi.SLUICE_MAP_XDP_FC);
+      const empty = fc.splitPerCpu(Buffer.alloc(fc.valueBufferSize));
+      const key = Buffer.alloc(4);
+      for (let slot = 0; slot < abi.SLUICE_XDP_FC_SLOTS; slot++) {
+        key.writeUInt32LE(slot);
+        fc.updatePerCpu(key, empty);
+      }
+    }
   }
 
   close(): void {

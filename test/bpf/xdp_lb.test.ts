@@ -235,6 +235,131 @@ describe('routing: XDP_REDIRECT to an XDP device, XDP_PASS when TC must send it'
   });
 });
 
+describe('the FIB cache of known flows (sluice_xdp_fc, bpf/lib/xdp_fc.h)', () => {
+  const CACHED_BE = { id: 5, address: '198.18.0.40', port: 8080, local: false }; // on ext0, neighbour added per test
+  const CACHED_BE_MAC = '02:00:00:00:00:40';
+  const BOGUS_MAC = '02:00:00:00:0b:ad';
+
+  /** Every CPU's copy of the slots holding `backend` (the program runs on any CPU). */
+  function slotsOf(backend: string): Array<{ slot: number; perCpu: abi.Lb4XdpFibCache[] }> {
+    const fc = h.xdp.map(abi.SLUICE_MAP_XDP_FC);
+    const key = Buffer.alloc(4);
+    const found = [];
+    for (let slot = 0; slot < abi.SLUICE_XDP_FC_SLOTS; slot++) {
+      key.writeUInt32LE(slot);
+      const perCpu = fc.lookupPerCpu(key)!.map((b) => abi.decodeLb4XdpFibCache(b));
+      if (perCpu.some((c) => c.expires_ns !== 0n && c.daddr === ip4ToNumber(backend))) found.push({ slot, perCpu });
+    }
+    return found;
+  }
+
+  /** Put `entry` in `slot` on every CPU. */
+  function writeSlot(slot: number, entry: abi.Lb4XdpFibCache): void {
+    const fc = h.xdp.map(abi.SLUICE_MAP_XDP_FC);
+    const key = Buffer.alloc(4);
+    key.writeUInt32LE(slot);
+    const n = fc.valueBufferSize / 48;
+    fc.updatePerCpu(key, Array.from({ length: n }, () => abi.encodeLb4XdpFibCache(entry)));
+  }
+
+  /** A UDP flow to CACHED_BE opened at XDP, one known-flow packet sent (the slot filled, between `filledAfter` and `filledBefore`, CLOCK_MONOTONIC as bpf_ktime_get_ns). */
+  let filledAfter = 0n;
+  let filledBefore = 0n;
+  function openFlow(sport: number): L4Spec {
+    h.ip('neigh', 'replace', CACHED_BE.address, 'lladdr', CACHED_BE_MAC, 'dev', 'ext0', 'nud', 'permanent');
+    nodePort([CACHED_BE], 'udp');
+    const spec: L4Spec = { proto: 'udp', src: CLIENT, dst: NODE, sport, dport: NODE_PORT, payload: Buffer.from('data') };
+    assert.equal(h.runXdp(frame(spec), ext0).verdict, XDP_TX, 'new flow');
+    const lookups = h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP);
+    filledAfter = process.hrtime.bigint();
+    assert.equal(h.runXdp(frame(spec), ext0).verdict, XDP_TX, 'known flow');
+    filledBefore = process.hrtime.bigint();
+    assert.equal(h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP) - lookups, 1n, 'the first known-flow packet looks the route up');
+    return spec;
+  }
+
+  const sent = (spec: L4Spec, dmac: string) => forwarded({ ...spec, src: NODE, dst: CACHED_BE.address, dport: CACHED_BE.port }, dmac, EXT_MAC);
+
+  test('a known flow\'s lookup fills a slot tagged with its inputs; a fresh slot answers instead of bpf_fib_lookup', () => {
+    const spec = openFlow(62100);
+    const [found, ...more] = slotsOf(CACHED_BE.address);
+    assert.ok(found && more.length === 0, 'one slot for the flow');
+    const filled = found.perCpu.find((c) => c.expires_ns !== 0n)!;
+    const ttl = BigInt(abi.SLUICE_XDP_FC_TTL_NS);
+    assert.ok(filled.expires_ns >= filledAfter + ttl && filled.expires_ns <= filledBefore + ttl, 'answers for the TTL from its lookup');
+    assert.deepEqual([filled.saddr, filled.sport, filled.dport, filled.in_ifindex, filled.out_ifindex, filled.proto, filled.action, filled.dmac.toString('hex')],
+      [ip4ToNumber(NODE), 62100, CACHED_BE.port, ext0, ext0, 17, XDP_TX, mac(CACHED_BE_MAC).toString('hex')]);
+    assert.equal(filled.max_len, frame(spec).length - 14, 'the IPv4 total length the MTU check passed');
+    // A fresh slot with another MAC: the packet leaves with it, and no lookup is made.
+    writeSlot(found.slot, { ...filled, dmac: mac(BOGUS_MAC), expires_ns: process.hrtime.bigint() + 10_000_000_000n });
+    const lookups = h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP);
+    const cached = h.tc.counter(abi.LB_CNT_XDP_FIB_CACHED);
+    const { verdict, out } = h.runXdp(frame(spec), ext0);
+    assert.equal(verdict, XDP_TX);
+    expectPacket(out, sent(spec, BOGUS_MAC), 'sent with the cached answer');
+    assert.equal(h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP), lookups);
+    assert.equal(h.tc.counter(abi.LB_CNT_XDP_FIB_CACHED) - cached, 1n);
+    const [row] = listConntrack(h.tc.tc.conntrack);
+    assert.equal(row?.packetsOriginal, 3, 'conntrack still counts every packet');
+  });
+
+  test('a stale slot, another flow\'s tag or a longer packet: the full lookup (the neighbour\'s MAC of now)', () => {
+    const spec = openFlow(62101);
+    const [found] = slotsOf(CACHED_BE.address);
+    const filled = found!.perCpu.find((c) => c.expires_ns !== 0n)!;
+    const later = process.hrtime.bigint() + 10_000_000_000n;
+    const cases: Array<[string, abi.Lb4XdpFibCache]> = [
+      ['stale', { ...filled, dmac: mac(BOGUS_MAC), expires_ns: process.hrtime.bigint() - 1n }],
+      ['another source port', { ...filled, dmac: mac(BOGUS_MAC), expires_ns: later, sport: 62999 }],
+      ['another arrival device', { ...filled, dmac: mac(BOGUS_MAC), expires_ns: later, in_ifindex: int0 }],
+      ['a shorter length checked', { ...filled, dmac: mac(BOGUS_MAC), expires_ns: later, max_len: filled.max_len - 1 }],
+    ];
+    for (const [what, entry] of cases) {
+      writeSlot(found!.slot, entry);
+      const lookups = h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP);
+      const { verdict, out } = h.runXdp(frame(spec), ext0);
+      assert.equal(verdict, XDP_TX, what);
+      expectPacket(out, sent(spec, CACHED_BE_MAC), what);
+      assert.equal(h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP) - lookups, 1n, `${what}: looked up`);
+    }
+  });
+
+  test('the neighbour gone and the slot stale: XDP_PASS untouched (fallback), as without the cache; TC sends it', () => {
+    const spec = openFlow(62102);
+    const [found] = slotsOf(CACHED_BE.address);
+    h.ip('neigh', 'del', CACHED_BE.address, 'dev', 'ext0');
+    writeSlot(found!.slot, { ...found!.perCpu.find((c) => c.expires_ns !== 0n)!, expires_ns: process.hrtime.bigint() - 1n });
+    const before = h.stats(ext0);
+    const pkt = frame(spec);
+    const { verdict, out } = h.runXdp(pkt, ext0);
+    assert.equal(verdict, XDP_PASS);
+    expectPacket(out, pkt, 'no neighbour');
+    assert.equal(h.stats(ext0).fallback - before.fallback, 1n);
+    assert.equal(h.runTc(pkt, ext0).verdict, TC_ACT_REDIRECT, 'TC continues the flow');
+  });
+
+  test('a cached XDP_REDIRECT to a device no longer among the XDP devices: XDP_PASS untouched', () => {
+    nodePort([INT_BE], 'udp');
+    const spec: L4Spec = { proto: 'udp', src: CLIENT, dst: NODE, sport: 62103, dport: NODE_PORT, payload: Buffer.from('x') };
+    for (let i = 0; i < 3; i++) assert.equal(h.runXdp(frame(spec), ext0).verdict, XDP_REDIRECT);
+    const [found, ...more] = slotsOf(INT_BE.address);
+    assert.ok(found && more.length === 0, 'cached');
+    // Fresh however slow the machine: the cached answer is what is being checked.
+    const cached = found.perCpu.find((c) => c.expires_ns !== 0n)!;
+    assert.equal(cached.action, XDP_REDIRECT);
+    writeSlot(found.slot, { ...cached, expires_ns: process.hrtime.bigint() + 10_000_000_000n });
+    h.inside(() => h.maps.targets.delete(int0));
+    const pkt = frame(spec);
+    const { verdict, out } = h.runXdp(pkt, ext0);
+    assert.equal(verdict, XDP_PASS);
+    expectPacket(out, pkt, 'not an XDP target any more');
+    h.inside(() => h.maps.targets.set(int0, int0));
+    const lookups = h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP);
+    assert.equal(h.runXdp(frame(spec), ext0).verdict, XDP_REDIRECT, 'listed again: sent from the cache');
+    assert.equal(h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP), lookups);
+  });
+});
+
 describe('loadBalancerSourceRanges at XDP', () => {
   test('a client outside the ranges is dropped at XDP (XDP_DROP, counted as TC counts it); one inside is sent', () => {
     const flags = abi.LB_SVC_FLAG_LOADBALANCER | abi.LB_SVC_FLAG_SOURCE_RANGE;
