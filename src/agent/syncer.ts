@@ -333,6 +333,7 @@ export class Syncer {
       if (this.stopped) return;
       const now = this.readLocalAddresses();
       if (this.local !== undefined && sameList(this.local, now)) return;
+      if (this.local !== undefined) this.log.debug({ addresses: now.length }, 'interface addresses changed: a pass for the NodePorts on them');
       this.local = now;
       this.trigger();
     });
