@@ -235,6 +235,7 @@ export class Syncer {
     else if (t) clearImmediate(t);
     clearInterval(this.fullTimer);
     clearInterval(this.driftTimer);
+    if (this.localCheck) clearImmediate(this.localCheck);
   }
 
   /** A change arrived: schedule a sync (coalesced). */
@@ -275,6 +276,7 @@ export class Syncer {
     const done = () => {
       this.running = false;
       this.lastSyncEnd = Date.now();
+      this.checkLocalAddresses();
       if (this.again) {
         this.again = false;
         this.trigger();
@@ -291,9 +293,12 @@ export class Syncer {
     }
   }
 
-  private node(): NodeContext {
+  private node(full = false): NodeContext {
     const node = this.nodeWithAddresses();
-    const local = this.opts.localAddresses?.() ?? [];
+    // A full pass reads the interfaces; a partial one uses the list the
+    // check after the previous pass read (see checkLocalAddresses).
+    if (full || this.local === undefined) this.local = this.readLocalAddresses();
+    const local = this.local;
     // Derived again only when its inputs changed: every partial pass asks
     // (an interface address may have moved), and deriving it took a third
     // of a one-Service pass's CPU at 10k Services.
@@ -306,6 +311,33 @@ export class Syncer {
   }
 
   private nodeCache: { node: V1Node | undefined; local: string[]; ctx: NodeContext } | undefined;
+
+  /** The node's interface addresses as last read. */
+  private local: string[] | undefined;
+  private localCheck: NodeJS.Immediate | undefined;
+
+  private readLocalAddresses(): string[] {
+    return this.opts.localAddresses?.() ?? [];
+  }
+
+  /**
+   * Reading the interfaces (getifaddrs) was a quarter of the agent's part
+   * of one EndpointSlice change at 10k Services (docs/bench.md, "one
+   * change"): it runs after a pass has written the maps instead, and an
+   * address that came or went starts the next pass at once.
+   */
+  private checkLocalAddresses(): void {
+    if (this.localCheck || this.stopped || !this.opts.localAddresses) return;
+    this.localCheck = setImmediate(() => {
+      this.localCheck = undefined;
+      if (this.stopped) return;
+      const now = this.readLocalAddresses();
+      if (this.local !== undefined && sameList(this.local, now)) return;
+      if (this.local !== undefined) this.log.debug({ addresses: now.length }, 'interface addresses changed: a pass for the NodePorts on them');
+      this.local = now;
+      this.trigger();
+    });
+  }
 
   private lastAddressedNode: V1Node | undefined;
 
@@ -335,7 +367,7 @@ export class Syncer {
   private collect(full: boolean): { keys: Set<string>; triggerTimes: Map<string, number>; node: NodeContext } {
     const { keys, nodeChanged, triggerTimes } = this.state.takeDirty();
     const before = this.lastNode;
-    const node = this.node();
+    const node = this.node(full);
     this.opts.onNodeAddresses?.(node.addresses);
     // An interface's address came or went (no Node event says so): every NodePort again.
     let all = full || this.nodeAddressesChanged(before, node);

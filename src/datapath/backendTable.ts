@@ -4,9 +4,11 @@
 // (by key, by id) with their address strings they were 35 MiB of the
 // agent's 90 MiB heap (heap snapshot, docs/bench.md). Here an IPv4 backend is
 // a few typed-array cells indexed by its id (the ids are small and dense: the
-// backends map is an ARRAY) plus one entry in the key -> id Map; objects are
-// made only for the callers that ask (CLI, drift repair, deleted backends).
+// backends map is an ARRAY) plus one slot in a typed-array key -> id index
+// (numberIndex.ts); objects are made only for the callers that ask (CLI,
+// drift repair, deleted backends).
 import { ip4ToNumber, numberToIp4, type ProtoName } from './addr';
+import { NumberIndex } from './numberIndex';
 
 export interface BackendRecord {
   id: number;
@@ -30,7 +32,9 @@ const PRESENT = 1;
 const UDP = 2;
 
 export class BackendTable {
-  private readonly byKey = new Map<number | string, number>();
+  /** IPv4 keys (numbers) in typed arrays; IPv6 ones (strings) in a Map. */
+  private readonly byNumber = new NumberIndex();
+  private readonly byString = new Map<string, number>();
   private addr = new Uint32Array(1024);
   private port = new Uint16Array(1024);
   /** PRESENT | UDP. */
@@ -41,16 +45,16 @@ export class BackendTable {
   private readonly addr6 = new Map<number, string>();
 
   get size(): number {
-    return this.byKey.size;
+    return this.byNumber.size + this.byString.size;
   }
 
   /** The id of the backend with this identity (backendKeyOf), if it is in the table. */
   idOf(key: number | string): number | undefined {
-    return this.byKey.get(key);
+    return typeof key === 'number' ? this.byNumber.get(key) : this.byString.get(key);
   }
 
   has(key: number | string): boolean {
-    return this.byKey.has(key);
+    return typeof key === 'number' ? this.byNumber.has(key) : this.byString.has(key);
   }
 
   /** Whether id's flags and zone are these (the backend exists). */
@@ -70,7 +74,8 @@ export class BackendTable {
     this.grow(b.id);
     const key = backendKeyOf(b);
     const v6 = typeof key === 'string';
-    this.byKey.set(key, b.id);
+    if (v6) this.byString.set(key, b.id);
+    else this.byNumber.set(key, b.id);
     this.addr[b.id] = v6 ? 0 : ip4ToNumber(b.address);
     if (v6) this.addr6.set(b.id, b.address);
     else this.addr6.delete(b.id);
@@ -85,7 +90,10 @@ export class BackendTable {
     const b = this.byId(id);
     if (!b) return;
     const key = backendKeyOf(b);
-    if (this.byKey.get(key) === id) this.byKey.delete(key);
+    if (this.idOf(key) === id) {
+      if (typeof key === 'number') this.byNumber.delete(key);
+      else this.byString.delete(key);
+    }
     this.bits[id] = 0;
     this.addr6.delete(id);
   }
@@ -104,12 +112,14 @@ export class BackendTable {
   }
 
   get(key: number | string): BackendRecord | undefined {
-    const id = this.byKey.get(key);
+    const id = this.idOf(key);
     return id === undefined ? undefined : this.byId(id);
   }
 
+  /** Every backend, by id. */
   *values(): IterableIterator<BackendRecord> {
-    for (const id of this.byKey.values()) yield this.byId(id)!;
+    const ids = [...this.byNumber.values(), ...this.byString.values()].sort((a, b) => a - b);
+    for (const id of ids) yield this.byId(id)!;
   }
 
   private grow(id: number): void {
