@@ -80,8 +80,11 @@ int main(int argc, char **argv)
 	long spread = atol(arg(argc, argv, "--slots-per-frontend", "4"));
 	__u32 frontends = (__u32)(2 * services), slots = 2;
 
-	if (services < 1 || frontends > FE4L_MAX_KEYS)
-		die("--services", "must be 1 .. FE4L_MAX_KEYS / 2");
+	if (services < 1 || services > FE4L_MAX_KEYS / 2) {
+		char why[96];
+		snprintf(why, sizeof(why), "%ld is out of range: 1 .. %d (two frontends each, tcp and udp)", services, FE4L_MAX_KEYS / 2);
+		die("--services", why);
+	}
 	if (rounds < 1 || repeat < 1 || spread < 1 || spread > 16)
 		die("--rounds/--repeat/--slots-per-frontend", "must be >= 1 (slots per frontend <= 16)");
 	while (slots < spread * frontends)
@@ -129,8 +132,12 @@ int main(int argc, char **argv)
 					break;
 				}
 			}
-			if (p == FE4L_PROBES)
-				die("fe4l_table", "a probe chain is longer than FE4L_PROBES (load too high)");
+			if (p == FE4L_PROBES) {
+				char why[128];
+				snprintf(why, sizeof(why), "a probe chain is longer than %d slots at %u slots for %ld frontends: raise --slots-per-frontend",
+					 FE4L_PROBES, slots, 2 * services);
+				die("fe4l_table", why);
+			}
 			if (p + 1 > longest)
 				longest = p + 1;
 		}
