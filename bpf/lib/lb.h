@@ -74,17 +74,7 @@ static __always_inline bool lb4_reread_service(struct lb4_service_key *key, stru
 	return true;
 }
 
-/* 64-bit mix (MurmurHash3's finaliser): nearby inputs (consecutive netns
- * cookies, addresses of one subnet) land on unrelated values. */
-static __always_inline __u64 lb_hash64(__u64 x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ULL;
-	x ^= x >> 33;
-	return x;
-}
+#include "hash64.h" /* lb_hash64 */
 
 #include "maglev.h" /* h-maglev: needs lb_hash64 */
 

@@ -95,7 +95,7 @@ function frontendOfKey(k: abi.Lb4MaglevKey): MaglevFrontend {
 /** Digest of a table's encoded rows (drift repair compares tables by it; kept instead of the rows). */
 const digestOf = (rows: Buffer) => createHash('sha1').update(rows).digest('base64');
 
-/** MurmurHash3's 64-bit finaliser, as lb_hash64 in bpf/lib/lb.h. */
+/** MurmurHash3's 64-bit finaliser, as lb_hash64 in bpf/lib/hash64.h. */
 export function hash64(x: bigint): bigint {
   const M64 = 0xffffffffffffffffn;
   x &= M64;
