@@ -97,7 +97,7 @@ clean:
 # bench: the C parts of `make bench` (bench/main.ts drives them): the load
 # generator, the backend server, and the loader that puts build/sock_lb.bpf.o
 # into a bench cgroup with maps sized for the scale measured.
-BENCH_BINS := $(BUILD)/connbench $(BUILD)/benchserver $(BUILD)/sluiceload $(BUILD)/npbench $(BUILD)/fe4lookup $(BUILD)/fe4lookup.bpf.o
+BENCH_BINS := $(BUILD)/connbench $(BUILD)/benchserver $(BUILD)/sluiceload $(BUILD)/npbench $(BUILD)/fe4lookup $(BUILD)/bench/fe4lookup.bpf.o
 $(BUILD)/connbench: bench/connbench.c
 	@mkdir -p $(BUILD)
 	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
@@ -114,7 +114,10 @@ $(BUILD)/sluiceload: bench/sluiceload.c native/sluice_abi.h
 $(BUILD)/fe4lookup: bench/fe4lookup.c bench/fe4lookup.h bpf/lib/hash64.h native/sluice_abi.h
 	@mkdir -p $(BUILD)
 	$(CC) -O2 -Wall -Wextra -Werror -Inative -Ibench -Ibpf/lib -o $@ $< -lbpf
-$(BUILD)/fe4lookup.bpf.o: bench/fe4lookup.bpf.c bench/fe4lookup.h bpf/lib/hash64.h native/sluice_abi.h $(BUILD)/vmlinux.h
+# In build/bench/, not build/: build/*.bpf.o are the product objects whose
+# BTF generates src/abi/generated.ts (test/abi reads every one of them).
+$(BUILD)/bench/fe4lookup.bpf.o: bench/fe4lookup.bpf.c bench/fe4lookup.h bpf/lib/hash64.h native/sluice_abi.h $(BUILD)/vmlinux.h
+	@mkdir -p $(BUILD)/bench
 	$(CLANG) $(BPF_CFLAGS) -Ibench -Ibpf/lib -c $< -o $@
 bench: $(BENCH_BINS)
 # The C parts alone (`make bench` builds them and then runs the whole bench).

@@ -7,7 +7,7 @@
  * attached. Socket-path numbers (bench/sockprogstats.sh) carry the whole
  * connect's cache pressure; this isolates the part a layout changes.
  *
- *   fe4lookup [--obj build/fe4lookup.bpf.o] [--services N] [--rounds R] [--repeat K] [--slots-per-frontend S]
+ *   fe4lookup [--obj build/bench/fe4lookup.bpf.o] [--services N] [--rounds R] [--repeat K] [--slots-per-frontend S]
  *
  * Frontends as bench/sockprogstats.sh fills them: Service i is
  * 198.19.(i%65536 / 256).(i%256), port 80 + i/65536, tcp and udp. The table
@@ -73,7 +73,7 @@ static double run_ns(struct bpf_object *obj, const char *prog, int repeat)
 
 int main(int argc, char **argv)
 {
-	const char *obj_path = arg(argc, argv, "--obj", "build/fe4lookup.bpf.o");
+	const char *obj_path = arg(argc, argv, "--obj", "build/bench/fe4lookup.bpf.o");
 	long services = atol(arg(argc, argv, "--services", "10000"));
 	int rounds = atoi(arg(argc, argv, "--rounds", "3"));
 	int repeat = atoi(arg(argc, argv, "--repeat", "20000"));
