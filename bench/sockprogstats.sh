@@ -5,7 +5,7 @@
 # traffic runs; restored after). Compares data-path layouts without the
 # wall-clock noise of a shared machine.
 #
-#   bench/sockprogstats.sh [--build DIR] [--services N] [--count N] [--algorithm LB_ALG_*] [--label L] [--non-service]
+#   bench/sockprogstats.sh [--build DIR] [--services N] [--count N] [--algorithm LB_ALG_*] [--label L] [--non-service] [--ipv6]
 #
 # --non-service: the same Services loaded, but the traffic goes straight to
 # the backends (the programs' cost on sockets that never touch a Service).
@@ -17,6 +17,10 @@
 # loopback, served by build/benchserver); build/connbench (in the cgroup and
 # the namespace) opens COUNT TCP connections with getpeername (--check-peer)
 # and COUNT UDP exchanges to random VIPs. Prints one JSON line.
+#
+# --ipv6: the same N Services as IPv6 frontends (fd00:19::/64 VIPs ->
+# [fd00:18:1::1-a]:8080) in the IPv6 maps, so the programs measured are
+# connect6, getpeername6, sendmsg6, recvmsg6 (and sock_release).
 set -euo pipefail
 
 BUILD=build
@@ -25,6 +29,7 @@ COUNT=20000
 ALG=0
 LABEL=
 NON_SERVICE=
+IPV6=
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -33,6 +38,7 @@ while [ $# -gt 0 ]; do
     --algorithm) ALG=$2; shift 2 ;;
     --label) LABEL=$2; shift 2 ;;
     --non-service) NON_SERVICE=1; shift ;;
+    --ipv6) IPV6=1; shift ;;
     *) echo "sockprogstats: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -59,18 +65,32 @@ ip netns add "$NS"
 ip -n "$NS" link set lo up
 BACKENDS=
 for i in $(seq 1 10); do
-  ip -n "$NS" addr add "198.18.1.$i/32" dev lo
-  BACKENDS="${BACKENDS:+$BACKENDS,}198.18.1.$i:8080"
+  if [ -n "$IPV6" ]; then
+    ip -n "$NS" addr add "fd00:18:1::$(printf %x "$i")/128" dev lo nodad
+    BACKENDS="${BACKENDS:+$BACKENDS,}[fd00:18:1::$(printf %x "$i")]:8080"
+  else
+    ip -n "$NS" addr add "198.18.1.$i/32" dev lo
+    BACKENDS="${BACKENDS:+$BACKENDS,}198.18.1.$i:8080"
+  fi
 done
 ip netns exec "$NS" "$BUILD/benchserver" --port 8080 --max-s 300 &
 SERVER_PID=$!
 mkdir -p "$CG" "$FS"
 
 # Services: VIP i -> 198.19.(i/256).(i%256), port 80 + i/65536; tcp and udp.
-awk -v n="$SERVICES" 'BEGIN { for (i = 0; i < n; i++) { h = i % 65536; p = 80 + int(i / 65536);
-  printf "198.19.%d.%d %d tcp\n198.19.%d.%d %d udp\n", int(h / 256), h % 256, p, int(h / 256), h % 256, p } }' > "$TMP/services"
+# --ipv6: VIP i -> fd00:19::<i+1 in hex>, port 80.
+if [ -n "$IPV6" ]; then
+  awk -v n="$SERVICES" 'BEGIN { for (i = 1; i <= n; i++) printf "fd00:19::%x 80 tcp\nfd00:19::%x 80 udp\n", i, i }' > "$TMP/services"
+else
+  awk -v n="$SERVICES" 'BEGIN { for (i = 0; i < n; i++) { h = i % 65536; p = 80 + int(i / 65536);
+    printf "198.19.%d.%d %d tcp\n198.19.%d.%d %d udp\n", int(h / 256), h % 256, p, int(h / 256), h % 256, p } }' > "$TMP/services"
+fi
 awk '{ print $1, $2 }' "$TMP/services" | sort -u > "$TMP/targets"
-[ -n "$NON_SERVICE" ] && for i in $(seq 1 10); do echo "198.18.1.$i 8080"; done > "$TMP/targets"
+if [ -n "$NON_SERVICE" ]; then
+  for i in $(seq 1 10); do
+    if [ -n "$IPV6" ]; then echo "fd00:18:1::$(printf %x "$i") 8080"; else echo "198.18.1.$i 8080"; fi
+  done > "$TMP/targets"
+fi
 
 # Capacities as the bench sizes them: the slot layout needs a master and ten
 # slots per frontend in the hash; the range layout (an object with
@@ -85,10 +105,18 @@ else
   RANGES_ARG=
 fi
 [ $ENTRIES -lt 262144 ] && ENTRIES=262144
+# IPv6: the slot layout (a master and ten slots per frontend), or with
+# sluice_rng6 the range layout (a master per frontend).
+SVC6_ARG=
+if [ -n "$IPV6" ]; then
+  if grep -q sluice_rng6 "$BUILD/sock_lb.bpf.o"; then E6=$(( SERVICES * 2 + 1024 )); else E6=$(( SERVICES * 2 * 11 + 1024 )); fi
+  [ $E6 -lt 65536 ] && E6=65536
+  SVC6_ARG="--service6-entries $E6"
+fi
 REVNAT=$(( SERVICES + 1024 ))
 [ $REVNAT -lt 65536 ] && REVNAT=65536
 "$BUILD/sluiceload" attach --obj "$BUILD/sock_lb.bpf.o" --bpffs "$FS" --cgroup "$CG" \
-  --service-entries "$ENTRIES" --backends 131072 --revnat "$REVNAT" $RANGES_ARG > /dev/null
+  --service-entries "$ENTRIES" --backends 131072 --revnat "$REVNAT" $RANGES_ARG $SVC6_ARG > /dev/null
 FILL=$("$BUILD/sluiceload" fill --bpffs "$FS" --services "$TMP/services" --backends "$BACKENDS" --algorithm "$ALG")
 
 prog_ids() { bpftool -j cgroup show "$CG" | python3 -c 'import json,sys; [print(p["id"], p["name"]) for p in json.load(sys.stdin)]'; }

@@ -520,6 +520,7 @@ _Static_assert(sizeof(struct lb4_snat_device) == 4, "lb4_snat_device layout");
 #define LB_CNT_SOCK_NS_SKIPPED   36 /* not translated: the socket's netns is excluded by the socketLB mode */
 #define LB_CNT_SOCK_EXTIP_PASSED 37 /* not translated: ExternalIP that is not this node's address (CVE-2020-8554) */
 #define LB_CNT_SOCK_BIND_REFUSED 38 /* bind() to a NodePort/ExternalIP/LoadBalancer address:port refused */
+#define LB_CNT_SOCK6_SLOT_HELD   41 /* an IPv6 TCP connect's slot (lb6_sock_slot) held by another socket: its pair went to socket storage */
 
 /* One frontend a socket was sent to and the backend it got. */
 struct lb4_sock_pair {
@@ -605,6 +606,36 @@ _Static_assert(sizeof(struct lb4_sock_slot) == 32, "lb4_sock_slot layout");
 
 #define SLUICE_MAP_SOCK_SLOT4 sluice_sk_pair4 /* cookie & (SLUICE_SOCK_SLOTS4 - 1) -> lb4_sock_slot (ARRAY) */
 #define SLUICE_SOCK_SLOTS4 131072 /* a power of two (the index is masked); 4 MiB */
+
+/*
+ * The IPv6 twin (issue 12): an AF_INET6 TCP socket connected to an IPv6
+ * frontend keeps its one reverse pair in its slot of this ARRAY, under the
+ * same rules as lb4_sock_slot (claimed by cookie under the lock, read only
+ * when the slot names the reader's cookie and peer, freed at sock_release).
+ * Creating socket-local storage on every connect6 cost about as much as
+ * the rest of connect6 together (docs/socket-path.md); when another live
+ * socket holds the slot, the pair goes to the socket's storage
+ * (SLUICE_MAP_SOCK6, lb6_sock_state) as before, so the IPv6 path needs no
+ * LRU of its own. Both slot types start with the same head (lock,
+ * rev_nat_id, cookie: bpf/lib/sock_slot.h claims, reads and frees both with
+ * one code). Fewer slots than IPv4 (56 bytes each): a node with more live
+ * IPv6 TCP connections than that only pays storage for the overflow.
+ */
+struct lb6_sock_slot {
+	struct bpf_spin_lock lock; /* guards everything below */
+	__u32  rev_nat_id;         /* the frontend's rev-NAT id; checked before a reverse translation */
+	__u64  cookie;             /* the socket holding the slot (bpf_get_socket_cookie()); 0: free */
+	__u8   backend_address[16]; /* the backend connect() was sent to */
+	__u8   frontend_address[16]; /* what getpeername() shows */
+	__be16 backend_port;
+	__be16 frontend_port;
+	__u32  pad;
+};
+
+_Static_assert(sizeof(struct lb6_sock_slot) == 56, "lb6_sock_slot layout");
+
+#define SLUICE_MAP_SOCK_SLOT6 sluice_sk_pair6 /* cookie & (SLUICE_SOCK_SLOTS6 - 1) -> lb6_sock_slot (ARRAY) */
+#define SLUICE_SOCK_SLOTS6 32768 /* a power of two (the index is masked); 1.75 MiB */
 
 struct lb4_sock_tcp_key {
 	__u64  cookie;           /* bpf_get_socket_cookie() of the socket */

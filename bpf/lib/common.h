@@ -26,4 +26,12 @@
 
 #define NSEC_PER_SEC 1000000000ULL
 
+/* Address families (socket hooks, the destroy iterator, FIB lookups). */
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
 #endif /* SLUICE_BPF_COMMON_H */

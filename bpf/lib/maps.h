@@ -77,6 +77,16 @@ struct {
 	__uint(max_entries, SLUICE_SOCK_SLOTS4);
 } SLUICE_MAP_SOCK_SLOT4 SEC(".maps");
 
+/* The IPv6 twin (see lb6_sock_slot): an AF_INET6 TCP socket's pair when it
+ * connected to an IPv6 frontend; its socket storage (SLUICE_MAP_SOCK6) takes
+ * the pairs whose slot is held. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lb6_sock_slot);
+	__uint(max_entries, SLUICE_SOCK_SLOTS6);
+} SLUICE_MAP_SOCK_SLOT6 SEC(".maps");
+
 /* Pod netns cookie -> the pod's addresses (lb_pod_addr): written by the CNI
  * plugin at ADD/DEL, read by connect4/sendmsg4 for loadBalancerSourceRanges. */
 struct {

@@ -36,9 +36,6 @@
 #define TC_ACT_SHOT     2
 #define TC_ACT_REDIRECT 7
 #endif
-#ifndef AF_INET
-#define AF_INET 2
-#endif
 
 /* The 5-tuple of a packet (or of the packet an ICMP error quotes), in
  * network order as on the wire. */

@@ -46,10 +46,6 @@
 #define LB_IP6_OFF_SADDR       (LB_ETH_HLEN + 8)
 #define LB_IP6_OFF_DADDR       (LB_ETH_HLEN + 24)
 
-#ifndef AF_INET6
-#define AF_INET6 10
-#endif
-
 struct lb6_tuple {
 	__u8   saddr[16];
 	__u8   daddr[16];

@@ -318,24 +318,18 @@ lb4_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb4_service_key *k
 		.frontend_port = key->port,
 		.rev_nat_id = svc->rev_nat_id,
 	};
+	struct lb4_sock_slot want = {
+		.rev_nat_id = svc->rev_nat_id,
+		.cookie = tkey.cookie,
+		.backend_address = tkey.backend_address,
+		.backend_port = tkey.backend_port,
+		.frontend_port = key->port,
+		.frontend_address = frontend,
+	};
 	struct lb4_sock_slot *slot = lb4_sock_slot(tkey.cookie);
-	bool claimed = false;
 
-	if (slot) {
-		bpf_spin_lock(&slot->lock);
-		if (slot->cookie == 0 || slot->cookie == tkey.cookie) {
-			slot->cookie = tkey.cookie;
-			slot->backend_address = tkey.backend_address;
-			slot->backend_port = tkey.backend_port;
-			slot->frontend_address = frontend;
-			slot->frontend_port = key->port;
-			slot->rev_nat_id = svc->rev_nat_id;
-			claimed = true;
-		}
-		bpf_spin_unlock(&slot->lock);
-		if (claimed)
-			return;
-	}
+	if (slot && lb_sock_slot_claim(slot, &want, LB_SOCK_SLOT_WORDS(lb4_sock_slot)))
+		return;
 	if (bpf_map_update_elem(&SLUICE_MAP_SOCK_TCP4, &tkey, &pair, BPF_ANY))
 		lb_count(LB_CNT_SOCK_STATE_FAILED);
 }
@@ -520,6 +514,10 @@ static __always_inline void lb4_sock_tcp_forget(struct bpf_sock *sk)
 	if (s && s->__sk_common.skc_cookie.counter == 0)
 		return;
 	tkey.cookie = bpf_get_socket_cookie(sk);
+	/* An AF_INET6 socket sent to an IPv6 frontend: its IPv6 slot (if it
+	 * holds none, its pair is in its storage, freed with it). */
+	if (sk->family == AF_INET6 && lb6_sock_slot_free(tkey.cookie))
+		return;
 	/* Its slot, whatever the peer now is (an AF_INET6 socket to ::ffff:
 	 * included): then it has no LRU pair (connect4 writes one or the other). */
 	if (lb4_sock_slot_free(tkey.cookie) || !sk->dst_ip4)

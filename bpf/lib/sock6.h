@@ -11,9 +11,10 @@
  *    the socket's IPv4 state (lb4_* of sock.h on the low 32 bits). The kernel
  *    runs sendmsg4 (not sendmsg6) for such a socket's unconnected datagrams,
  *    so connect, send and receive all meet in the same IPv4 state.
- *  - any other address: the IPv6 table and the socket's IPv6 state
- *    (SLUICE_MAP_SOCK6, its own socket-local storage: nothing here depends on
- *    how the IPv4 state is kept).
+ *  - any other address: the IPv6 table and the socket's IPv6 state: a TCP
+ *    socket's one pair in its slot of SLUICE_MAP_SOCK_SLOT6 (sock_slot.h,
+ *    as IPv4's), a UDP socket's pairs (and a TCP socket's whose slot was
+ *    held) in SLUICE_MAP_SOCK6, its own socket-local storage.
  */
 #ifndef SLUICE_BPF_SOCK6_H
 #define SLUICE_BPF_SOCK6_H
@@ -222,6 +223,35 @@ lb6_sock_remember(struct lb6_sock_state *st, const struct lb6_service_key *key, 
 		lb_count(LB_CNT_SOCK_PAIR_EVICTED);
 }
 
+/* A TCP connect6's reverse pair: its slot when the slot is free or already
+ * its own (lb6_sock_slot in sluice_abi.h), else the socket's storage, as
+ * every IPv6 pair was kept before the slots. */
+static __always_inline void
+lb6_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb6_service_key *key, const struct lb4_service *svc,
+		      const struct lb6_backend *backend, __u32 backend_id)
+{
+	struct lb6_sock_slot want = {
+		.rev_nat_id = svc->rev_nat_id,
+		.cookie = bpf_get_socket_cookie(ctx),
+		.backend_port = backend->port,
+		.frontend_port = key->port,
+	};
+	struct lb6_sock_slot *slot = lb6_sock_slot(want.cookie);
+	struct lb6_sock_state *st;
+
+	lb6_addr_copy(want.backend_address, backend->address);
+	lb6_addr_copy(want.frontend_address, key->address);
+	if (slot && lb_sock_slot_claim(slot, &want, LB_SOCK_SLOT_WORDS(lb6_sock_slot)))
+		return;
+	lb_count(LB_CNT_SOCK6_SLOT_HELD);
+	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st) {
+		lb_count(LB_CNT_SOCK_STATE_FAILED);
+		return;
+	}
+	lb6_sock_remember(st, key, svc, backend, backend_id);
+}
+
 /* ---- Forward: connect6 / sendmsg6 ---------------------------------------- */
 
 /* lb4_sock_xlate_fwd for an IPv6 destination: 1 rewritten, 0 left alone, <0 refused. */
@@ -265,11 +295,18 @@ static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const _
 		lb6_event_sock(ctx, LB_CNT_SOCK_NO_BACKEND, &key, svc.rev_nat_id);
 		return (svc.flags & LB_SVC_FLAG_DROP_NO_BACKEND) ? -EHOSTUNREACH : -ECONNREFUSED;
 	}
-	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!st)
-		lb_count(LB_CNT_SOCK_STATE_FAILED);
-	else if (key.proto == LB_PROTO_UDP)
-		backend = lb6_sock_sticky_backend(st, &key, &svc, &backend_id);
+	/* UDP keeps its backends in the socket's storage; TCP's one pair goes
+	 * to its slot (lb6_sock_tcp_remember), storage only when the slot is
+	 * held, so a TCP connect6 usually creates no storage. */
+	if (key.proto == LB_PROTO_UDP) {
+		st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!st)
+			lb_count(LB_CNT_SOCK_STATE_FAILED);
+		else
+			backend = lb6_sock_sticky_backend(st, &key, &svc, &backend_id);
+	} else {
+		st = NULL;
+	}
 	if (!backend) {
 		if (lb_svc_has_affinity(&svc) || svc.algorithm == LB_ALG_SOURCE_HASH) {
 			__u32 *cookie = (__u32 *)akey.client;
@@ -290,6 +327,8 @@ static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const _
 		}
 		if (st)
 			lb6_sock_remember(st, &key, &svc, backend, backend_id);
+		else if (key.proto == LB_PROTO_TCP)
+			lb6_sock_tcp_remember(ctx, &key, &svc, backend, backend_id);
 	}
 	if (svc.algorithm == LB_ALG_LEAST_CONN)
 		lc4_sock_hold(ctx->sk, backend_id);
@@ -340,13 +379,47 @@ static __always_inline void lb6_sock_forget(struct lb6_sock_state *st, const str
 	bpf_spin_unlock(&st->lock);
 }
 
+/* The frontend still exists with this address and port under this rev-NAT
+ * id (it may have been deleted or re-used since the socket was sent). */
+static __always_inline bool lb6_sock_frontend_current(__u32 rev_nat_id, const __u8 *address, __be16 port)
+{
+	struct lb6_reverse_nat *rev_nat = bpf_map_lookup_elem(&SLUICE_MAP_REVNAT6, &rev_nat_id);
+
+	return rev_nat && rev_nat->port == port && lb6_addr_equal(rev_nat->address, address);
+}
+
+/* TCP: the pair in this socket's slot (lb6_sock_slot). 1: rewritten to the
+ * frontend; 0: found, but the frontend is gone (slot freed, left alone);
+ * -1: not in the slot (look in the storage: the slot was held at connect,
+ * or the socket was connected before the slots). */
+static __always_inline int lb6_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, const __u8 *address)
+{
+	struct lb6_sock_slot pair;
+	__u64 cookie;
+
+	/* No cookie: connect6 never keyed a slot by it (lb_sock_has_cookie). */
+	if (!lb_sock_has_cookie(ctx->sk))
+		return -1;
+	cookie = bpf_get_socket_cookie(ctx);
+	if (!lb6_sock_slot_pair(cookie, address, sock4_dst_port(ctx), &pair))
+		return -1;
+	if (!lb6_sock_frontend_current(pair.rev_nat_id, pair.frontend_address, pair.frontend_port)) {
+		lb6_sock_slot_free(cookie);
+		return 0;
+	}
+	sock6_set_dst(ctx, pair.frontend_address, pair.frontend_port);
+	lb_count(LB_CNT_SOCK_REV_XLATED);
+	return 1;
+}
+
 static __always_inline void lb6_sock_xlate_rev6(struct bpf_sock_addr *ctx, const __u8 *address)
 {
 	struct lb6_sock_pair pair = {};
-	struct lb6_reverse_nat *rev_nat;
 	struct lb6_sock_state *st;
 	bool found;
 
+	if (ctx->protocol == LB_PROTO_TCP && lb6_sock_tcp_xlate_rev(ctx, address) >= 0)
+		return;
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, 0);
 	if (!st)
 		return;
@@ -355,9 +428,7 @@ static __always_inline void lb6_sock_xlate_rev6(struct bpf_sock_addr *ctx, const
 	bpf_spin_unlock(&st->lock);
 	if (!found)
 		return;
-	rev_nat = bpf_map_lookup_elem(&SLUICE_MAP_REVNAT6, &pair.rev_nat_id);
-	if (!rev_nat || rev_nat->port != pair.frontend_port ||
-	    !lb6_addr_equal(rev_nat->address, pair.frontend_address)) {
+	if (!lb6_sock_frontend_current(pair.rev_nat_id, pair.frontend_address, pair.frontend_port)) {
 		lb6_sock_forget(st, &pair);
 		return;
 	}

@@ -24,13 +24,6 @@
 #include "lb6.h"
 #include "sock_slot.h"
 
-#ifndef AF_INET
-#define AF_INET 2
-#endif
-#ifndef AF_INET6
-#define AF_INET6 10
-#endif
-
 /* The kfunc (kernel >= 6.5); the loader fails on an older kernel, which is
  * how the agent detects support. */
 extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
@@ -138,13 +131,18 @@ static __always_inline int lb4_sock_term(struct seq_file *seq, struct sock_commo
 	return 0;
 }
 
-/* lb4_sock_was_translated for an AF_INET6 socket: a pair in its sluice_sock6 storage names the backend. */
-static __always_inline bool lb6_sock_was_translated(struct sock_common *skc, const __u8 *address, __be16 port)
+/* lb4_sock_was_translated for an AF_INET6 socket: a TCP socket's slot
+ * (SLUICE_MAP_SOCK_SLOT6), or a pair in its sluice_sock6 storage (UDP; TCP
+ * whose slot was held, or connected before the slots), names the backend. */
+static __always_inline bool lb6_sock_was_translated(struct sock_common *skc, const __u8 *address, __be16 port, __u8 proto)
 {
+	struct lb6_sock_slot slot;
 	struct lb6_sock_state *st;
 	bool found = false;
 	int i;
 
+	if (proto == LB_PROTO_TCP && lb6_sock_slot_pair(bpf_get_socket_cookie(skc), address, port, &slot))
+		return true;
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, skc, 0, 0);
 	if (!st)
 		return false;
@@ -173,7 +171,7 @@ static __always_inline int lb6_sock_term(struct seq_file *seq, struct sock_commo
 	term.proto = proto;
 	if (term.port == 0 || !bpf_map_lookup_elem(&SLUICE_MAP_SOCKTERM6, &term))
 		return 0; /* not connected (no peer port), or not a listed backend */
-	if (!lb6_sock_was_translated(skc, term.address, term.port))
+	if (!lb6_sock_was_translated(skc, term.address, term.port, proto))
 		return 0;
 	event.cookie = bpf_get_socket_cookie(skc);
 	lb6_addr_copy(event.address, term.address);

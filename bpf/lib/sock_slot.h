@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sock_slot.h: a TCP socket's reverse pair in its slot of SLUICE_MAP_SOCK_SLOT4
- * (lb4_sock_slot in sluice_abi.h), shared by the socket hooks (sock.h) and
- * the stale-socket destroy (sock_destroy.h). Every access takes the slot's
- * lock and checks the cookie, so a slot never shows one socket another's pair.
+ * (lb4_sock_slot in sluice_abi.h) or, for an IPv6 peer, SLUICE_MAP_SOCK_SLOT6
+ * (lb6_sock_slot), shared by the socket hooks (sock.h, sock6.h) and the
+ * stale-socket destroy (sock_destroy.h). Every access takes the slot's lock
+ * and checks the cookie, so a slot never shows one socket another's pair.
+ * Both slot types start with the same head: claim, read and free are one
+ * code (lb_sock_slot_*) for both families; only the pair after the head
+ * differs.
  */
 #ifndef SLUICE_BPF_SOCK_SLOT_H
 #define SLUICE_BPF_SOCK_SLOT_H
@@ -12,6 +16,92 @@
 #include "maps.h"
 
 _Static_assert((SLUICE_SOCK_SLOTS4 & (SLUICE_SOCK_SLOTS4 - 1)) == 0, "SLUICE_SOCK_SLOTS4 is a power of two (the slot index is masked)");
+_Static_assert((SLUICE_SOCK_SLOTS6 & (SLUICE_SOCK_SLOTS6 - 1)) == 0, "SLUICE_SOCK_SLOTS6 is a power of two (the slot index is masked)");
+
+/* What every slot starts with; the pair follows in 8-byte words. */
+struct lb_sock_slot_head {
+	struct bpf_spin_lock lock;
+	__u32 rev_nat_id;
+	__u64 cookie;
+};
+
+#define LB_SOCK_SLOT_HEAD_OF(type)                                                                              \
+	_Static_assert(__builtin_offsetof(struct type, rev_nat_id) == __builtin_offsetof(struct lb_sock_slot_head, rev_nat_id) && \
+		       __builtin_offsetof(struct type, cookie) == __builtin_offsetof(struct lb_sock_slot_head, cookie) &&         \
+		       sizeof(struct type) % 8 == 0, #type " starts with lb_sock_slot_head")
+LB_SOCK_SLOT_HEAD_OF(lb4_sock_slot);
+LB_SOCK_SLOT_HEAD_OF(lb6_sock_slot);
+
+/* The words of the pair after the head. */
+#define LB_SOCK_SLOT_WORDS(type) ((sizeof(struct type) - sizeof(struct lb_sock_slot_head)) / 8)
+
+/* Claim the slot for want (a slot value without its lock: cookie, rev-NAT
+ * id, pair) when it is free (cookie 0) or already want's socket's (a second
+ * connect() after a failed one). */
+static __always_inline bool lb_sock_slot_claim(void *value, const void *want, const __u32 words)
+{
+	struct lb_sock_slot_head *slot = value;
+	const struct lb_sock_slot_head *w = want;
+	__u64 *dst = (__u64 *)(slot + 1);
+	const __u64 *src = (const __u64 *)(w + 1);
+	bool claimed = false;
+	__u32 i;
+
+	bpf_spin_lock(&slot->lock);
+	if (slot->cookie == 0 || slot->cookie == w->cookie) {
+		slot->cookie = w->cookie;
+		slot->rev_nat_id = w->rev_nat_id;
+#pragma unroll
+		for (i = 0; i < words; i++)
+			dst[i] = src[i];
+		claimed = true;
+	}
+	bpf_spin_unlock(&slot->lock);
+	return claimed;
+}
+
+/* A copy of the slot (lock aside) into out, taken under the lock, when it
+ * is this socket's. */
+static __always_inline bool lb_sock_slot_read(void *value, __u64 cookie, void *out, const __u32 words)
+{
+	struct lb_sock_slot_head *slot = value;
+	struct lb_sock_slot_head *o = out;
+	const __u64 *src = (const __u64 *)(slot + 1);
+	__u64 *dst = (__u64 *)(o + 1);
+	bool found = false;
+	__u32 i;
+
+	bpf_spin_lock(&slot->lock);
+	if (slot->cookie == cookie) {
+		o->cookie = cookie;
+		o->rev_nat_id = slot->rev_nat_id;
+#pragma unroll
+		for (i = 0; i < words; i++)
+			dst[i] = src[i];
+		found = true;
+	}
+	bpf_spin_unlock(&slot->lock);
+	return found;
+}
+
+/* Free the slot, if this socket holds it. */
+static __always_inline bool lb_sock_slot_release(void *value, __u64 cookie)
+{
+	struct lb_sock_slot_head *slot = value;
+	bool freed = false;
+
+	if (!slot)
+		return false;
+	bpf_spin_lock(&slot->lock);
+	if (slot->cookie == cookie) {
+		slot->cookie = 0;
+		freed = true;
+	}
+	bpf_spin_unlock(&slot->lock);
+	return freed;
+}
+
+/* ---- IPv4 (lb4_sock_slot) -------------------------------------------------- */
 
 /* The slot a TCP socket's pair goes to first (lb4_sock_slot in sluice_abi.h);
  * NULL only when the agent made the array smaller than SLUICE_SOCK_SLOTS4. */
@@ -27,36 +117,49 @@ static __always_inline struct lb4_sock_slot *lb4_sock_slot(__u64 cookie)
 static __always_inline bool lb4_sock_slot_pair(__u64 cookie, __be32 address, __be16 port, struct lb4_sock_tcp *out)
 {
 	struct lb4_sock_slot *slot = lb4_sock_slot(cookie);
-	bool found = false;
+	struct lb4_sock_slot copy;
 
-	if (!slot)
+	if (!slot || !lb_sock_slot_read(slot, cookie, &copy, LB_SOCK_SLOT_WORDS(lb4_sock_slot)))
 		return false;
-	bpf_spin_lock(&slot->lock);
-	if (slot->cookie == cookie && slot->backend_address == address && slot->backend_port == port) {
-		out->frontend_address = slot->frontend_address;
-		out->frontend_port = slot->frontend_port;
-		out->rev_nat_id = slot->rev_nat_id;
-		found = true;
-	}
-	bpf_spin_unlock(&slot->lock);
-	return found;
+	if (copy.backend_address != address || copy.backend_port != port)
+		return false;
+	out->frontend_address = copy.frontend_address;
+	out->frontend_port = copy.frontend_port;
+	out->rev_nat_id = copy.rev_nat_id;
+	return true;
 }
 
 /* Free this socket's slot, if it holds it. */
 static __always_inline bool lb4_sock_slot_free(__u64 cookie)
 {
-	struct lb4_sock_slot *slot = lb4_sock_slot(cookie);
-	bool freed = false;
+	return lb_sock_slot_release(lb4_sock_slot(cookie), cookie);
+}
 
-	if (!slot)
+/* ---- IPv6 (lb6_sock_slot) -------------------------------------------------- */
+
+static __always_inline struct lb6_sock_slot *lb6_sock_slot(__u64 cookie)
+{
+	__u32 at = (__u32)cookie & (SLUICE_SOCK_SLOTS6 - 1);
+
+	return bpf_map_lookup_elem(&SLUICE_MAP_SOCK_SLOT6, &at);
+}
+
+/* This socket's slot names this backend (address: 16 bytes, as four
+ * words); *out: a copy of it, taken under the lock. */
+static __always_inline bool lb6_sock_slot_pair(__u64 cookie, const __u8 *address, __be16 port, struct lb6_sock_slot *out)
+{
+	struct lb6_sock_slot *slot = lb6_sock_slot(cookie);
+	const __u32 *a = (const __u32 *)address;
+	const __u32 *b = (const __u32 *)out->backend_address;
+
+	if (!slot || !lb_sock_slot_read(slot, cookie, out, LB_SOCK_SLOT_WORDS(lb6_sock_slot)))
 		return false;
-	bpf_spin_lock(&slot->lock);
-	if (slot->cookie == cookie) {
-		slot->cookie = 0;
-		freed = true;
-	}
-	bpf_spin_unlock(&slot->lock);
-	return freed;
+	return out->backend_port == port && !((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]));
+}
+
+static __always_inline bool lb6_sock_slot_free(__u64 cookie)
+{
+	return lb_sock_slot_release(lb6_sock_slot(cookie), cookie);
 }
 
 #endif /* SLUICE_BPF_SOCK_SLOT_H */

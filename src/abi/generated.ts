@@ -23,6 +23,7 @@ export const LB_CNT_MAX = 128;
 export const LB_CNT_POD_OFFSET = 80;
 export const LB_CNT_POD_SNAT_EXHAUSTED = 123;
 export const LB_CNT_SELECT_RETRY = 35;
+export const LB_CNT_SOCK6_SLOT_HELD = 41;
 export const LB_CNT_SOCK6_V4MAPPED = 124;
 export const LB_CNT_SOCK_BIND_REFUSED = 38;
 export const LB_CNT_SOCK_EXTIP_PASSED = 37;
@@ -159,6 +160,7 @@ export const SLUICE_MAP_SOCKTERM4 = "sluice_sk_term4";
 export const SLUICE_MAP_SOCKTERM6 = "sluice_sk_term6";
 export const SLUICE_MAP_SOCK_CFG = "sluice_sock_cfg";
 export const SLUICE_MAP_SOCK_SLOT4 = "sluice_sk_pair4";
+export const SLUICE_MAP_SOCK_SLOT6 = "sluice_sk_pair6";
 export const SLUICE_MAP_SOCK_TCP4 = "sluice_sk_tcp4";
 export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
 export const SLUICE_MAP_SRCRANGE6 = "sluice_srcrng6";
@@ -214,6 +216,7 @@ export const SLUICE_PROG_XDP = "sluice_xdp";
 export const SLUICE_PROG_XDP_PASS = "sluice_xdp_pass";
 export const SLUICE_SOCK_PAIRS = 4;
 export const SLUICE_SOCK_SLOTS4 = 131072;
+export const SLUICE_SOCK_SLOTS6 = 32768;
 export const SLUICE_XDP_FC_SLOTS = 256;
 export const SLUICE_XDP_FC_SLOTS_LOG2 = 8;
 export const SLUICE_XDP_FC_TTL_NS = 50000000;
@@ -1356,6 +1359,42 @@ export function decodeLb6SockPair(buf: Buffer, off = 0): Lb6SockPair {
 }
 export const lb6_sock_pairCodec: Codec<Lb6SockPair> = { size: 48, encode: encodeLb6SockPair, decode: decodeLb6SockPair };
 
+/** struct lb6_sock_slot (56 bytes) */
+export interface Lb6SockSlot {
+  lock: BpfSpinLock;
+  rev_nat_id: number;
+  cookie: bigint;
+  backend_address: Buffer;
+  frontend_address: Buffer;
+  backend_port: number; // network byte order in the map
+  frontend_port: number; // network byte order in the map
+}
+export const LB6_SOCK_SLOT_SIZE = 56;
+export const lb6_sock_slotLayout: StructLayout = {"name":"lb6_sock_slot","size":56,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"rev_nat_id","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"backend_address","kind":"bytes","offset":16,"size":16},{"name":"frontend_address","kind":"bytes","offset":32,"size":16},{"name":"backend_port","kind":"int","offset":48,"size":2,"bigEndian":true},{"name":"frontend_port","kind":"int","offset":50,"size":2,"bigEndian":true},{"name":"pad","kind":"int","offset":52,"size":4,"bigEndian":false}]};
+export function encodeLb6SockSlot(v: Lb6SockSlot, buf: Buffer = Buffer.alloc(56), off = 0): Buffer {
+  buf.fill(0, off, off + 56);
+  encodeBpfSpinLock(v.lock, buf, off + 0);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 4);
+  buf.writeBigUInt64LE(v.cookie, off + 8);
+  v.backend_address.copy(buf, off + 16, 0, 16);
+  v.frontend_address.copy(buf, off + 32, 0, 16);
+  buf.writeUInt16BE(v.backend_port & 0xffff, off + 48);
+  buf.writeUInt16BE(v.frontend_port & 0xffff, off + 50);
+  return buf;
+}
+export function decodeLb6SockSlot(buf: Buffer, off = 0): Lb6SockSlot {
+  return {
+    lock: decodeBpfSpinLock(buf, off + 0),
+    rev_nat_id: buf.readUInt32LE(off + 4),
+    cookie: buf.readBigUInt64LE(off + 8),
+    backend_address: Buffer.from(buf.subarray(off + 16, off + 16 + 16)),
+    frontend_address: Buffer.from(buf.subarray(off + 32, off + 32 + 16)),
+    backend_port: buf.readUInt16BE(off + 48),
+    frontend_port: buf.readUInt16BE(off + 50),
+  };
+}
+export const lb6_sock_slotCodec: Codec<Lb6SockSlot> = { size: 56, encode: encodeLb6SockSlot, decode: decodeLb6SockSlot };
+
 /** struct lb6_sock_state (200 bytes) */
 export interface Lb6SockState {
   lock: BpfSpinLock;
@@ -1932,6 +1971,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_rng4: {"name":"sluice_rng4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":524288},
   sluice_rr4: {"name":"sluice_rr4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":65536},
   sluice_sk_pair4: {"name":"sluice_sk_pair4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_sock_slot","valueSize":32,"maxEntries":131072},
+  sluice_sk_pair6: {"name":"sluice_sk_pair6","type":2,"keyType":"u32","keySize":4,"valueType":"lb6_sock_slot","valueSize":56,"maxEntries":32768},
   sluice_sk_tcp4: {"name":"sluice_sk_tcp4","type":9,"keyType":"lb4_sock_tcp_key","keySize":16,"valueType":"lb4_sock_tcp","valueSize":12,"maxEntries":131072},
   sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
   sluice_sk_term6: {"name":"sluice_sk_term6","type":1,"keyType":"lb6_sock_term_key","keySize":20,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},

@@ -34,6 +34,7 @@ const SOCKET: Row[] = [
   [abi.LB_CNT_SOCK_NS_SKIPPED, 'netns_skipped', 'original'],
   [abi.LB_CNT_SOCK_EXTIP_PASSED, 'external_ip_passed', 'original'],
   [abi.LB_CNT_SOCK_BIND_REFUSED, 'bind_refused', 'none'],
+  [abi.LB_CNT_SOCK6_SLOT_HELD, 'ipv6_slot_held', 'original'],
   // least-connection (issue 15): counted by the socket hooks and by the TC
   // paths' new flows and closes (one shared index each).
   [abi.LB_CNT_LC_HELD, 'lc_count_held', 'original'],

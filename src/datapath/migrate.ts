@@ -98,6 +98,9 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_SOCK_TCP4]: { kind: 'carry' },
   // Their first home, slots indexed by the cookie's low bits (same reason).
   [abi.SLUICE_MAP_SOCK_SLOT4]: { kind: 'carry' },
+  // IPv6 TCP sockets' slots (same reason; before them, every IPv6 pair lived
+  // in sluice_sock6, which the hooks still read when a slot does not name the socket).
+  [abi.SLUICE_MAP_SOCK_SLOT6]: { kind: 'carry' },
   // Pod netns cookie -> pod addresses: written by the CNI plugin at ADD only,
   // so the agent cannot rebuild it: carried (loadBalancerSourceRanges).
   [abi.SLUICE_MAP_POD_ADDR]: { kind: 'carry' },

@@ -7,6 +7,7 @@
 //                                    the other socket's peer (otherPeer)
 //   stress ADDR PORT MS MAXCOUNT [tcp]  connected-UDP (tcp: TCP) loop: socket, connect, getpeername, close;
 //                                    counts refusals and peers other than ADDR:PORT
+// Every ADDR may be IPv6 (an AF_INET6 socket; peers print as [addr]:port).
 //   bind tcp|udp ADDR PORT           bind() once; prints ok or the errno name
 //   from SRC ADDR PORT               connected UDP from SRC (bound to SRC:0; '-': unbound) to
 //                                    ADDR:PORT; prints the peer getpeername shows, or the errno
@@ -19,16 +20,25 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { BpfMap } from '../bpf/map';
-import { ip4ToNumber } from '../datapath/addr';
+import { ip4ToNumber, isIp6, ip6ToBytes, bytesToIp6, canonicalIp6, hostPort } from '../datapath/addr';
 import * as abi from '../abi/generated';
 import { libcSockets, lastErrno as lastError, u64SockOption as u64Option, SO_COOKIE } from '../datapath/netnsCookie';
 
 const AF_INET = 2;
+const AF_INET6 = 10;
 const SOCK_STREAM = 1;
 const SOCK_DGRAM = 2;
 const c = libcSockets();
 
+/** sockaddr_in, or sockaddr_in6 (28 bytes) for an IPv6 address. */
 function sockaddr(address: string, port: number): Buffer {
+  if (isIp6(address)) {
+    const b6 = Buffer.alloc(28);
+    b6.writeUInt16LE(AF_INET6, 0);
+    b6.writeUInt16BE(port, 2);
+    ip6ToBytes(address).copy(b6, 8);
+    return b6;
+  }
   const b = Buffer.alloc(16);
   b.writeUInt16LE(AF_INET, 0);
   b.writeUInt16BE(port, 2);
@@ -36,26 +46,29 @@ function sockaddr(address: string, port: number): Buffer {
   return b;
 }
 
-function open(type: number): number {
-  const fd = c.socket(AF_INET, type, 0) as number;
+/** A socket of the family of the address it will be used with. */
+function open(type: number, address: string): number {
+  const fd = c.socket(isIp6(address) ? AF_INET6 : AF_INET, type, 0) as number;
   if (fd < 0) throw new Error(`socket: ${lastError()}`);
   return fd;
 }
 
 function peer(fd: number): string {
-  const addr = Buffer.alloc(16);
-  const len = [16];
+  const addr = Buffer.alloc(28);
+  const len = [28];
   if (c.getpeername(fd, addr, len) < 0) return lastError();
+  if (addr.readUInt16LE(0) === AF_INET6) return hostPort(bytesToIp6(addr.subarray(8, 24)), addr.readUInt16BE(2));
   return `${[...addr.subarray(4, 8)].join('.')}:${addr.readUInt16BE(2)}`;
 }
 
 /** 0 or the errno name. */
 function connect(fd: number, address: string, port: number): string | 0 {
-  return c.connect(fd, sockaddr(address, port), 16) < 0 ? lastError() : 0;
+  const sa = sockaddr(address, port);
+  return c.connect(fd, sa, sa.length) < 0 ? lastError() : 0;
 }
 
 function alias(a1: string, p1: number, a2: string, p2: number, slots: bigint, maxIterations: number) {
-  const s = open(SOCK_STREAM);
+  const s = open(SOCK_STREAM, a1);
   const err = connect(s, a1, p1);
   if (err) throw new Error(`connect ${a1}:${p1}: ${err}`);
   const cookie = u64Option(s, SO_COOKIE);
@@ -65,7 +78,7 @@ function alias(a1: string, p1: number, a2: string, p2: number, slots: bigint, ma
   let otherPeer: string | undefined;
   while (iterations < maxIterations) {
     iterations++;
-    const fd = open(SOCK_STREAM);
+    const fd = open(SOCK_STREAM, a2);
     const k = u64Option(fd, SO_COOKIE);
     if (k !== cookie && k % slots === cookie % slots) {
       other = k;
@@ -83,7 +96,7 @@ function alias(a1: string, p1: number, a2: string, p2: number, slots: bigint, ma
 }
 
 function stress(address: string, port: number, ms: number, maxCount: number, tcp = false) {
-  const want = `${address}:${port}`;
+  const want = hostPort(isIp6(address) ? canonicalIp6(address) : address, port);
   const end = Date.now() + ms;
   let count = 0;
   let refused = 0;
@@ -91,7 +104,7 @@ function stress(address: string, port: number, ms: number, maxCount: number, tcp
   const errors: Record<string, number> = {};
   while (count < maxCount && (count % 256 !== 0 || Date.now() < end)) {
     count++;
-    const fd = open(tcp ? SOCK_STREAM : SOCK_DGRAM);
+    const fd = open(tcp ? SOCK_STREAM : SOCK_DGRAM, address);
     const e = connect(fd, address, port);
     if (e === 'ECONNREFUSED') refused++;
     else if (e) errors[e] = (errors[e] ?? 0) + 1;
@@ -105,8 +118,9 @@ function stress(address: string, port: number, ms: number, maxCount: number, tcp
 }
 
 function bindOnce(proto: string, address: string, port: number) {
-  const fd = open(proto === 'udp' ? SOCK_DGRAM : SOCK_STREAM);
-  const result = c.bind(fd, sockaddr(address, port), 16) < 0 ? lastError() : 'ok';
+  const fd = open(proto === 'udp' ? SOCK_DGRAM : SOCK_STREAM, address);
+  const sa = sockaddr(address, port);
+  const result = c.bind(fd, sa, sa.length) < 0 ? lastError() : 'ok';
   c.close(fd);
   return { result };
 }
@@ -144,7 +158,7 @@ function pairToStorage(fd: number, bpffs: string, backend: string): void {
 }
 
 function hold(address: string, port: number, flag: string, maxMs: number, bpffs?: string, backend?: string) {
-  const s = open(SOCK_STREAM);
+  const s = open(SOCK_STREAM, address);
   const err = connect(s, address, port);
   if (err) throw new Error(`connect ${address}:${port}: ${err}`);
   if (bpffs && backend) pairToStorage(s, bpffs, backend);
@@ -165,9 +179,10 @@ function hold(address: string, port: number, flag: string, maxMs: number, bpffs?
 }
 
 function connectFromSource(source: string, address: string, port: number) {
-  const fd = open(SOCK_DGRAM);
+  const fd = open(SOCK_DGRAM, address);
+  const from = source === '-' ? undefined : sockaddr(source, 0);
   try {
-    if (source !== '-' && c.bind(fd, sockaddr(source, 0), 16) < 0) throw new Error(`bind ${source}: ${lastError()}`);
+    if (from && c.bind(fd, from, from.length) < 0) throw new Error(`bind ${source}: ${lastError()}`);
     const e = connect(fd, address, port);
     return { result: e || peer(fd) };
   } finally {

@@ -10,8 +10,8 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { ChildProcess } from 'node:child_process';
-import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
+import { Sandbox, sh, sluiceBin, waitFor } from '../helpers/sandbox';
+import { rawSock as rawSockIn, holdConnection as hold, raceSlots, fillSlotArray } from '../helpers/tcpRev';
 import { BpfMap } from '../../src/bpf/map';
 import { TypedMap, u32Codec } from '../../src/datapath/typedMap';
 import { StaleSocketTerminator } from '../../src/datapath/sockTerm';
@@ -39,30 +39,10 @@ function tcpSlots(): TypedMap<number, abi.Lb4SockSlot> {
 
 const slotOf = (cookie: bigint): number => Number(cookie % BigInt(abi.SLUICE_SOCK_SLOTS4));
 
-async function rawSock(args: string[], timeoutMs = 60000): Promise<Record<string, unknown>> {
-  return JSON.parse(await sb.runInCgroup(['node', labScript('rawSock'), ...args], timeoutMs)) as Record<string, unknown>;
-}
-
-/** A TCP connection through the VIP held open until release() (rawSock hold). */
-async function holdConnection(legacy = false, address = VIP, port = '80'): Promise<{ cookie: bigint; peer: string; release: () => Promise<{ peerAfter: string; greeting: string }> }> {
-  const flag = path.join(flagDir, `release-${Math.random().toString(36).slice(2)}`);
-  const child: ChildProcess = sb.spawnInCgroup(['node', labScript('rawSock'), 'hold', address, port, flag, '20000', ...(legacy ? [sb.bpffs, `${BACKEND}:8080`] : [])]);
-  const lines: string[] = [];
-  let stderr = '';
-  child.stdout!.setEncoding('utf8').on('data', (d: string) => lines.push(...d.split('\n').filter(Boolean)));
-  child.stderr!.setEncoding('utf8').on('data', (d: string) => { stderr += d; });
-  await waitFor(`rawSock hold connected (${stderr})`, () => lines.length >= 1);
-  const first = JSON.parse(lines[0]!) as { cookie: string; peer: string };
-  return {
-    cookie: BigInt(first.cookie),
-    peer: first.peer,
-    release: async () => {
-      fs.writeFileSync(flag, '');
-      await waitFor(`rawSock hold finished (${stderr})`, () => lines.length >= 2);
-      return JSON.parse(lines[1]!) as { peerAfter: string; greeting: string };
-    },
-  };
-}
+const rawSock = (args: string[], timeoutMs?: number) => rawSockIn(sb, args, timeoutMs);
+/** A TCP connection through the VIP held open until release(); legacy: its pair moved to socket storage first. */
+const holdConnection = (legacy = false, address = VIP, port = '80') =>
+  hold(sb, flagDir, address, port, legacy ? [sb.bpffs, `${BACKEND}:8080`] : []);
 
 before(async () => {
   sb = Sandbox.create('sluice-sock2-tcprev');
@@ -154,24 +134,10 @@ test('a live connection whose pair is lost: getpeername shows the backend, traff
 /** Every slot held by a bogus socket (cookie far above any real one) sent to
  * 10.96.0.51:81 on BACKEND; cookie 0n: every slot free again. */
 function fillSlots(cookieBase: bigint): void {
-  const m = BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_SOCK_SLOT4));
-  const batch = 4096;
-  const keys = Buffer.alloc(batch * 4);
-  const values = Buffer.alloc(batch * abi.LB4_SOCK_SLOT_SIZE);
-  try {
-    for (let base = 0; base < m.maxEntries; base += batch) {
-      for (let i = 0; i < batch; i++) {
-        keys.writeUInt32LE(base + i, i * 4);
-        abi.encodeLb4SockSlot({
-          lock: { val: 0 }, rev_nat_id: 1, cookie: cookieBase ? cookieBase + BigInt(base + i) : 0n, backend_address: ip4ToNumber(BACKEND),
-          backend_port: 8080, frontend_port: 81, frontend_address: ip4ToNumber('10.96.0.51'),
-        }, values, i * abi.LB4_SOCK_SLOT_SIZE);
-      }
-      m.updateBatch(keys, values, batch);
-    }
-  } finally {
-    m.close();
-  }
+  fillSlotArray(path.join(sb.bpffs, abi.SLUICE_MAP_SOCK_SLOT4), abi.LB4_SOCK_SLOT_SIZE, (i) => abi.encodeLb4SockSlot({
+    lock: { val: 0 }, rev_nat_id: 1, cookie: cookieBase ? cookieBase + BigInt(i) : 0n, backend_address: ip4ToNumber(BACKEND),
+    backend_port: 8080, frontend_port: 81, frontend_address: ip4ToNumber('10.96.0.51'),
+  }));
 }
 
 test('the LRU under pressure (twice its capacity in other sockets\' pairs) and every slot held by another socket: a live connection shows the VIP or its backend, nothing else; a new one shows the VIP', async () => {
@@ -223,38 +189,12 @@ test('two Services on one backend, TCP clients of both in parallel while bogus s
   await probe.release();
   const slots = BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_SOCK_SLOT4));
   try {
-    const clients = [[VIP, '80'], [VIP2, '81'], [VIP, '80'], [VIP2, '81']].map(([a, p]) => rawSock(['stress', a!, p!, '4000', '200000', 'tcp'], 60000));
-    // Meanwhile: free slots taken by bogus sockets (cookies far above any
-    // real one, pairs naming VIP2:81 on the same backend) and freed
-    // again, so connects race between their slot and the LRU. A real
-    // socket's slot overwritten in the window between the read and the
-    // write loses its pair (it shows the backend); it must never show a
-    // frontend it did not dial.
-    const at = Buffer.alloc(4);
     const bogus = abi.encodeLb4SockSlot({
       lock: { val: 0 }, rev_nat_id: vip2RevNat, cookie: 1n << 60n, backend_address: ip4ToNumber(BACKEND), backend_port: 8080,
       frontend_port: 81, frontend_address: ip4ToNumber(VIP2),
     });
     const free = abi.encodeLb4SockSlot({ lock: { val: 0 }, rev_nat_id: 0, cookie: 0n, backend_address: 0, backend_port: 0, frontend_port: 0, frontend_address: 0 });
-    const end = Date.now() + 4000;
-    let writes = 0;
-    for (let i = 0; i < 2_000_000 && Date.now() < end; i++) {
-      at.writeUInt32LE((i * 7919) % abi.SLUICE_SOCK_SLOTS4);
-      const v = slots.lookup(at)!;
-      const cookie = v.readBigUInt64LE(8);
-      if (cookie === 0n) slots.update(at, bogus);
-      else if (cookie >= 1n << 60n) slots.update(at, free);
-      writes++;
-      if (i % 512 === 511) await new Promise((r) => setImmediate(r));
-    }
-    const results = await Promise.all(clients);
-    for (const [i, r] of results.entries()) {
-      const dialled = i % 2 ? `${VIP2}:81` : `${VIP}:80`;
-      const wrong = Object.keys(r.wrongPeers as Record<string, number>).filter((p) => p !== `${BACKEND}:8080`);
-      console.log(`client of ${dialled}: ${r.count} connects, peers other than the VIP: ${JSON.stringify(r.wrongPeers)}, slot writes ${writes}`);
-      assert.ok((r.count as number) > 200, `client made only ${r.count} connects`);
-      assert.deepEqual({ wrong, refused: r.refused, errors: r.errors }, { wrong: [], refused: 0, errors: {} }, `client of ${dialled}`);
-    }
+    await raceSlots(sb, slots, abi.SLUICE_SOCK_SLOTS4, [[VIP, '80', `${VIP}:80`], [VIP2, '81', `${VIP2}:81`]], bogus, free, 1n << 60n, `${BACKEND}:8080`);
   } finally {
     slots.close();
     fillSlots(0n);
