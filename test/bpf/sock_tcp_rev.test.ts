@@ -164,7 +164,7 @@ function fillSlots(cookieBase: bigint): void {
         keys.writeUInt32LE(base + i, i * 4);
         abi.encodeLb4SockSlot({
           lock: { val: 0 }, rev_nat_id: 1, cookie: cookieBase ? cookieBase + BigInt(base + i) : 0n, backend_address: ip4ToNumber(BACKEND),
-          backend_port: 8080, frontend_port: 81, frontend_address: ip4ToNumber('10.96.0.51'),
+          backend_port: 8080, frontend_port: 81, frontend_address: ip4ToNumber('10.96.0.51'), lc_backend_id: 0,
         }, values, i * abi.LB4_SOCK_SLOT_SIZE);
       }
       m.updateBatch(keys, values, batch);
@@ -233,9 +233,9 @@ test('two Services on one backend, TCP clients of both in parallel while bogus s
     const at = Buffer.alloc(4);
     const bogus = abi.encodeLb4SockSlot({
       lock: { val: 0 }, rev_nat_id: vip2RevNat, cookie: 1n << 60n, backend_address: ip4ToNumber(BACKEND), backend_port: 8080,
-      frontend_port: 81, frontend_address: ip4ToNumber(VIP2),
+      frontend_port: 81, frontend_address: ip4ToNumber(VIP2), lc_backend_id: 0,
     });
-    const free = abi.encodeLb4SockSlot({ lock: { val: 0 }, rev_nat_id: 0, cookie: 0n, backend_address: 0, backend_port: 0, frontend_port: 0, frontend_address: 0 });
+    const free = abi.encodeLb4SockSlot({ lock: { val: 0 }, rev_nat_id: 0, cookie: 0n, backend_address: 0, backend_port: 0, frontend_port: 0, frontend_address: 0, lc_backend_id: 0 });
     const end = Date.now() + 4000;
     let writes = 0;
     for (let i = 0; i < 2_000_000 && Date.now() < end; i++) {
