@@ -72,6 +72,8 @@ export interface AlgorithmConnectRow {
   /** bpf_stats over this algorithm's Sluice rounds: ns per run of connect4 and of sock_release. */
   connect4Ns?: number;
   releaseNs?: number;
+  /** Per pair, in round order: [direct p50, Sluice p50] in µs (an outlier ratio is read from these: docs/bench.md, the two p50 states). */
+  pairsP50Us?: Array<[number, number]>;
 }
 
 export interface AlgorithmBenchResult {
@@ -208,6 +210,7 @@ export async function measureAlgorithmConnect(p: AlgorithmConnectPlan): Promise<
       sluiceP50Us: median(ps.map(([, s]) => s.p50_us)), directP50Us: median(ps.map(([d]) => d.p50_us)),
       failed: ps.reduce((n, [, s]) => n + (s.attempted - s.ok) + s.wrong_peer, 0),
       connect4Ns: stat(row.name, /connect4/), releaseNs: stat(row.name, /release|sock_rel/),
+      pairsP50Us: ps.map(([d, s]) => [d.p50_us, s.p50_us]),
     };
     p.log(`algorithm ${row.name}: connect p50 ${out.p50Ratio.toFixed(3)}x direct over ${ps.length} pairs; connect4 ${nsText(out.connect4Ns)}${out.releaseNs ? `, sock_release ${nsText(out.releaseNs)}` : ''}`);
     return out;
