@@ -267,6 +267,7 @@ export function algorithmMarkdown(a: AlgorithmBenchResult | undefined): string[]
     lines.push(`Socket LB connect per algorithm${a.connectServices ? ` at ${a.connectServices} Services` : ''} (every round visits every algorithm, each a direct and a Sluice round back to back; ratio = median of per-pair p50 ratios; ns per run from bpf_stats over the Sluice rounds):`, '');
     lines.push('| algorithm | rounds | Sluice p50 µs | direct p50 µs | p50 ratio | connect4 ns | sock_release ns | failed |', '|---|---|---|---|---|---|---|---|');
     for (const r of a.connect) lines.push(`| ${r.algorithm} | ${r.rounds} | ${r.sluiceP50Us.toFixed(1)} | ${r.directP50Us.toFixed(1)} | ${r.p50Ratio.toFixed(3)}x | ${nsText(r.connect4Ns)} | ${nsText(r.releaseNs)} | ${r.failed} |`);
+    lines.push('', 'Every row has the same client -> backend pattern as its direct rounds (a random one of the Services, each over all ten backends; no TIME_WAIT: connbench resets). A ratio far from the other rows with connect4 close to theirs is the two p50 states of a round on this machine (docs/algorithms.md, "Connect ratio per algorithm"); each pair\'s p50s are in the JSON (pairsP50Us).');
     lines.push('');
   }
   lines.push(`Added to the run: ${a.addedS.toFixed(0)} s.`, '');
