@@ -72,6 +72,8 @@ export interface AlgorithmConnectRow {
   /** bpf_stats over this algorithm's Sluice rounds: ns per run of connect4 and of sock_release. */
   connect4Ns?: number;
   releaseNs?: number;
+  /** Per pair, in round order: [direct p50, Sluice p50] in µs (an outlier ratio is read from these: docs/bench.md, the two p50 states). */
+  pairsP50Us?: Array<[number, number]>;
 }
 
 export interface AlgorithmBenchResult {
@@ -208,6 +210,7 @@ export async function measureAlgorithmConnect(p: AlgorithmConnectPlan): Promise<
       sluiceP50Us: median(ps.map(([, s]) => s.p50_us)), directP50Us: median(ps.map(([d]) => d.p50_us)),
       failed: ps.reduce((n, [, s]) => n + (s.attempted - s.ok) + s.wrong_peer, 0),
       connect4Ns: stat(row.name, /connect4/), releaseNs: stat(row.name, /release|sock_rel/),
+      pairsP50Us: ps.map(([d, s]) => [d.p50_us, s.p50_us]),
     };
     p.log(`algorithm ${row.name}: connect p50 ${out.p50Ratio.toFixed(3)}x direct over ${ps.length} pairs; connect4 ${nsText(out.connect4Ns)}${out.releaseNs ? `, sock_release ${nsText(out.releaseNs)}` : ''}`);
     return out;
@@ -264,6 +267,7 @@ export function algorithmMarkdown(a: AlgorithmBenchResult | undefined): string[]
     lines.push(`Socket LB connect per algorithm${a.connectServices ? ` at ${a.connectServices} Services` : ''} (every round visits every algorithm, each a direct and a Sluice round back to back; ratio = median of per-pair p50 ratios; ns per run from bpf_stats over the Sluice rounds):`, '');
     lines.push('| algorithm | rounds | Sluice p50 µs | direct p50 µs | p50 ratio | connect4 ns | sock_release ns | failed |', '|---|---|---|---|---|---|---|---|');
     for (const r of a.connect) lines.push(`| ${r.algorithm} | ${r.rounds} | ${r.sluiceP50Us.toFixed(1)} | ${r.directP50Us.toFixed(1)} | ${r.p50Ratio.toFixed(3)}x | ${nsText(r.connect4Ns)} | ${nsText(r.releaseNs)} | ${r.failed} |`);
+    lines.push('', 'Every row has the same client -> backend pattern as its direct rounds (a random one of the Services, each over all ten backends; no TIME_WAIT: connbench resets). A ratio far from the other rows with connect4 close to theirs is the two p50 states of a round on this machine (docs/algorithms.md, "Connect ratio per algorithm"); each pair\'s p50s are in the JSON (pairsP50Us).');
     lines.push('');
   }
   lines.push(`Added to the run: ${a.addedS.toFixed(0)} s.`, '');

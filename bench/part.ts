@@ -8,6 +8,7 @@
 //   node dist/bench/part.js statememory [--services N]   (no root needed)
 //   node dist/bench/part.js lc [--services N] [--rounds N] [--per-round N]   (least-connection connect ratio)
 //   node dist/bench/part.js maglev [--services N]        (Maglev table build time and memory)
+//   node dist/bench/part.js algorithms [--services N] [--rounds N] [--per-round N]   (connect ratio per algorithm, as main.ts's rows)
 //   node dist/bench/part.js clusterip [--services N] [--family 4|6] [--per-round N]   (one ClusterIP round per mode and protocol)
 //
 // Prints the part's result as JSON. Needs root; cleans up like main.ts.
@@ -28,7 +29,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { measureStateMemory } from './statememory';
 import { measureLcConnect } from './lcconnect';
-import { measureMaglevBuild } from './algorithms';
+import { measureAlgorithmConnect, measureMaglevBuild } from './algorithms';
+import { ProgStats } from './progstats';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -114,6 +116,32 @@ async function main(): Promise<void> {
       result = rows;
     } else if (part === 'lc') {
       result = await measureLcConnect({ h, root: ROOT, services: flag('services', 10000), rounds: flag('rounds', 7), perRound: flag('per-round', 3000), log });
+    } else if (part === 'algorithms') {
+      // The per-algorithm connect rows of main.ts at one scale, on their own.
+      await h.setup();
+      const direct = new DirectMode(await h.addClient('alg-direct'));
+      const sock = new SluiceSockMode(await h.addClient('alg-sock'), (t) => h.makeCgroup(t), (t) => h.makeBpffsDir(t), ROOT);
+      const services = flag('services', 10000);
+      const ports = makeServicePorts(services, ['tcp']);
+      const out = await sock.load(ports, 120_000);
+      if (!out.loaded || !sock.bpffs || !sock.cgroup) throw new Error(`${sock.label}: ${out.reason ?? 'not loaded'}`);
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-part-'));
+      const progStats = new ProgStats();
+      progStats.enable();
+      try {
+        const vips = path.join(dir, 'vips.txt');
+        const backendsFile = path.join(dir, 'direct.txt');
+        fs.writeFileSync(vips, targetLines(serviceTargets(ports, 'tcp')));
+        fs.writeFileSync(backendsFile, targetLines(backendTargets()));
+        const plan = { perRound: flag('per-round', 3000), warmup: 100, roundMaxMs: 6000 };
+        result = await measureAlgorithmConnect({
+          bpffs: sock.bpffs, services, rounds: flag('rounds', 3), progStats, progs: await ProgStats.cgroupPrograms(sock.cgroup), log,
+          round: (via, r) => runRound(via === 'direct' ? direct : sock, 'tcp', via === 'direct' ? backendsFile : vips, plan, 7000 + r, h.serverPid),
+        });
+      } finally {
+        progStats.restore();
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
     } else {
       throw new Error('usage: part.js controlplane|nodeport [--services N] ...');
     }

@@ -5,11 +5,15 @@
  * flow of a least-connection frontend goes to the slot whose backend has the
  * fewest, and holds one count on it until it ends:
  *
- *   socket path  connect4/sendmsg4 take the count and note it in the
- *                socket's own storage (SLUICE_MAP_LC_SOCK4); the socket's
- *                sock_release gives it back. A socket holds at most one
- *                count: translating it again (a TCP re-connect, a UDP send
- *                to another backend) moves the count.
+ *   socket path  connect4/sendmsg4 take the count and note it: a TCP
+ *                socket in the reverse-pair slot it holds already
+ *                (lb4_sock_slot's lc_backend_id, sock_slot.h: no
+ *                allocation), any other socket (UDP, IPv6, a TCP socket
+ *                whose slot was busy) in its own storage
+ *                (SLUICE_MAP_LC_SOCK4); the socket's sock_release gives it
+ *                back. A socket holds at most one count: translating it
+ *                again (a TCP re-connect, a UDP send to another backend)
+ *                moves the count.
  *   TC path      a new flow takes the count and records a marker keyed by
  *                its original conntrack key (SLUICE_MAP_LC_FLOW4, IPv6 flows
  *                SLUICE_MAP_LC_FLOW6), and its
@@ -19,7 +23,7 @@
  *                replaced by another flow of the same tuple).
  *
  * Exactly once: a marker changes from held to released by compare-and-swap
- * (flows) or under the socket storage's lock (sockets); only the winner
+ * (flows) or under the slot's or the socket storage's lock (sockets); only the winner
  * decrements. Counts are atomic adds on one array shared by every CPU: the
  * pick compares the global values of up to LB_LC_SCAN backends, which
  * per-CPU counters would need summed over every CPU on every connect.
@@ -118,6 +122,15 @@ lc4_select(struct lb4_service_key *key, const struct lb4_service *svc, __u32 *ba
 
 /* ---- socket path ---------------------------------------------------------- */
 
+/* A count a socket held (in its slot or its storage): back to its backend. */
+static __always_inline void lc4_sock_give_back(__u32 backend_id)
+{
+	if (!backend_id)
+		return;
+	lc_count_add(backend_id, -1);
+	lb_count(LB_CNT_LC_RELEASED);
+}
+
 /*
  * The socket `sk` now talks to backend_id (a least-connection frontend): it
  * holds one count there, and none anywhere else.
@@ -138,10 +151,34 @@ static __always_inline void lc4_sock_hold(struct bpf_sock *sk, __u32 backend_id)
 	bpf_spin_unlock(&st->lock);
 	if (old == backend_id)
 		return;
-	if (old) {
-		lc_count_add(old, -1);
-		lb_count(LB_CNT_LC_RELEASED);
+	lc4_sock_give_back(old);
+	lc_count_add(backend_id, 1);
+	lb_count(LB_CNT_LC_HELD);
+}
+
+/*
+ * The TCP socket `sk` holds its slot (sock_slot.h), which now names
+ * backend_id as its count, in place of `old` (what the slot named before;
+ * 0: none): the slot is the socket's one count. A count an earlier connect
+ * of the same socket took in socket storage (its slot was busy then) is
+ * given back; looking for one costs no allocation.
+ */
+static __always_inline void lc4_sock_slot_hold(struct bpf_sock *sk, __u32 old, __u32 backend_id)
+{
+	struct lb_lc_sock *st = bpf_sk_storage_get(&SLUICE_MAP_LC_SOCK4, sk, 0, 0);
+
+	if (st) {
+		__u32 stored;
+
+		bpf_spin_lock(&st->lock);
+		stored = st->backend_id;
+		st->backend_id = 0;
+		bpf_spin_unlock(&st->lock);
+		lc4_sock_give_back(stored);
 	}
+	if (old == backend_id)
+		return;
+	lc4_sock_give_back(old);
 	lc_count_add(backend_id, 1);
 	lb_count(LB_CNT_LC_HELD);
 }
@@ -159,10 +196,7 @@ static __always_inline void lc4_sock_release(struct bpf_sock *sk)
 	old = st->backend_id;
 	st->backend_id = 0;
 	bpf_spin_unlock(&st->lock);
-	if (!old)
-		return;
-	lc_count_add(old, -1);
-	lb_count(LB_CNT_LC_RELEASED);
+	lc4_sock_give_back(old);
 }
 
 /* ---- TC path (objects with conntrack) --------------------------------------- */

@@ -303,10 +303,13 @@ lb4_sock_remember(struct lb4_sock_state *st, const struct lb4_service_key *key, 
 
 /* A TCP connect's reverse pair: its slot when the slot is free or already
  * its own (a second connect() after a failed one), else the LRU
- * (lb4_sock_tcp in sluice_abi.h). */
-static __always_inline void
+ * (lb4_sock_tcp in sluice_abi.h). A least-connection connect (lc_id: its
+ * backend id, else 0) notes its count in the slot too, under the same lock;
+ * *lc_old is the count the slot held for this socket before (0: none).
+ * True when the slot is the socket's. */
+static __always_inline bool
 lb4_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb4_service_key *key, __be32 frontend,
-		      const struct lb4_service *svc, const struct lb4_backend *backend)
+		      const struct lb4_service *svc, const struct lb4_backend *backend, __u32 lc_id, __u32 *lc_old)
 {
 	struct lb4_sock_tcp_key tkey = {
 		.cookie = bpf_get_socket_cookie(ctx),
@@ -318,20 +321,33 @@ lb4_sock_tcp_remember(struct bpf_sock_addr *ctx, const struct lb4_service_key *k
 		.frontend_port = key->port,
 		.rev_nat_id = svc->rev_nat_id,
 	};
-	struct lb4_sock_slot want = {
-		.rev_nat_id = svc->rev_nat_id,
-		.cookie = tkey.cookie,
-		.backend_address = tkey.backend_address,
-		.backend_port = tkey.backend_port,
-		.frontend_port = key->port,
-		.frontend_address = frontend,
-	};
 	struct lb4_sock_slot *slot = lb4_sock_slot(tkey.cookie);
+	bool claimed = false;
 
-	if (slot && lb_sock_slot_claim(slot, &want, LB_SOCK_SLOT_WORDS(lb4_sock_slot)))
-		return;
+	/* IPv4's own claim, not lb_sock_slot_claim: the least-connection
+	 * count must be read and set under the same lock as the pair. */
+	if (slot) {
+		bpf_spin_lock(&slot->lock);
+		if (slot->cookie == 0 || slot->cookie == tkey.cookie) {
+			/* A free slot holds no count (lb4_sock_slot_free). */
+			*lc_old = slot->cookie ? slot->lc_backend_id : 0;
+			if (lc_id || !slot->cookie)
+				slot->lc_backend_id = lc_id;
+			slot->cookie = tkey.cookie;
+			slot->backend_address = tkey.backend_address;
+			slot->backend_port = tkey.backend_port;
+			slot->frontend_address = frontend;
+			slot->frontend_port = key->port;
+			slot->rev_nat_id = svc->rev_nat_id;
+			claimed = true;
+		}
+		bpf_spin_unlock(&slot->lock);
+		if (claimed)
+			return true;
+	}
 	if (bpf_map_update_elem(&SLUICE_MAP_SOCK_TCP4, &tkey, &pair, BPF_ANY))
 		lb_count(LB_CNT_SOCK_STATE_FAILED);
+	return false;
 }
 
 /*
@@ -352,7 +368,8 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx, __be32 
 	struct lb4_sock_state *st;
 	__be32 frontend = *address; /* key.address becomes 0 for a NodePort (nodeport.h) */
 	struct lb4_service svc;
-	__u32 backend_id = 0;
+	__u32 backend_id = 0, lc_old = 0;
+	bool in_slot = false;
 	__u32 refusal;
 
 	if (!sock_proto_supported(ctx->protocol))
@@ -418,10 +435,17 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx, __be32 
 		if (st)
 			lb4_sock_remember(st, &key, frontend, &svc, backend, backend_id);
 		else if (key.proto == LB_PROTO_TCP)
-			lb4_sock_tcp_remember(ctx, &key, frontend, &svc, backend);
+			in_slot = lb4_sock_tcp_remember(ctx, &key, frontend, &svc, backend,
+							svc.algorithm == LB_ALG_LEAST_CONN ? backend_id : 0, &lc_old);
 	}
-	if (svc.algorithm == LB_ALG_LEAST_CONN)
-		lc4_sock_hold(ctx->sk, backend_id);
+	/* least-connection: a TCP socket with a slot holds its count there
+	 * (noted above); any other socket in a storage of its own. */
+	if (svc.algorithm == LB_ALG_LEAST_CONN) {
+		if (in_slot)
+			lc4_sock_slot_hold(ctx->sk, lc_old, backend_id);
+		else
+			lc4_sock_hold(ctx->sk, backend_id);
+	}
 	*address = backend->address;
 	ctx->user_port = (__u32)backend->port;
 	lb_count(LB_CNT_SOCK_TRANSLATED);
@@ -485,7 +509,7 @@ static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __b
 	}
 	if (!lb4_sock_frontend_current(pair.rev_nat_id, pair.frontend_address, pair.frontend_port)) {
 		if (in_slot)
-			lb4_sock_slot_free(tkey.cookie);
+			lb4_sock_slot_unpair(tkey.cookie);
 		else
 			bpf_map_delete_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
 		return 0;
@@ -505,6 +529,7 @@ static __always_inline void lb4_sock_tcp_forget(struct bpf_sock *sk)
 {
 	struct lb4_sock_tcp_key tkey = {};
 	struct sock *s;
+	__u32 lc_id;
 
 	if (sk->protocol != LB_PROTO_TCP)
 		return;
@@ -520,7 +545,11 @@ static __always_inline void lb4_sock_tcp_forget(struct bpf_sock *sk)
 		return;
 	/* Its slot, whatever the peer now is (an AF_INET6 socket to ::ffff:
 	 * included): then it has no LRU pair (connect4 writes one or the other). */
-	if (lb4_sock_slot_free(tkey.cookie) || !sk->dst_ip4)
+	if (lb4_sock_slot_free(tkey.cookie, &lc_id)) {
+		lc4_sock_give_back(lc_id);
+		return;
+	}
+	if (!sk->dst_ip4)
 		return;
 	tkey.backend_address = sk->dst_ip4;
 	tkey.backend_port = (__be16)sk->dst_port;

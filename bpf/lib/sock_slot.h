@@ -129,10 +129,27 @@ static __always_inline bool lb4_sock_slot_pair(__u64 cookie, __be32 address, __b
 	return true;
 }
 
-/* Free this socket's slot, if it holds it. */
-static __always_inline bool lb4_sock_slot_free(__u64 cookie)
+/* Free this socket's slot, if it holds it. *lc_backend_id: the
+ * least-connection count the slot held for it (0: none), which the caller
+ * gives back (lc4_sock_give_back): the slot forgets it here, under the lock,
+ * so the count comes back exactly once. */
+static __always_inline bool lb4_sock_slot_free(__u64 cookie, __u32 *lc_backend_id)
 {
-	return lb_sock_slot_release(lb4_sock_slot(cookie), cookie);
+	struct lb4_sock_slot *slot = lb4_sock_slot(cookie);
+	bool freed = false;
+
+	*lc_backend_id = 0;
+	if (!slot)
+		return false;
+	bpf_spin_lock(&slot->lock);
+	if (slot->cookie == cookie) {
+		*lc_backend_id = slot->lc_backend_id;
+		slot->lc_backend_id = 0;
+		slot->cookie = 0;
+		freed = true;
+	}
+	bpf_spin_unlock(&slot->lock);
+	return freed;
 }
 
 /* ---- IPv6 (lb6_sock_slot) -------------------------------------------------- */
@@ -160,6 +177,26 @@ static __always_inline bool lb6_sock_slot_pair(__u64 cookie, const __u8 *address
 static __always_inline bool lb6_sock_slot_free(__u64 cookie)
 {
 	return lb_sock_slot_release(lb6_sock_slot(cookie), cookie);
+}
+
+/* The socket's pair is stale (its frontend went) but the socket lives on:
+ * forget the pair. A slot that holds a least-connection count stays the
+ * socket's (the connection still loads that backend; sock_release gives the
+ * count back) with a backend no peer matches; any other slot is freed. */
+static __always_inline void lb4_sock_slot_unpair(__u64 cookie)
+{
+	struct lb4_sock_slot *slot = lb4_sock_slot(cookie);
+
+	if (!slot)
+		return;
+	bpf_spin_lock(&slot->lock);
+	if (slot->cookie == cookie) {
+		slot->backend_address = 0;
+		slot->backend_port = 0;
+		if (!slot->lc_backend_id)
+			slot->cookie = 0;
+	}
+	bpf_spin_unlock(&slot->lock);
 }
 
 #endif /* SLUICE_BPF_SOCK_SLOT_H */

@@ -666,9 +666,10 @@ export interface Lb4SockSlot {
   backend_port: number; // network byte order in the map
   frontend_port: number; // network byte order in the map
   frontend_address: number; // network byte order in the map
+  lc_backend_id: number;
 }
 export const LB4_SOCK_SLOT_SIZE = 32;
-export const lb4_sock_slotLayout: StructLayout = {"name":"lb4_sock_slot","size":32,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"rev_nat_id","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"backend_address","kind":"int","offset":16,"size":4,"bigEndian":true},{"name":"backend_port","kind":"int","offset":20,"size":2,"bigEndian":true},{"name":"frontend_port","kind":"int","offset":22,"size":2,"bigEndian":true},{"name":"frontend_address","kind":"int","offset":24,"size":4,"bigEndian":true},{"name":"pad","kind":"int","offset":28,"size":4,"bigEndian":false}]};
+export const lb4_sock_slotLayout: StructLayout = {"name":"lb4_sock_slot","size":32,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"rev_nat_id","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"backend_address","kind":"int","offset":16,"size":4,"bigEndian":true},{"name":"backend_port","kind":"int","offset":20,"size":2,"bigEndian":true},{"name":"frontend_port","kind":"int","offset":22,"size":2,"bigEndian":true},{"name":"frontend_address","kind":"int","offset":24,"size":4,"bigEndian":true},{"name":"lc_backend_id","kind":"int","offset":28,"size":4,"bigEndian":false}]};
 export function encodeLb4SockSlot(v: Lb4SockSlot, buf: Buffer = Buffer.alloc(32), off = 0): Buffer {
   buf.fill(0, off, off + 32);
   encodeBpfSpinLock(v.lock, buf, off + 0);
@@ -678,6 +679,7 @@ export function encodeLb4SockSlot(v: Lb4SockSlot, buf: Buffer = Buffer.alloc(32)
   buf.writeUInt16BE(v.backend_port & 0xffff, off + 20);
   buf.writeUInt16BE(v.frontend_port & 0xffff, off + 22);
   buf.writeUInt32BE(v.frontend_address >>> 0, off + 24);
+  buf.writeUInt32LE(v.lc_backend_id >>> 0, off + 28);
   return buf;
 }
 export function decodeLb4SockSlot(buf: Buffer, off = 0): Lb4SockSlot {
@@ -689,6 +691,7 @@ export function decodeLb4SockSlot(buf: Buffer, off = 0): Lb4SockSlot {
     backend_port: buf.readUInt16BE(off + 20),
     frontend_port: buf.readUInt16BE(off + 22),
     frontend_address: buf.readUInt32BE(off + 24),
+    lc_backend_id: buf.readUInt32LE(off + 28),
   };
 }
 export const lb4_sock_slotCodec: Codec<Lb4SockSlot> = { size: 32, encode: encodeLb4SockSlot, decode: decodeLb4SockSlot };

@@ -4,6 +4,9 @@
 //                    kept open after the backend's greeting; prints
 //                    {opened: [{id, backend}]}
 //   close ID,ID,...  close those connections; prints {closed: n}
+//   peers            every open connection's peer, by a getpeername() of
+//                    its own (the socket hook's reverse translation runs);
+//                    prints {peers: {id: "address:port"}}
 //   exit
 // Run: node holdClient.js ADDR
 import * as net from 'node:net';
@@ -56,6 +59,12 @@ rl.on('line', (line) => {
       const ids = (a ?? '').split(',').filter(Boolean).map(Number);
       for (const id of ids) await closeOne(id);
       out({ closed: ids.length });
+    } else if (cmd === 'peers') {
+      const peers: Record<number, string> = {};
+      // Node caches a socket's peer after its first getpeername(): each
+      // socket is asked once, when this command first sees it.
+      for (const [id, sock] of open) peers[id] = `${sock.remoteAddress}:${sock.remotePort}`;
+      out({ peers });
     } else if (cmd === 'exit') {
       for (const id of [...open.keys()]) await closeOne(id);
       process.exit(0);

@@ -125,6 +125,15 @@ function bindOnce(proto: string, address: string, port: number) {
   return { result };
 }
 
+function lcToStorage(fdKey: Buffer, bpffs: string, backendId: number): void {
+  const lc = BpfMap.fromPinned(path.join(bpffs, abi.SLUICE_MAP_LC_SOCK4));
+  try {
+    lc.update(fdKey, abi.lb_lc_sockCodec.encode({ lock: { val: 0 }, backend_id: backendId }));
+  } finally {
+    lc.close();
+  }
+}
+
 /** Move a TCP socket's pair from its slot (or the LRU) into its socket-local storage (the pre-LRU layout). */
 function pairToStorage(fd: number, bpffs: string, backend: string): void {
   const [ba, bp] = backend.split(':') as [string, string];
@@ -148,8 +157,12 @@ function pairToStorage(fd: number, bpffs: string, backend: string): void {
     const fdKey = Buffer.alloc(4);
     fdKey.writeInt32LE(fd);
     storage.update(fdKey, abi.lb4_sock_stateCodec.encode({ lock: { val: 0 }, next: 0, last: 0, pairs }));
-    if (slot.cookie === cookie) slots.update(at, abi.lb4_sock_slotCodec.encode({ ...slot, cookie: 0n }));
-    else lru.delete(key);
+    if (slot.cookie === cookie) {
+      // A least-connection count in the slot goes to the socket's own
+      // storage (where the pre-slot layout kept it) before the slot is freed.
+      if (slot.lc_backend_id) lcToStorage(fdKey, bpffs, slot.lc_backend_id);
+      slots.update(at, abi.lb4_sock_slotCodec.encode({ ...slot, cookie: 0n, lc_backend_id: 0 }));
+    } else lru.delete(key);
   } finally {
     lru.close();
     slots.close();

@@ -4,13 +4,17 @@
 // measured side by side), the counts map matches what the client holds, and
 // every count returns to 0 when the sockets are released (sock_release),
 // also after a re-install (agent restart) and for a backend removed while
-// it held connections.
+// it held connections. A TCP socket's count sits in its reverse-pair slot
+// (no socket storage to create at connect); with the slots busy it falls
+// back to socket storage, and a frontend deleted under a live connection
+// leaves its count held until the socket goes.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Sandbox, sh, sluiceBin } from '../helpers/sandbox';
 import { Holder } from '../helpers/holdClient';
 import { backendsListed, lcSurvivesReinstall, spread } from '../helpers/algorithms';
 import { readLcCounts } from '../../src/datapath/lcCounts';
+import { freeSlots, occupyFreeSlots, slotLcCounts } from '../helpers/sockSlots';
 
 const VIP = '10.96.0.30';
 const BACKENDS = ['198.18.30.2', '198.18.30.3', '198.18.30.4', '198.18.30.5'];
@@ -112,4 +116,48 @@ test('counts survive a re-install (agent restart) and a backend removed while it
     upsert: (backends) => upsert(LC_PORT, 'lc', [...backends]), reinstall: () => sluice(['attach', '--cgroup', sb.cgroup]),
   });
   assert.match(sluice(['backends']), /ID\s+BACKEND\s+FLAGS\s+ACTIVE/);
+});
+
+test('TCP sockets hold their counts in their reverse-pair slots, else (slots busy) in socket storage; a frontend deleted under them keeps the counts until release', async () => {
+  const port = LC_PORT + 10;
+  upsert(port, 'lc');
+  const idOf = new Map([...listed()].map(([b, v]) => [b, v.id]));
+  const byId = (h: Map<string, number>) => new Map([...h].filter(([, n]) => n > 0).map(([b, n]) => [idOf.get(b)!, n]));
+  const inSlots = new Holder(sb, VIP, BACKENDS);
+  const inStorage = new Holder(sb, VIP, BACKENDS);
+  let taken: number[] = [];
+  try {
+    await inSlots.open(port, 8);
+    // Each socket's count is in its own slot, on the backend it talks to.
+    assert.deepEqual(slotLcCounts(sb.bpffs), byId(inSlots.perBackend(8080)), 'slot counts vs held');
+    taken = occupyFreeSlots(sb.bpffs);
+    await inStorage.open(port, 8);
+    freeSlots(sb.bpffs, taken);
+    taken = [];
+    // Not in a slot (every one was busy), counted all the same.
+    assert.deepEqual(slotLcCounts(sb.bpffs), byId(inSlots.perBackend(8080)), 'the fallback sockets took no slot');
+    const held = () => {
+      const all = new Map(inSlots.perBackend(8080));
+      for (const [b, n] of inStorage.perBackend(8080)) all.set(b, all.get(b)! + n);
+      return all;
+    };
+    const ids = [...idOf.values()];
+    const counts = () => new Map([...readLcCounts(sb.bpffs, ids)!].filter(([, n]) => n > 0));
+    assert.deepEqual(counts(), byId(held()), 'map counts vs held, both homes');
+    // The frontend goes: getpeername() shows the backend (the stale pair is
+    // forgotten), and the connections still hold their counts.
+    sluice(['service', 'delete', '--frontend', `${VIP}:${port}/tcp`]);
+    for (const h of [inSlots, inStorage]) {
+      for (const [id, peer] of await h.peers()) assert.equal(peer, h.held.get(id), `connection ${id}: the backend once its frontend is gone`);
+    }
+    assert.deepEqual(counts(), byId(held()), 'counts held after the frontend was deleted');
+    await inSlots.closeAll();
+    await inStorage.closeAll();
+    assert.deepEqual([...readLcCounts(sb.bpffs, ids)!.values()], ids.map(() => 0), 'every count back to 0');
+    assert.deepEqual(slotLcCounts(sb.bpffs), new Map(), 'no slot holds a count');
+  } finally {
+    if (taken.length) freeSlots(sb.bpffs, taken);
+    inSlots.kill();
+    inStorage.kill();
+  }
 });

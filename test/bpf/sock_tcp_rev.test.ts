@@ -136,7 +136,7 @@ test('a live connection whose pair is lost: getpeername shows the backend, traff
 function fillSlots(cookieBase: bigint): void {
   fillSlotArray(path.join(sb.bpffs, abi.SLUICE_MAP_SOCK_SLOT4), abi.LB4_SOCK_SLOT_SIZE, (i) => abi.encodeLb4SockSlot({
     lock: { val: 0 }, rev_nat_id: 1, cookie: cookieBase ? cookieBase + BigInt(i) : 0n, backend_address: ip4ToNumber(BACKEND),
-    backend_port: 8080, frontend_port: 81, frontend_address: ip4ToNumber('10.96.0.51'),
+    backend_port: 8080, frontend_port: 81, frontend_address: ip4ToNumber('10.96.0.51'), lc_backend_id: 0,
   }));
 }
 
@@ -191,9 +191,9 @@ test('two Services on one backend, TCP clients of both in parallel while bogus s
   try {
     const bogus = abi.encodeLb4SockSlot({
       lock: { val: 0 }, rev_nat_id: vip2RevNat, cookie: 1n << 60n, backend_address: ip4ToNumber(BACKEND), backend_port: 8080,
-      frontend_port: 81, frontend_address: ip4ToNumber(VIP2),
+      frontend_port: 81, frontend_address: ip4ToNumber(VIP2), lc_backend_id: 0,
     });
-    const free = abi.encodeLb4SockSlot({ lock: { val: 0 }, rev_nat_id: 0, cookie: 0n, backend_address: 0, backend_port: 0, frontend_port: 0, frontend_address: 0 });
+    const free = abi.encodeLb4SockSlot({ lock: { val: 0 }, rev_nat_id: 0, cookie: 0n, backend_address: 0, backend_port: 0, frontend_port: 0, frontend_address: 0, lc_backend_id: 0 });
     await raceSlots(sb, slots, abi.SLUICE_SOCK_SLOTS4, [[VIP, '80', `${VIP}:80`], [VIP2, '81', `${VIP2}:81`]], bogus, free, 1n << 60n, `${BACKEND}:8080`);
   } finally {
     slots.close();

@@ -54,6 +54,12 @@ export class Holder {
     await this.close([...this.held.keys()]);
   }
 
+  /** Each open connection's peer as getpeername() shows it (asked once per socket: node caches it). */
+  async peers(): Promise<Map<number, string>> {
+    const r = (await this.command('peers')) as { peers: Record<string, string> };
+    return new Map(Object.entries(r.peers).map(([id, p]) => [Number(id), p]));
+  }
+
   /** Active connections per backend (address:port), as this client holds them. */
   perBackend(port: number): Map<string, number> {
     const h = new Map<string, number>(this.backends.map((b) => [`${b}:${port}`, 0]));
