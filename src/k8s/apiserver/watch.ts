@@ -138,12 +138,6 @@ export class WatchHub {
         return;
       }
       res.write(line);
-      // Node corks a chunked response until the next tick, so the event
-      // waited for whatever the writer did after its write returned (a
-      // client polling for the change, then the write's own clone: ~0.3 ms
-      // of the bench's one-change latency). The real server flushes every
-      // event as it goes; so does this one.
-      res.socket?.uncork();
     });
     if (request.allowBookmarks && this.options.bookmarkIntervalMs > 0) {
       const interval = setInterval(() => res.write(this.bookmarkLine(request, false)), this.options.bookmarkIntervalMs);
