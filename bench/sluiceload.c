@@ -219,6 +219,37 @@ static void fill6(const char *dir, const struct svc_line *svcs, size_t n, const 
 	printf("{\"family\":6,\"service_ports\":%zu,\"backends\":%d,\"revnat\":%zu,\"service_entries\":%zu}\n", n, 2 * n_be, n_rn, n_ent);
 }
 
+/*
+ * The pod path's frontend-address set (SLUICE_MAP_POD_FE4), when the pod
+ * programs pinned it: every VIP, then the "maintained" marker, as the set's
+ * writer must (a frontend's address is in before the marker says the set is
+ * complete). Absent (socket LB only): nothing to do.
+ */
+static void fill_pod_frontends(const char *dir, const struct svc_line *svcs, size_t n)
+{
+	char pin[4096];
+	snprintf(pin, sizeof(pin), "%s/%s", dir, STR(SLUICE_MAP_POD_FE4));
+	int fd = bpf_obj_get(pin);
+	if (fd < 0)
+		return;
+	__be32 *addrs = calloc(n + 1, sizeof(__be32));
+	__u8 *ones = calloc(n + 1, 1);
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++)
+		if (m == 0 || addrs[m - 1] != svcs[i].vip) /* tcp and udp lines of one VIP are adjacent */
+			addrs[m++] = svcs[i].vip;
+	for (size_t i = 0; i < m; i++)
+		ones[i] = 1;
+	update_batch(fd, "pod frontend addresses", addrs, ones, m, sizeof(__be32), 1);
+	__be32 marker = LB_POD_FE4_MAINTAINED;
+	__u8 one = 1;
+	if (bpf_map_update_elem(fd, &marker, &one, BPF_ANY) < 0)
+		die(pin, strerror(errno));
+	free(addrs);
+	free(ones);
+	close(fd);
+}
+
 int cmd_fill(int argc, char **argv)
 {
 	const char *dir = arg(argc, argv, "--bpffs", NULL);
@@ -337,6 +368,7 @@ int cmd_fill(int argc, char **argv)
 		vals[i].algorithm = algorithm;
 	}
 	update_batch(fd_svc, "service masters", keys, vals, n, sizeof(*keys), sizeof(*vals));
+	fill_pod_frontends(dir, svcs, n);
 	printf("{\"service_ports\":%zu,\"backends\":%d,\"revnat\":%zu,\"service_entries\":%zu}\n", n, 2 * n_be, n_rn,
 	       n + n_slots);
 	return 0;

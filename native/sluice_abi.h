@@ -126,7 +126,7 @@ struct lb_maglev_row {
  *     0-15  socket LB (below)
  *    16-31  per-packet flows on the north-south path (LB_CNT_TC_*, TC section)
  *    32-47  socket LB, per-socket state
- *    48-63  north-south fragments and PMTU
+ *    48-63  north-south fragments and PMTU (59: pod-veth frontend-address set, issue 12)
  *    64-79  agent-side events
  *    80-95  socket destroy
  *   96-111  per-packet flows on the pod-veth path: LB_CNT_TC_* + LB_CNT_POD_OFFSET
@@ -474,6 +474,25 @@ _Static_assert(sizeof(struct lb4_snat_device) == 4, "lb4_snat_device layout");
  * <bpffs>/progs/<name> and attached with tcx links <bpffs>/links/pod-<container id>-<ifname>-<ingress|egress>. */
 #define SLUICE_PROG_POD_INGRESS sluice_pod_ingress /* host veth ingress: packets from the pod */
 #define SLUICE_PROG_POD_EGRESS  sluice_pod_egress  /* host veth egress: packets to the pod */
+
+/*
+ * SLUICE_MAP_POD_FE4, the pod path's frontend-address set (issue 12): every
+ * IPv4 address a pod can reach a frontend at (ClusterIPs, ExternalIPs,
+ * LoadBalancer IPs, and the node addresses standing for the NodePort
+ * wildcard). Every packet of a pod flow at ingress is addressed to one of
+ * them (a new or known flow to the frontend, a hairpin reply to
+ * frontend:nat-port, an ICMP error about a reply the frontend sent), so a
+ * packet to any other address leaves after this one lookup, before any
+ * conntrack work. The set is used only once its writer has stored
+ * LB_POD_FE4_MAINTAINED (address 0.0.0.0, never a frontend address here:
+ * the wildcard is listed as node addresses): an empty or unmaintained set
+ * (a CNI plugin that pinned the maps before any agent ran) falls back to the
+ * full lookups, never to passing Service traffic untranslated.
+ */
+#define SLUICE_MAP_POD_FE4 sluice_podfe4 /* __be32 frontend address -> __u8 1 (hash, written by its maintainer; key 0 = maintained) */
+#define SLUICE_MAX_POD_FE4 262144
+#define LB_POD_FE4_MAINTAINED 0 /* the key of the "this set is complete" marker */
+#define LB_CNT_POD_NOT_FRONTEND 59 /* pod ingress: TCP/UDP to an address outside SLUICE_MAP_POD_FE4, passed after one lookup */
 /* ==== end of pod veth ============================================================ */
 
 /* ==== Socket path: per-socket state, socket-LB scope, bind rules (issue 10) === */

@@ -48,6 +48,30 @@
 #include "reject.h"
 #include "nodeport.h"
 
+/* The pod path's frontend-address set (native/sluice_abi.h, SLUICE_MAP_POD_FE4). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __be32);
+	__type(value, __u8);
+	__uint(max_entries, SLUICE_MAX_POD_FE4);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} SLUICE_MAP_POD_FE4 SEC(".maps");
+
+/*
+ * False when daddr is no frontend address of a maintained set: the packet is
+ * no pod flow's (no new flow, no known flow, no hairpin reply, all addressed
+ * to a frontend) and passes after this one lookup. The marker is read only
+ * on a miss, so a Service packet pays one lookup for this check.
+ */
+static __always_inline bool lb4_pod_maybe_frontend(__be32 daddr)
+{
+	__be32 marker = LB_POD_FE4_MAINTAINED;
+
+	if (bpf_map_lookup_elem(&SLUICE_MAP_POD_FE4, &daddr))
+		return true;
+	return !bpf_map_lookup_elem(&SLUICE_MAP_POD_FE4, &marker);
+}
+
 static __always_inline bool lb4_ct_is_pod(const struct lb4_ct_entry *e)
 {
 	return e->flags & LB_CT_FLAG_POD;
@@ -122,7 +146,18 @@ static __always_inline int lb4_pod_ingress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (pkt.tuple.proto == LB_IPPROTO_ICMP)
 		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_flow_icmp_error(skb, &pkt, LB_PATH_POD, LB_HOOK_INGRESS) : TC_ACT_OK;
+	if (!lb4_pod_maybe_frontend(pkt.tuple.daddr)) {
+		lb_count(LB_CNT_POD_NOT_FRONTEND);
+		return TC_ACT_OK;
+	}
 	cfg = lb4_tc_config_get();
+
+	/* A known flow first (its one lookup, then the rewrite): a packet
+	 * cannot be both a flow's original and a hairpin reply, which would
+	 * be two sockets of the pod with one 4-tuple. */
+	e = lb4_ct_live_original(skb, &pkt.tuple, &cfg, LB_PATH_POD);
+	if (e)
+		return lb4_flow_xlate_original(skb, &pkt, e, LB_PATH_POD);
 
 	/* The pod answering itself through a hairpin flow. */
 	lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
@@ -131,10 +166,6 @@ static __always_inline int lb4_pod_ingress(struct __sk_buff *skb)
 		(void)lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
 		return lb4_flow_xlate_reply(skb, &pkt, e, LB_PATH_POD, LB_HOOK_INGRESS);
 	}
-
-	e = lb4_ct_live_original(skb, &pkt.tuple, &cfg, LB_PATH_POD);
-	if (e)
-		return lb4_flow_xlate_original(skb, &pkt, e, LB_PATH_POD);
 	return lb4_pod_new_flow(skb, &pkt, &cfg);
 }
 

@@ -296,3 +296,72 @@ describe('scopes and frontend kinds', () => {
     check('egress', { proto: 'tcp', src: node, dst: POD, sport: 62200, dport: SELF.port, tcpFlags: TCP_SYN }, null);
   });
 });
+
+// Issue 12: the pod path's frontend-address set. A packet to an address that
+// is no frontend leaves after one lookup, before the conntrack lookups and
+// the services map (counted on row LB_CNT_POD_NOT_FRONTEND); a set whose
+// writer never marked it maintained is not trusted (the full lookups run).
+describe('the frontend-address set (sluice_podfe4) is checked before any conntrack work', () => {
+  const MAINTAINED = abi.LB_POD_FE4_MAINTAINED;
+  let fe: BpfMap;
+  const key = (a: string | number) => {
+    const b = Buffer.alloc(4);
+    b.writeUInt32BE(typeof a === 'number' ? a : ip4ToNumber(a));
+    return b;
+  };
+  const add = (a: string | number) => fe.update(key(a), Buffer.from([1]));
+  const clear = () => {
+    for (const k of [...fe.keys()]) fe.delete(k);
+  };
+  before(() => {
+    fe = pod.obj.map(abi.SLUICE_MAP_POD_FE4);
+  });
+  beforeEach(() => {
+    clear();
+    h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 21, backends: [BE1] });
+  });
+  after(() => clear());
+
+  test('maintained: traffic to a non-frontend address is passed and counted, no conntrack entry; Service traffic is translated', () => {
+    add(VIP);
+    add(MAINTAINED);
+    const row = abi.LB_CNT_POD_NOT_FRONTEND;
+    const before = h.counter(row);
+    check('ingress', { proto: 'tcp', src: POD, dst: BE2.address, sport: 41000, dport: BE2.port, tcpFlags: TCP_SYN }, null);
+    check('ingress', { proto: 'udp', src: POD, dst: BE2.address, sport: 41000, dport: 53 }, null);
+    assert.equal(h.counter(row) - before, 2n, 'both passed by the set');
+    assert.equal(listConntrack(h.tc.conntrack).length, 0, 'no conntrack work for non-Service traffic');
+
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 41001, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
+    const data: L4Spec = { ...syn, tcpFlags: TCP_ACK };
+    check('ingress', data, { ...data, dst: BE1.address, dport: BE1.port });
+    check('egress', { proto: 'tcp', src: BE1.address, dst: POD, sport: BE1.port, dport: 41001, tcpFlags: TCP_SYN | TCP_ACK },
+      { proto: 'tcp', src: VIP, dst: POD, sport: VIP_PORT, dport: 41001, tcpFlags: TCP_SYN | TCP_ACK });
+    assert.equal(h.counter(row) - before, 2n, 'Service packets are not counted as passed');
+    assert.equal(listConntrack(h.tc.conntrack).length, 1);
+  });
+
+  test('maintained: the set is the first check (a frontend missing from it is not translated)', () => {
+    add(MAINTAINED);
+    check('ingress', { proto: 'tcp', src: POD, dst: VIP, sport: 41002, dport: VIP_PORT, tcpFlags: TCP_SYN }, null);
+    assert.equal(listConntrack(h.tc.conntrack).length, 0);
+  });
+
+  test('not maintained (no marker, e.g. maps a CNI plugin pinned before any agent ran): the full lookups run', () => {
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 41003, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
+  });
+
+  test('maintained: a hairpin reply (to frontend:nat-port) still finds its flow', () => {
+    add(VIP);
+    add(MAINTAINED);
+    h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 23, backends: [SELF] });
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 62200, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    assert.equal(run('ingress', frame(syn)).verdict, TC_ACT_REDIRECT);
+    const reply: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: SELF.port, dport: 62200, tcpFlags: TCP_SYN | TCP_ACK };
+    const r = run('ingress', frame(reply));
+    assert.equal(r.verdict, TC_ACT_REDIRECT);
+    expectPacket(r.out, bounced(frame({ ...reply, src: VIP, sport: VIP_PORT, dst: POD, dport: 62200, ttl: 63 })), 'hairpin reply');
+  });
+});
