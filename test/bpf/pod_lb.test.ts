@@ -17,6 +17,7 @@ import { BpfMap } from '../../src/bpf';
 import { nodeIpMap, syncNodeAddresses } from '../../src/datapath/sockConfig';
 import { TcHarness } from './tc_harness';
 import { PodPrograms, POD_OBJECT, bounced, expectPacket } from './pod_harness';
+import { PodFrontendSet } from '../../src/datapath/pod/frontendSet';
 import {
   TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN,
   frame, icmpError, icmpReply, ipPacket, rewriteQuoted, type L4Spec,
@@ -363,5 +364,51 @@ describe('the frontend-address set (sluice_podfe4) is checked before any conntra
     const r = run('ingress', frame(reply));
     assert.equal(r.verdict, TC_ACT_REDIRECT);
     expectPacket(r.out, bounced(frame({ ...reply, src: VIP, sport: VIP_PORT, dst: POD, dport: 62200, ttl: 63 })), 'hairpin reply');
+  });
+});
+
+// The agent's writer of that set (src/datapath/pod/frontendSet.ts), on the map
+// the pod object pinned, judged by what the program then does with packets.
+describe('PodFrontendSet: the agent keeps the set a superset of the programmed frontends, marker last', () => {
+  let set: PodFrontendSet;
+  let fe: BpfMap;
+  const has = (a: string | number) => {
+    const k = Buffer.alloc(4);
+    k.writeUInt32BE(typeof a === 'number' ? a : ip4ToNumber(a));
+    return fe.lookup(k) !== undefined;
+  };
+  before(() => {
+    fe = pod.obj.map(abi.SLUICE_MAP_POD_FE4);
+    for (const k of [...fe.keys()]) fe.delete(k);
+    fe.update(Buffer.from([198, 18, 99, 99]), Buffer.from([1])); // left by an earlier run, wanted by nothing
+    set = PodFrontendSet.open(h.pinDir)!;
+    assert.ok(set, 'the pod object pinned sluice_podfe4');
+  });
+  after(() => {
+    set?.close();
+    for (const k of [...fe.keys()]) fe.delete(k);
+  });
+
+  test('add, mark, remove: each step leaves the programs correct', () => {
+    h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 21, backends: [BE1] });
+    set.setNodeAddresses(['198.18.0.1', 'fd00::1']);
+    set.add([`${VIP}:${VIP_PORT}/tcp`, `${VIP}:81/tcp`, '0.0.0.0:30080/tcp', '[fd00:96::1]:80/tcp']);
+    assert.ok(!has(abi.LB_POD_FE4_MAINTAINED), 'not marked before the first full pass');
+    set.markMaintained();
+    assert.ok(has(abi.LB_POD_FE4_MAINTAINED) && has(VIP) && has('198.18.0.1'));
+    assert.ok(!has('198.18.99.99'), 'an address nothing wants is gone');
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 41100, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
+
+    set.removed([`${VIP}:${VIP_PORT}/tcp`]);
+    assert.ok(has(VIP), 'still the address of VIP:81');
+    set.removed([`${VIP}:81/tcp`], new Set([`${VIP}:81/tcp`]));
+    assert.ok(has(VIP), 'removed and upserted in one pass: kept');
+    set.removed([`${VIP}:81/tcp`, '0.0.0.0:30080/tcp']);
+    assert.ok(!has(VIP), 'the last frontend on the address is gone');
+    assert.ok(has('198.18.0.1'), 'node addresses stay (the wildcard may come back)');
+    set.setNodeAddresses([]);
+    assert.ok(!has('198.18.0.1'));
+    assert.equal(set.failed, undefined);
   });
 });
