@@ -220,33 +220,33 @@ static void fill6(const char *dir, const struct svc_line *svcs, size_t n, const 
 }
 
 /*
- * The pod path's frontend-address set (SLUICE_MAP_POD_FE4), when the pod
- * programs pinned it: every VIP, then the "maintained" marker, as the set's
- * writer must (a frontend's address is in before the marker says the set is
- * complete). Absent (socket LB only): nothing to do.
+ * The pod path's frontend-address bitmap (SLUICE_MAP_POD_PF4), when the pod
+ * programs pinned it: every VIP's bit, then the "maintained" marker word, as
+ * its writer must (a frontend's bit is set before the marker says the bitmap
+ * is complete). Absent (socket LB only): nothing to do.
  */
 static void fill_pod_frontends(const char *dir, const struct svc_line *svcs, size_t n)
 {
 	char pin[4096];
-	snprintf(pin, sizeof(pin), "%s/%s", dir, STR(SLUICE_MAP_POD_FE4));
+	snprintf(pin, sizeof(pin), "%s/%s", dir, STR(SLUICE_MAP_POD_PF4));
 	int fd = bpf_obj_get(pin);
 	if (fd < 0)
 		return;
-	__be32 *addrs = calloc(n + 1, sizeof(__be32));
-	__u8 *ones = calloc(n + 1, 1);
-	size_t m = 0;
-	for (size_t i = 0; i < n; i++)
-		if (m == 0 || addrs[m - 1] != svcs[i].vip) /* tcp and udp lines of one VIP are adjacent */
-			addrs[m++] = svcs[i].vip;
-	for (size_t i = 0; i < m; i++)
-		ones[i] = 1;
-	update_batch(fd, "pod frontend addresses", addrs, ones, m, sizeof(__be32), 1);
-	__be32 marker = LB_POD_FE4_MAINTAINED;
-	__u8 one = 1;
+	__u32 *keys = calloc(SLUICE_POD_PF_WORDS, sizeof(__u32));
+	__u64 *words = calloc(SLUICE_POD_PF_WORDS, sizeof(__u64));
+	for (__u32 w = 0; w < SLUICE_POD_PF_WORDS; w++)
+		keys[w] = w;
+	for (size_t i = 0; i < n; i++) {
+		__u32 slot = sluice_bit_slot(ntohl(svcs[i].vip), SLUICE_POD_PF_BITS_LOG2);
+		words[slot >> 6] |= 1ULL << (slot & 63);
+	}
+	update_batch(fd, "pod frontend bitmap", keys, words, SLUICE_POD_PF_WORDS, sizeof(__u32), sizeof(__u64));
+	__u32 marker = SLUICE_POD_PF_MARKER;
+	__u64 one = 1;
 	if (bpf_map_update_elem(fd, &marker, &one, BPF_ANY) < 0)
 		die(pin, strerror(errno));
-	free(addrs);
-	free(ones);
+	free(keys);
+	free(words);
 	close(fd);
 }
 

@@ -48,28 +48,34 @@
 #include "reject.h"
 #include "nodeport.h"
 
-/* The pod path's frontend-address set (native/sluice_abi.h, SLUICE_MAP_POD_FE4). */
+/* The pod path's frontend-address bitmap (native/sluice_abi.h, SLUICE_MAP_POD_PF4). */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __be32);
-	__type(value, __u8);
-	__uint(max_entries, SLUICE_MAX_POD_FE4);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-} SLUICE_MAP_POD_FE4 SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, SLUICE_POD_PF_ELEMS);
+} SLUICE_MAP_POD_PF4 SEC(".maps");
+
+_Static_assert(SLUICE_POD_PF_WORDS * 64 == 1 << SLUICE_POD_PF_BITS_LOG2, "pod bitmap size");
+_Static_assert(SLUICE_POD_PF_MARKER == SLUICE_POD_PF_WORDS && SLUICE_POD_PF_ELEMS == SLUICE_POD_PF_WORDS + 1, "pod bitmap marker");
 
 /*
- * False when daddr is no frontend address of a maintained set: the packet is
- * no pod flow's (no new flow, no known flow, no hairpin reply, all addressed
- * to a frontend) and passes after this one lookup. The marker is read only
- * on a miss, so a Service packet pays one lookup for this check.
+ * False when daddr's bit is clear in a maintained bitmap: the packet is no
+ * pod flow's (no new flow, no known flow, no hairpin reply, all addressed to
+ * a frontend) and passes after this check. Both are array loads the JIT
+ * inlines (no hash, no call); the marker is read only on a clear bit, so a
+ * Service packet pays one load, then the full lookups (the exact check).
  */
 static __always_inline bool lb4_pod_maybe_frontend(__be32 daddr)
 {
-	__be32 marker = LB_POD_FE4_MAINTAINED;
+	__u32 slot = sluice_bit_slot(bpf_ntohl(daddr), SLUICE_POD_PF_BITS_LOG2);
+	__u32 word = slot >> 6, marker = SLUICE_POD_PF_MARKER;
+	__u64 *bits = bpf_map_lookup_elem(&SLUICE_MAP_POD_PF4, &word);
 
-	if (bpf_map_lookup_elem(&SLUICE_MAP_POD_FE4, &daddr))
+	if (bits && ((*bits >> (slot & 63)) & 1))
 		return true;
-	return !bpf_map_lookup_elem(&SLUICE_MAP_POD_FE4, &marker);
+	bits = bpf_map_lookup_elem(&SLUICE_MAP_POD_PF4, &marker);
+	return !bits || !*bits;
 }
 
 static __always_inline bool lb4_ct_is_pod(const struct lb4_ct_entry *e)

@@ -95,7 +95,6 @@ export const LB_NODEPORT_MODE_HYBRID = 2;
 export const LB_NODEPORT_MODE_SNAT = 0;
 export const LB_POD_ADDR_HAS4 = 1;
 export const LB_POD_ADDR_HAS6 = 2;
-export const LB_POD_FE4_MAINTAINED = 0;
 export const LB_PROTO_TCP = 6;
 export const LB_PROTO_UDP = 17;
 export const LB_SCOPE_EXTERNAL = 0;
@@ -145,7 +144,7 @@ export const SLUICE_MAP_MAGLEV4 = "sluice_maglev4";
 export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
 export const SLUICE_MAP_NODEIP6 = "sluice_nodeip6";
 export const SLUICE_MAP_POD_ADDR = "sluice_podaddr";
-export const SLUICE_MAP_POD_FE4 = "sluice_podfe4";
+export const SLUICE_MAP_POD_PF4 = "sluice_podpf4";
 export const SLUICE_MAP_RANGES4 = "sluice_rng4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_REVNAT6 = "sluice_revnat6";
@@ -187,7 +186,6 @@ export const SLUICE_MAX_MAGLEV4 = 131072;
 export const SLUICE_MAX_NODEIP4 = 256;
 export const SLUICE_MAX_NODEIP6 = 256;
 export const SLUICE_MAX_POD_ADDR = 16384;
-export const SLUICE_MAX_POD_FE4 = 262144;
 export const SLUICE_MAX_RANGE4 = 524288;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
@@ -204,6 +202,10 @@ export const SLUICE_MAX_XDP_DEVS = 256;
 export const SLUICE_MAX_XDP_FE4 = 65536;
 export const SLUICE_MAX_XDP_FE6 = 16384;
 export const SLUICE_MAX_XDP_IFINDEX = 4096;
+export const SLUICE_POD_PF_BITS_LOG2 = 20;
+export const SLUICE_POD_PF_ELEMS = 16385;
+export const SLUICE_POD_PF_MARKER = 16384;
+export const SLUICE_POD_PF_WORDS = 16384;
 export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
 export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
 export const SLUICE_PROG_POD_INGRESS = "sluice_pod_ingress";
@@ -1871,7 +1873,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_nodeip6: {"name":"sluice_nodeip6","type":1,"keyType":"lb6_node_ip","keySize":16,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_podaddr: {"name":"sluice_podaddr","type":1,"keyType":"u64","keySize":8,"valueType":"lb_pod_addr","valueSize":32,"maxEntries":16384,"flags":1},
-  sluice_podfe4: {"name":"sluice_podfe4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":262144,"flags":1},
+  sluice_podpf4: {"name":"sluice_podpf4","type":2,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":16385},
   sluice_revnat4: {"name":"sluice_revnat4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536},
   sluice_revnat6: {"name":"sluice_revnat6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_reverse_nat","valueSize":20,"maxEntries":65536,"flags":1},
   sluice_rng4: {"name":"sluice_rng4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":524288},

@@ -137,9 +137,9 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_XDP_NP]: { kind: 'carry' },
   [abi.SLUICE_MAP_XDP_FIB]: { kind: 'drop', reason: 'scratch space of one packet: nothing lives in it between packets' },
   [abi.SLUICE_MAP_XDP_S6]: { kind: 'drop', reason: 'scratch space of one IPv6 packet: nothing lives in it between packets' },
-  // Pod veths (issue 12): the frontend-address set is its maintainer's; copied
-  // as it is (marker included), so a maintained set stays complete across an upgrade.
-  [abi.SLUICE_MAP_POD_FE4]: { kind: 'rebuild' },
+  // Pod veths (issue 12): the frontend-address bitmap is its maintainer's; copied
+  // as it is (marker word included), so a maintained bitmap stays complete across an upgrade.
+  [abi.SLUICE_MAP_POD_PF4]: { kind: 'rebuild' },
 };
 
 /**

@@ -1,8 +1,8 @@
-// The agent keeps the pod path's frontend-address set (sluice_podfe4,
+// The agent keeps the pod path's frontend-address bitmap (sluice_podpf4,
 // src/datapath/pod/frontendSet.ts; docs/pod-veth.md) with the Services of a
 // real list/watch: the marker after the first full sync, a new Service's
-// ClusterIP in the set once it is programmed, a deleted one's gone after.
-// The packets themselves are judged against this set in test/bpf/pod_lb.test.ts.
+// ClusterIP's bit set once it is programmed, a deleted one's cleared after.
+// The packets themselves are judged against this bitmap in test/bpf/pod_lb.test.ts.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
@@ -10,6 +10,8 @@ import * as path from 'node:path';
 import * as abi from '../../src/abi/generated';
 import { BpfMap } from '../../src/bpf';
 import { ip4ToNumber } from '../../src/datapath/addr';
+import { readWords } from '../../src/datapath/bitmap';
+import { podSlot } from '../../src/datapath/pod/frontendSet';
 import type { ApiServerHandle } from '../../src/k8s/apiserver';
 import { type Sandbox, sh, sluiceBin, waitFor } from '../helpers/sandbox';
 import { startAgentLab, type AgentLab } from '../helpers/agentLab';
@@ -45,7 +47,7 @@ after(async () => {
   await lab?.close();
 });
 
-test('the agent maintains sluice_podfe4: marker after the first full sync, addresses follow the Services', async () => {
+test('the agent maintains sluice_podpf4: marker after the first full sync, address bits follow the Services', async () => {
   const bpffs = `${sb.bpffs}-podfe`;
   const agent = new AgentProcess([
     '--kubeconfig', lab.kubeconfig, '--node-name', NODE, '--cgroup-path', sb.cgroup, '--bpffs', bpffs,
@@ -54,13 +56,15 @@ test('the agent maintains sluice_podfe4: marker after the first full sync, addre
   let set: BpfMap | undefined;
   try {
     await agent.waitForLog(/informers synced/);
-    set = BpfMap.fromPinned(path.join(bpffs, abi.SLUICE_MAP_POD_FE4));
-    const has = (a: string | number) => {
-      const k = Buffer.alloc(4);
-      k.writeUInt32BE(typeof a === 'number' ? a : ip4ToNumber(a));
-      return set!.lookup(k) !== undefined;
+    set = BpfMap.fromPinned(path.join(bpffs, abi.SLUICE_MAP_POD_PF4));
+    const word = (w: number) => readWords(set!, abi.SLUICE_POD_PF_ELEMS)[w]!;
+    const has = (a: string) => {
+      const slot = podSlot(ip4ToNumber(a));
+      return ((word(slot >>> 6) >> BigInt(slot & 63)) & 1n) === 1n;
     };
-    await waitFor('marker', () => has(abi.LB_POD_FE4_MAINTAINED), 10000);
+    const marked = () => word(abi.SLUICE_POD_PF_MARKER) !== 0n;
+    assert.notEqual(podSlot(ip4ToNumber('10.96.16.1')), podSlot(ip4ToNumber('10.96.16.2')), 'the two ClusterIPs have bits of their own');
+    await waitFor('marker', marked, 10000);
     assert.ok(has('10.96.16.1'), 'the ClusterIP programmed before the marker is in the set');
 
     service('api', '10.96.16.2');
@@ -70,7 +74,7 @@ test('the agent maintains sluice_podfe4: marker after the first full sync, addre
     api.store.delete('services', 'api', 'default');
     await waitFor('second Service removed', () => !sh(sluiceBin, ['services', '--bpffs', bpffs]).includes('10.96.16.2'), 10000);
     await waitFor('its address out of the set', () => !has('10.96.16.2'), 5000);
-    assert.ok(has('10.96.16.1') && has(abi.LB_POD_FE4_MAINTAINED));
+    assert.ok(has('10.96.16.1') && marked());
     assert.deepEqual(agent.lines.filter((l) => l.level >= 50).map((l) => l.msg), [], 'no error');
   } finally {
     set?.close();
