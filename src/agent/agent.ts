@@ -91,7 +91,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
         if (podFrontends.failed && !podFrontendsFailedLogged) {
           podFrontendsFailedLogged = true;
           metrics.errors.inc({ reason: 'pod_frontends_failed' });
-          log.error({ error: podFrontends.failed }, `pod-veth frontend-address set not maintained (pods keep the full lookups): ${podFrontends.failed}`);
+          log.error({ error: podFrontends.failed }, `pod-veth frontend-address bitmap not maintained (pods keep the full lookups): ${podFrontends.failed}`);
         }
       }
       if (northSouth) {
@@ -201,12 +201,12 @@ function preparePodPrograms(bpffs: string, maxEntries: Record<string, number>, l
   }
 }
 
-/** The pod path's frontend-address set the pod object pinned (absent: nothing to maintain). */
+/** The pod path's frontend-address bitmap the pod object pinned (absent: nothing to maintain). */
 function openPodFrontends(bpffs: string, log: Logger): PodFrontendSet | undefined {
   try {
     return PodFrontendSet.open(bpffs);
   } catch (err) {
-    log.warn({ error: (err as Error).message }, 'pod-veth frontend-address set not opened: pods keep the full lookups');
+    log.warn({ error: (err as Error).message }, 'pod-veth frontend-address bitmap not opened: pods keep the full lookups');
     return undefined;
   }
 }

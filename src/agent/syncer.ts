@@ -87,7 +87,7 @@ export interface SyncerOptions {
   syncPeriodMs: number;
   /** How often the maps are compared with what was programmed (0 = never). */
   driftRepairPeriodMs?: number;
-  /** The pod path's frontend-address set (issue 12): addresses added before their frontends are written, removed after. */
+  /** The pod path's frontend-address bitmap (issue 12): address bits set before their frontends are written, cleared after. */
   podFrontends?: PodFrontendSet;
 }
 
