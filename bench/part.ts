@@ -10,6 +10,7 @@
 //   node dist/bench/part.js maglev [--services N]        (Maglev table build time and memory)
 //   node dist/bench/part.js algorithms [--services N] [--rounds N] [--per-round N]   (connect ratio per algorithm, as main.ts's rows)
 //   node dist/bench/part.js clusterip [--services N] [--family 4|6] [--per-round N]   (one ClusterIP round per mode and protocol)
+//   node dist/bench/part.js pod [--services N] [--rounds N] [--per-round N] [--proto tcp|udp]   (per-packet pod-veth rows: Service and non-Service p50 ratios, program ns per run)
 //
 // Prints the part's result as JSON. Needs root; cleans up like main.ts.
 import * as path from 'node:path';
@@ -23,7 +24,8 @@ import { loadavg, runMarkdown, writeUpstreamResults, type UpstreamRun } from './
 import { measureRuleUpdates } from './ruleupdates';
 import { backendTargets, DirectMode, makeBaselineModes, serviceTargets } from './modes';
 import { Family, makeServicePorts, targetLines } from './services';
-import { SluiceSockMode } from './sluice';
+import { SluiceSockMode, SluiceTcMode } from './sluice';
+import { measurePodPath } from './podpath';
 import { runRound } from './rounds';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -114,6 +116,12 @@ async function main(): Promise<void> {
         fs.rmSync(dir, { recursive: true, force: true });
       }
       result = rows;
+    } else if (part === 'pod') {
+      result = await measurePodPath({
+        h, root: ROOT, services: flag('services', 1000), rounds: flag('rounds', 3), perRound: flag('per-round', 2000),
+        protos: process.argv.includes('--proto') ? [process.argv[process.argv.indexOf('--proto') + 1] as 'tcp' | 'udp'] : ['tcp', 'udp'],
+        makeTc: async () => new SluiceTcMode(await h.addClient('sl-tc'), h.backendNs, (t) => h.makeCgroup(t), (t) => h.makeBpffsDir(t), ROOT), log,
+      });
     } else if (part === 'lc') {
       result = await measureLcConnect({ h, root: ROOT, services: flag('services', 10000), rounds: flag('rounds', 7), perRound: flag('per-round', 3000), log });
     } else if (part === 'algorithms') {

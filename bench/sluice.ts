@@ -210,8 +210,9 @@ export class SluiceTcMode implements Mode {
     this.maps = new SizedMaps('podtc', makeCgroup, makeBpffs, root);
   }
 
+  /** SLUICE_BENCH_POD_OBJECT: another build's pod_lb.bpf.o, to measure two builds side by side. */
   private get object(): string {
-    return path.join(this.root, 'build', 'pod_lb.bpf.o');
+    return process.env.SLUICE_BENCH_POD_OBJECT ?? path.join(this.root, 'build', 'pod_lb.bpf.o');
   }
   private get attachMain(): string {
     return path.join(this.root, 'dist', 'src', 'datapath', 'pod', 'attachMain.js');

@@ -219,6 +219,37 @@ static void fill6(const char *dir, const struct svc_line *svcs, size_t n, const 
 	printf("{\"family\":6,\"service_ports\":%zu,\"backends\":%d,\"revnat\":%zu,\"service_entries\":%zu}\n", n, 2 * n_be, n_rn, n_ent);
 }
 
+/*
+ * The pod path's frontend-address bitmap (SLUICE_MAP_POD_PF4), when the pod
+ * programs pinned it: every VIP's bit, then the "maintained" marker word, as
+ * its writer must (a frontend's bit is set before the marker says the bitmap
+ * is complete). Absent (socket LB only): nothing to do.
+ */
+static void fill_pod_frontends(const char *dir, const struct svc_line *svcs, size_t n)
+{
+	char pin[4096];
+	snprintf(pin, sizeof(pin), "%s/%s", dir, STR(SLUICE_MAP_POD_PF4));
+	int fd = bpf_obj_get(pin);
+	if (fd < 0)
+		return;
+	__u32 *keys = calloc(SLUICE_POD_PF_WORDS, sizeof(__u32));
+	__u64 *words = calloc(SLUICE_POD_PF_WORDS, sizeof(__u64));
+	for (__u32 w = 0; w < SLUICE_POD_PF_WORDS; w++)
+		keys[w] = w;
+	for (size_t i = 0; i < n; i++) {
+		__u32 slot = sluice_bit_slot(ntohl(svcs[i].vip), SLUICE_POD_PF_BITS_LOG2);
+		words[slot >> 6] |= 1ULL << (slot & 63);
+	}
+	update_batch(fd, "pod frontend bitmap", keys, words, SLUICE_POD_PF_WORDS, sizeof(__u32), sizeof(__u64));
+	__u32 marker = SLUICE_POD_PF_MARKER;
+	__u64 one = 1;
+	if (bpf_map_update_elem(fd, &marker, &one, BPF_ANY) < 0)
+		die(pin, strerror(errno));
+	free(keys);
+	free(words);
+	close(fd);
+}
+
 int cmd_fill(int argc, char **argv)
 {
 	const char *dir = arg(argc, argv, "--bpffs", NULL);
@@ -337,6 +368,7 @@ int cmd_fill(int argc, char **argv)
 		vals[i].algorithm = algorithm;
 	}
 	update_batch(fd_svc, "service masters", keys, vals, n, sizeof(*keys), sizeof(*vals));
+	fill_pod_frontends(dir, svcs, n);
 	printf("{\"service_ports\":%zu,\"backends\":%d,\"revnat\":%zu,\"service_entries\":%zu}\n", n, 2 * n_be, n_rn,
 	       n + n_slots);
 	return 0;

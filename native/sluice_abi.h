@@ -126,7 +126,7 @@ struct lb_maglev_row {
  *     0-15  socket LB (below)
  *    16-31  per-packet flows on the north-south path (LB_CNT_TC_*, TC section)
  *    32-47  socket LB, per-socket state
- *    48-63  north-south fragments and PMTU
+ *    48-63  north-south fragments and PMTU (59: pod-veth frontend-address set, issue 12)
  *    64-79  agent-side events
  *    80-95  socket destroy
  *   96-111  per-packet flows on the pod-veth path: LB_CNT_TC_* + LB_CNT_POD_OFFSET
@@ -474,6 +474,33 @@ _Static_assert(sizeof(struct lb4_snat_device) == 4, "lb4_snat_device layout");
  * <bpffs>/progs/<name> and attached with tcx links <bpffs>/links/pod-<container id>-<ifname>-<ingress|egress>. */
 #define SLUICE_PROG_POD_INGRESS sluice_pod_ingress /* host veth ingress: packets from the pod */
 #define SLUICE_PROG_POD_EGRESS  sluice_pod_egress  /* host veth egress: packets to the pod */
+
+/*
+ * SLUICE_MAP_POD_PF4, the pod path's frontend-address bitmap (issue 12): an
+ * ARRAY of SLUICE_POD_PF_WORDS u64 words (2^SLUICE_POD_PF_BITS_LOG2 bits, bit
+ * b of word w is slot 64 * w + b) with the slot of every IPv4 address a pod
+ * can reach a frontend at set (ClusterIPs, ExternalIPs, LoadBalancer IPs, and
+ * the node addresses standing for the NodePort wildcard). The slot of an
+ * address: sluice_bit_slot(ntohl(daddr), SLUICE_POD_PF_BITS_LOG2). Every
+ * packet of a pod flow at ingress is addressed to one of them (a new or known
+ * flow to the frontend, a hairpin reply to frontend:nat-port, an ICMP error
+ * about a reply the frontend sent), so a packet whose slot is clear leaves
+ * after one array load (which the JIT inlines), before any conntrack work. A
+ * set bit sends the packet to the full lookups, which are the exact check: a
+ * collision costs time, never a verdict. Its writer keeps the bitmap a
+ * superset (bits set before a frontend is written, a bit cleared only when
+ * the last address on it is gone). The bitmap is used only once its writer
+ * has stored a non-zero word at SLUICE_POD_PF_MARKER (the element after the
+ * bits): a zeroed or unmaintained bitmap (a CNI plugin that pinned the maps
+ * before any agent ran) falls back to the full lookups, never to passing
+ * Service traffic untranslated.
+ */
+#define SLUICE_MAP_POD_PF4 sluice_podpf4 /* __u32 word -> __u64 64 bits of the frontend-address bitmap; word SLUICE_POD_PF_MARKER != 0: maintained (array, written by its maintainer) */
+#define SLUICE_POD_PF_BITS_LOG2 20
+#define SLUICE_POD_PF_WORDS 16384 /* 2^SLUICE_POD_PF_BITS_LOG2 / 64: 128 KiB */
+#define SLUICE_POD_PF_MARKER 16384 /* the index of the "this bitmap is complete" word, after the bits */
+#define SLUICE_POD_PF_ELEMS 16385 /* SLUICE_POD_PF_WORDS + the marker */
+#define LB_CNT_POD_NOT_FRONTEND 59 /* pod ingress: TCP/UDP to an address whose SLUICE_MAP_POD_PF4 bit is clear, passed after one array load */
 /* ==== end of pod veth ============================================================ */
 
 /* ==== Socket path: per-socket state, socket-LB scope, bind rules (issue 10) === */
@@ -1053,6 +1080,17 @@ _Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6
 #define SLUICE_XDP_PF_BITS_LOG2 16
 #define SLUICE_XDP_PF_WORDS  1024 /* 2^SLUICE_XDP_PF_BITS_LOG2 / 64 */
 #define SLUICE_XDP_PF_MULT   0x9E3779B1 /* 2^32 / golden ratio (Fibonacci hashing) */
+
+/*
+ * The slot of a 32-bit fold `h` in a bitmap of 2^log2 bits (Fibonacci
+ * hashing: the top bits of h * SLUICE_XDP_PF_MULT), shared by the BPF
+ * programs, the host C tools and, spelled once more in TypeScript,
+ * src/datapath/bitmap.ts: SLUICE_MAP_XDP_PF and SLUICE_MAP_POD_PF4.
+ */
+static inline __u32 sluice_bit_slot(__u32 h, __u32 log2)
+{
+	return (h * (__u32)SLUICE_XDP_PF_MULT) >> (32 - log2);
+}
 
 /*
  * SLUICE_MAP_XDP_FC, the FIB cache of the known-flow path (bpf/lib/xdp_fc.h):

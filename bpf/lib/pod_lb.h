@@ -48,6 +48,36 @@
 #include "reject.h"
 #include "nodeport.h"
 
+/* The pod path's frontend-address bitmap (native/sluice_abi.h, SLUICE_MAP_POD_PF4). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, SLUICE_POD_PF_ELEMS);
+} SLUICE_MAP_POD_PF4 SEC(".maps");
+
+_Static_assert(SLUICE_POD_PF_WORDS * 64 == 1 << SLUICE_POD_PF_BITS_LOG2, "pod bitmap size");
+_Static_assert(SLUICE_POD_PF_MARKER == SLUICE_POD_PF_WORDS && SLUICE_POD_PF_ELEMS == SLUICE_POD_PF_WORDS + 1, "pod bitmap marker");
+
+/*
+ * False when daddr's bit is clear in a maintained bitmap: the packet is no
+ * pod flow's (no new flow, no known flow, no hairpin reply, all addressed to
+ * a frontend) and passes after this check. Both are array loads the JIT
+ * inlines (no hash, no call); the marker is read only on a clear bit, so a
+ * Service packet pays one load, then the full lookups (the exact check).
+ */
+static __always_inline bool lb4_pod_maybe_frontend(__be32 daddr)
+{
+	__u32 slot = sluice_bit_slot(bpf_ntohl(daddr), SLUICE_POD_PF_BITS_LOG2);
+	__u32 word = slot >> 6, marker = SLUICE_POD_PF_MARKER;
+	__u64 *bits = bpf_map_lookup_elem(&SLUICE_MAP_POD_PF4, &word);
+
+	if (bits && ((*bits >> (slot & 63)) & 1))
+		return true;
+	bits = bpf_map_lookup_elem(&SLUICE_MAP_POD_PF4, &marker);
+	return !bits || !*bits;
+}
+
 static __always_inline bool lb4_ct_is_pod(const struct lb4_ct_entry *e)
 {
 	return e->flags & LB_CT_FLAG_POD;
@@ -122,7 +152,18 @@ static __always_inline int lb4_pod_ingress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (pkt.tuple.proto == LB_IPPROTO_ICMP)
 		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_flow_icmp_error(skb, &pkt, LB_PATH_POD, LB_HOOK_INGRESS) : TC_ACT_OK;
+	if (!lb4_pod_maybe_frontend(pkt.tuple.daddr)) {
+		lb_count(LB_CNT_POD_NOT_FRONTEND);
+		return TC_ACT_OK;
+	}
 	cfg = lb4_tc_config_get();
+
+	/* A known flow first (its one lookup, then the rewrite): a packet
+	 * cannot be both a flow's original and a hairpin reply, which would
+	 * be two sockets of the pod with one 4-tuple. */
+	e = lb4_ct_live_original(skb, &pkt.tuple, &cfg, LB_PATH_POD);
+	if (e)
+		return lb4_flow_xlate_original(skb, &pkt, e, LB_PATH_POD);
 
 	/* The pod answering itself through a hairpin flow. */
 	lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
@@ -131,10 +172,6 @@ static __always_inline int lb4_pod_ingress(struct __sk_buff *skb)
 		(void)lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
 		return lb4_flow_xlate_reply(skb, &pkt, e, LB_PATH_POD, LB_HOOK_INGRESS);
 	}
-
-	e = lb4_ct_live_original(skb, &pkt.tuple, &cfg, LB_PATH_POD);
-	if (e)
-		return lb4_flow_xlate_original(skb, &pkt, e, LB_PATH_POD);
 	return lb4_pod_new_flow(skb, &pkt, &cfg);
 }
 

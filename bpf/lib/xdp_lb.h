@@ -104,7 +104,7 @@ _Static_assert(SLUICE_XDP_PF_WORDS * 64 == 1 << SLUICE_XDP_PF_BITS_LOG2, "prefil
 /* May `h` (the destination's fold, sluice_abi.h) be a frontend address? */
 static __always_inline bool lb_xdp_prefilter(__u32 h)
 {
-	__u32 slot = (h * SLUICE_XDP_PF_MULT) >> (32 - SLUICE_XDP_PF_BITS_LOG2);
+	__u32 slot = sluice_bit_slot(h, SLUICE_XDP_PF_BITS_LOG2);
 	__u32 word = slot >> 6;
 	__u64 *bits = bpf_map_lookup_elem(&SLUICE_MAP_XDP_PF, &word);
 

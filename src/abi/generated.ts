@@ -20,6 +20,7 @@ export const LB_CNT_LC_UNTRACKED = 117;
 export const LB_CNT_MAGLEV_FALLBACK = 119;
 export const LB_CNT_MAGLEV_PICKED = 118;
 export const LB_CNT_MAX = 128;
+export const LB_CNT_POD_NOT_FRONTEND = 59;
 export const LB_CNT_POD_OFFSET = 80;
 export const LB_CNT_POD_SNAT_EXHAUSTED = 123;
 export const LB_CNT_SELECT_RETRY = 35;
@@ -146,6 +147,7 @@ export const SLUICE_MAP_MAGLEV4 = "sluice_maglev4";
 export const SLUICE_MAP_NODEIP4 = "sluice_nodeip4";
 export const SLUICE_MAP_NODEIP6 = "sluice_nodeip6";
 export const SLUICE_MAP_POD_ADDR = "sluice_podaddr";
+export const SLUICE_MAP_POD_PF4 = "sluice_podpf4";
 export const SLUICE_MAP_RANGES4 = "sluice_rng4";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_REVNAT6 = "sluice_revnat6";
@@ -205,6 +207,10 @@ export const SLUICE_MAX_XDP_DEVS = 256;
 export const SLUICE_MAX_XDP_FE4 = 65536;
 export const SLUICE_MAX_XDP_FE6 = 16384;
 export const SLUICE_MAX_XDP_IFINDEX = 4096;
+export const SLUICE_POD_PF_BITS_LOG2 = 20;
+export const SLUICE_POD_PF_ELEMS = 16385;
+export const SLUICE_POD_PF_MARKER = 16384;
+export const SLUICE_POD_PF_WORDS = 16384;
 export const SLUICE_PROG_CT_GC = "sluice_ct_gc";
 export const SLUICE_PROG_POD_EGRESS = "sluice_pod_egress";
 export const SLUICE_PROG_POD_INGRESS = "sluice_pod_ingress";
@@ -1969,6 +1975,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_nodeip6: {"name":"sluice_nodeip6","type":1,"keyType":"lb6_node_ip","keySize":16,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_podaddr: {"name":"sluice_podaddr","type":1,"keyType":"u64","keySize":8,"valueType":"lb_pod_addr","valueSize":32,"maxEntries":16384,"flags":1},
+  sluice_podpf4: {"name":"sluice_podpf4","type":2,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":16385},
   sluice_revnat4: {"name":"sluice_revnat4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536},
   sluice_revnat6: {"name":"sluice_revnat6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_reverse_nat","valueSize":20,"maxEntries":65536,"flags":1},
   sluice_rng4: {"name":"sluice_rng4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":524288},

@@ -12,6 +12,7 @@ import { summarize } from '../datapath/migrate';
 import { netnsCookieOf, ownNetnsCookie } from '../datapath/netnsCookie';
 import { syncNodeAddresses, syncNodeAddresses6 } from '../datapath/sockConfig';
 import { pinPodPrograms } from '../datapath/pod/attach';
+import { PodFrontendSet } from '../datapath/pod/frontendSet';
 import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
 import { readCounters } from '../datapath/counters';
 import { isIp6 } from '../datapath/addr';
@@ -68,16 +69,31 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   const northSouth = await startNorthSouth(config, () => health.healthy(), metrics, log);
   // After the TC object: maps both share (conntrack) are migrated once, with the TC links.
   if (config.podVethPrograms) preparePodPrograms(config.bpffs, config.maxEntries, log);
+  const podFrontends = config.podVethPrograms ? openPodFrontends(config.bpffs, log) : undefined;
   const staleSockets = startStaleSockets(config, metrics, log);
+  const writeNodeAddresses = nodeAddressWriter(maps, metrics, log);
+  let podFrontendsFailedLogged = false;
   syncer = new Syncer(state, maps, {
+    ...(podFrontends ? { podFrontends } : {}),
     nodeName: config.nodeName,
     localAddresses: localInterfaceAddresses,
     onBackendsDeleted: (ids) => northSouth?.backendsDeleted(ids),
     onBackendsGone: (backends, since) => staleSockets?.backendsGone(backends, since),
     onHealthChecks: (checks) => northSouth?.healthChecks(checks),
-    onNodeAddresses: nodeAddressWriter(maps, metrics, log),
+    onNodeAddresses: (addresses) => {
+      podFrontends?.setNodeAddresses(addresses);
+      writeNodeAddresses(addresses);
+    },
     onSyncDone: (report, programmed) => {
       recordStatus(maps, report, programmed);
+      if (podFrontends && report.kind === 'full') {
+        podFrontends.markMaintained(); // every frontend went through add() by now
+        if (podFrontends.failed && !podFrontendsFailedLogged) {
+          podFrontendsFailedLogged = true;
+          metrics.errors.inc({ reason: 'pod_frontends_failed' });
+          log.error({ error: podFrontends.failed }, `pod-veth frontend-address bitmap not maintained (pods keep the full lookups): ${podFrontends.failed}`);
+        }
+      }
       if (northSouth) {
         const { local, remote } = syncer!.takeExternalBackends();
         if (local) northSouth.localBackends(local);
@@ -99,6 +115,8 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     syncPeriodMs: config.syncPeriodSeconds * 1000,
     driftRepairPeriodMs: config.driftRepairPeriodSeconds * 1000,
   }, metrics, health, log);
+  // Adopted frontends are in the maps already: their addresses count before the first sync.
+  podFrontends?.add(syncer.programmed().programmedFrontends().map((f) => f.id));
   const adopted = syncer.programmed().frontendCount();
   log.info({ frontends: adopted }, adopted ? 'adopted the frontends already in the pinned maps' : 'maps are empty');
 
@@ -180,6 +198,16 @@ function preparePodPrograms(bpffs: string, maxEntries: Record<string, number>, l
     log.info({ ...pinned }, 'pod-veth programs pinned for the CNI plugin');
   } catch (err) {
     log.warn({ error: (err as Error).message }, 'pod-veth programs not available: pods chained with the Sluice CNI plugin in per-packet mode get no Service translation');
+  }
+}
+
+/** The pod path's frontend-address bitmap the pod object pinned (absent: nothing to maintain). */
+function openPodFrontends(bpffs: string, log: Logger): PodFrontendSet | undefined {
+  try {
+    return PodFrontendSet.open(bpffs);
+  } catch (err) {
+    log.warn({ error: (err as Error).message }, 'pod-veth frontend-address bitmap not opened: pods keep the full lookups');
+    return undefined;
   }
 }
 

@@ -20,6 +20,7 @@ import { LbProgrammer, frontendId, type FrontendSpec, type ProgrammedBackend } f
 import { repairDrift } from '../datapath/drift';
 import * as abi from '../abi/generated';
 import type { SockLbMaps } from '../datapath/maps';
+import type { PodFrontendSet } from '../datapath/pod/frontendSet';
 import type { ClusterState } from './store';
 import type { AgentMetrics } from './metrics';
 import type { ProxyHealth } from './health';
@@ -86,6 +87,8 @@ export interface SyncerOptions {
   syncPeriodMs: number;
   /** How often the maps are compared with what was programmed (0 = never). */
   driftRepairPeriodMs?: number;
+  /** The pod path's frontend-address bitmap (issue 12): address bits set before their frontends are written, cleared after. */
+  podFrontends?: PodFrontendSet;
 }
 
 /** Where the first sync's time went (logged once, read by the bench). */
@@ -686,6 +689,9 @@ export class Syncer {
   /** Removals, then upserts (one batched pass per call). */
   private apply(upserts: FrontendSpec[], removals: string[], outcome: ApplyOutcome = emptyOutcome()): ApplyOutcome {
     const deletedBackends: number[] = [];
+    const pod = this.opts.podFrontends;
+    const upsertIds = pod ? new Set(upserts.map(frontendId)) : undefined;
+    pod?.add(upsertIds!);
     for (const id of removals) {
       const r = this.programmer.removeFrontend(id);
       outcome.deleted += r.frontends;
@@ -693,6 +699,7 @@ export class Syncer {
     }
     const result = this.programmer.apply(lastPerFrontend(upserts), { prune: false });
     deletedBackends.push(...result.deletedBackendIds);
+    pod?.removed(removals, upsertIds);
     if (deletedBackends.length > 0) this.opts.onBackendsDeleted?.(deletedBackends);
     // Conntrack and affinity entries of the freed ids are purged by now.
     this.programmer.recycleIds();

@@ -104,6 +104,8 @@ function table(): Map<number, CounterLabels> {
   for (const [index, reason, direction] of SOCKET) add(index, { reason, direction, path: 'socket' });
   for (const [index, reason, direction] of NORTH_SOUTH) add(index, { reason, direction, path: 'north_south' });
   add(abi.LB_CNT_POD_SNAT_EXHAUSTED, { reason: 'snat_ports_exhausted', direction: 'original', path: 'pod' });
+  // issue 12: pod ingress packets the frontend-address bitmap passed before any conntrack work.
+  add(abi.LB_CNT_POD_NOT_FRONTEND, { reason: 'not_frontend_passed', direction: 'none', path: 'pod' });
   for (const [index, reason, direction] of FLOW) {
     add(index, { reason, direction, path: 'north_south' });
     add(index + abi.LB_CNT_POD_OFFSET, { reason, direction, path: 'pod' });

@@ -9,7 +9,8 @@ import * as abi from '../../src/abi/generated';
 import { diffHex } from './tc_packet';
 import type { TcHarness } from './tc_harness';
 
-export const POD_OBJECT = path.resolve(__dirname, '../../../build/pod_lb.bpf.o');
+/** SLUICE_TEST_POD_OBJECT: another build, to show a new fixture failing on it (fail first). */
+export const POD_OBJECT = process.env.SLUICE_TEST_POD_OBJECT ?? path.resolve(__dirname, '../../../build/pod_lb.bpf.o');
 
 export class PodPrograms {
   private constructor(readonly obj: BpfObject) {}

@@ -9,7 +9,7 @@ import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as path from 'node:path';
 import * as abi from '../../src/abi/generated';
-import { ip4ToNumber } from '../../src/datapath/addr';
+import { ip4ToNumber, numberToIp4 } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { listConntrack } from '../../src/datapath/tc/conntrack';
 import { counterIndex } from '../../src/datapath/counters';
@@ -17,6 +17,8 @@ import { BpfMap } from '../../src/bpf';
 import { nodeIpMap, syncNodeAddresses } from '../../src/datapath/sockConfig';
 import { TcHarness } from './tc_harness';
 import { PodPrograms, POD_OBJECT, bounced, expectPacket } from './pod_harness';
+import { PodFrontendSet, podSlot } from '../../src/datapath/pod/frontendSet';
+import { readWords, writeWord } from '../../src/datapath/bitmap';
 import {
   TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN,
   frame, icmpError, icmpReply, ipPacket, rewriteQuoted, type L4Spec,
@@ -294,5 +296,172 @@ describe('scopes and frontend kinds', () => {
     assert.equal(ns.out.readUInt32BE(14 + 12), ip4ToNumber(node), 'tc_lb SNATed the flow');
     check('ingress', { proto: 'tcp', src: POD, dst: node, sport: SELF.port, dport: 62200, tcpFlags: TCP_SYN | TCP_ACK }, null);
     check('egress', { proto: 'tcp', src: node, dst: POD, sport: 62200, dport: SELF.port, tcpFlags: TCP_SYN }, null);
+  });
+});
+
+// Issue 12: the pod path's frontend-address bitmap. A packet whose
+// destination's bit is clear leaves after one array load, before the
+// conntrack lookups and the services map (counted on row
+// LB_CNT_POD_NOT_FRONTEND); a bitmap whose writer never marked it maintained
+// is not trusted (the full lookups run), and a set bit only sends the packet
+// to the full lookups, which are the exact check.
+const bitOf = (a: string) => podSlot(ip4ToNumber(a));
+
+/** An address (10.0.0.0/8: map entries and test_run packets only) whose bit is `a`'s. */
+function collidingWith(a: string): string {
+  const slot = bitOf(a);
+  for (let x = (10 << 24) >>> 0; x < (11 << 24) >>> 0; x++) {
+    if (x !== ip4ToNumber(a) && podSlot(x) === slot) return numberToIp4(x);
+  }
+  throw new Error(`no address of 10.0.0.0/8 shares the bit of ${a}`);
+}
+
+describe('the frontend-address bitmap (sluice_podpf4) is checked before any conntrack work', () => {
+  let pf: BpfMap;
+  const add = (a: string) => {
+    const words = readWords(pf, abi.SLUICE_POD_PF_WORDS);
+    const slot = bitOf(a);
+    writeWord(pf, slot >>> 6, words[slot >>> 6]! | (1n << BigInt(slot & 63)));
+  };
+  const mark = () => writeWord(pf, abi.SLUICE_POD_PF_MARKER, 1n);
+  const clear = () => {
+    for (let w = 0; w < abi.SLUICE_POD_PF_ELEMS; w++) writeWord(pf, w, 0n);
+  };
+  before(() => {
+    pf = pod.obj.map(abi.SLUICE_MAP_POD_PF4);
+  });
+  beforeEach(() => {
+    clear();
+    h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 21, backends: [BE1] });
+  });
+  after(() => clear());
+
+  test('maintained: traffic to a non-frontend address is passed and counted, no conntrack entry; Service traffic is translated', () => {
+    add(VIP);
+    mark();
+    const row = abi.LB_CNT_POD_NOT_FRONTEND;
+    const before = h.counter(row);
+    check('ingress', { proto: 'tcp', src: POD, dst: BE2.address, sport: 41000, dport: BE2.port, tcpFlags: TCP_SYN }, null);
+    check('ingress', { proto: 'udp', src: POD, dst: BE2.address, sport: 41000, dport: 53 }, null);
+    assert.equal(h.counter(row) - before, 2n, 'both passed by the bitmap');
+    assert.equal(listConntrack(h.tc.conntrack).length, 0, 'no conntrack work for non-Service traffic');
+
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 41001, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
+    const data: L4Spec = { ...syn, tcpFlags: TCP_ACK };
+    check('ingress', data, { ...data, dst: BE1.address, dport: BE1.port });
+    check('egress', { proto: 'tcp', src: BE1.address, dst: POD, sport: BE1.port, dport: 41001, tcpFlags: TCP_SYN | TCP_ACK },
+      { proto: 'tcp', src: VIP, dst: POD, sport: VIP_PORT, dport: 41001, tcpFlags: TCP_SYN | TCP_ACK });
+    assert.equal(h.counter(row) - before, 2n, 'Service packets are not counted as passed');
+    assert.equal(listConntrack(h.tc.conntrack).length, 1);
+  });
+
+  test('maintained: the bitmap is the first check (a frontend whose bit is clear is not translated)', () => {
+    mark();
+    check('ingress', { proto: 'tcp', src: POD, dst: VIP, sport: 41002, dport: VIP_PORT, tcpFlags: TCP_SYN }, null);
+    assert.equal(listConntrack(h.tc.conntrack).length, 0);
+  });
+
+  test('not maintained (marker word 0, e.g. maps a CNI plugin pinned before any agent ran): the full lookups run', () => {
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 41003, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
+  });
+
+  test('maintained: an address whose bit collides with a frontend\'s gets its verdict from the full lookups', () => {
+    add(VIP);
+    mark();
+    const other = collidingWith(VIP);
+    assert.equal(bitOf(other), bitOf(VIP));
+    const row = abi.LB_CNT_POD_NOT_FRONTEND;
+    const before = h.counter(row);
+    // Not a frontend: passed untouched, but only after the full lookups (not counted as passed by the bitmap).
+    check('ingress', { proto: 'tcp', src: POD, dst: other, sport: 41004, dport: VIP_PORT, tcpFlags: TCP_SYN }, null);
+    assert.equal(h.counter(row) - before, 0n, 'a set bit is no verdict: the full lookups ran');
+    assert.equal(listConntrack(h.tc.conntrack).length, 0);
+    // A frontend on the colliding address is a Service of its own, translated to its own backend.
+    h.upsertFrontend({ address: other, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 22, backends: [BE2] });
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: other, sport: 41005, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE2.address, dport: BE2.port });
+    const vip: L4Spec = { ...syn, dst: VIP, sport: 41006 };
+    check('ingress', vip, { ...vip, dst: BE1.address, dport: BE1.port });
+  });
+
+  test('maintained: a hairpin reply (to frontend:nat-port) still finds its flow', () => {
+    add(VIP);
+    mark();
+    h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 23, backends: [SELF] });
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 62200, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    assert.equal(run('ingress', frame(syn)).verdict, TC_ACT_REDIRECT);
+    const reply: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: SELF.port, dport: 62200, tcpFlags: TCP_SYN | TCP_ACK };
+    const r = run('ingress', frame(reply));
+    assert.equal(r.verdict, TC_ACT_REDIRECT);
+    expectPacket(r.out, bounced(frame({ ...reply, src: VIP, sport: VIP_PORT, dst: POD, dport: 62200, ttl: 63 })), 'hairpin reply');
+  });
+});
+
+// The agent's writer of that bitmap (src/datapath/pod/frontendSet.ts), on the
+// map the pod object pinned, judged by what the program then does with packets.
+describe('PodFrontendSet: the agent keeps the bitmap a superset of the programmed frontends, marker last', () => {
+  let set: PodFrontendSet;
+  let pf: BpfMap;
+  const words = () => readWords(pf, abi.SLUICE_POD_PF_ELEMS);
+  const has = (a: string) => {
+    const slot = bitOf(a);
+    return ((words()[slot >>> 6]! >> BigInt(slot & 63)) & 1n) === 1n;
+  };
+  const marked = () => words()[abi.SLUICE_POD_PF_MARKER] !== 0n;
+  const LEFTOVER = '198.18.99.99'; // left by an earlier run, wanted by nothing
+  const zero = () => {
+    for (let w = 0; w < abi.SLUICE_POD_PF_ELEMS; w++) writeWord(pf, w, 0n);
+  };
+  before(() => {
+    pf = pod.obj.map(abi.SLUICE_MAP_POD_PF4);
+    zero();
+    const slot = bitOf(LEFTOVER);
+    writeWord(pf, slot >>> 6, 1n << BigInt(slot & 63));
+    set = PodFrontendSet.open(h.pinDir)!;
+    assert.ok(set, 'the pod object pinned sluice_podpf4');
+  });
+  after(() => {
+    set?.close();
+    zero();
+  });
+
+  test('add, mark, remove: each step leaves the programs correct', () => {
+    h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 21, backends: [BE1] });
+    set.setNodeAddresses(['198.18.0.1', 'fd00::1']);
+    set.add([`${VIP}:${VIP_PORT}/tcp`, `${VIP}:81/tcp`, '0.0.0.0:30080/tcp', '[fd00:96::1]:80/tcp']);
+    assert.ok(!marked(), 'not marked before the first full pass');
+    assert.ok(has(LEFTOVER), 'an earlier run\'s bit stays until the bitmap is complete');
+    set.markMaintained();
+    assert.ok(marked() && has(VIP) && has('198.18.0.1'));
+    assert.ok(!has(LEFTOVER), 'a bit nothing wants is cleared');
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 41100, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE1.address, dport: BE1.port });
+
+    set.removed([`${VIP}:${VIP_PORT}/tcp`]);
+    assert.ok(has(VIP), 'still the address of VIP:81');
+    set.removed([`${VIP}:81/tcp`], new Set([`${VIP}:81/tcp`]));
+    assert.ok(has(VIP), 'removed and upserted in one pass: kept');
+    set.removed([`${VIP}:81/tcp`, '0.0.0.0:30080/tcp']);
+    assert.ok(!has(VIP), 'the last frontend on the address is gone');
+    assert.ok(has('198.18.0.1'), 'node addresses stay (the wildcard may come back)');
+    set.setNodeAddresses([]);
+    assert.ok(!has('198.18.0.1'));
+    assert.equal(set.failed, undefined);
+  });
+
+  test('two addresses on one bit: the bit stays until the last of them is gone', () => {
+    const other = collidingWith(VIP);
+    h.upsertFrontend({ address: other, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 22, backends: [BE2] });
+    set.add([`${VIP}:${VIP_PORT}/tcp`, `${other}:${VIP_PORT}/tcp`]);
+    set.removed([`${VIP}:${VIP_PORT}/tcp`]);
+    assert.ok(has(other), 'the colliding frontend keeps the bit');
+    const syn: L4Spec = { proto: 'tcp', src: POD, dst: other, sport: 41101, dport: VIP_PORT, tcpFlags: TCP_SYN };
+    check('ingress', syn, { ...syn, dst: BE2.address, dport: BE2.port });
+    set.removed([`${other}:${VIP_PORT}/tcp`]);
+    assert.ok(!has(other), 'cleared with the last address on it');
+    check('ingress', { ...syn, sport: 41102 }, null);
+    assert.equal(set.failed, undefined);
   });
 });

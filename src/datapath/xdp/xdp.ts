@@ -14,6 +14,7 @@ import { BpfMap } from '../../bpf/map';
 import type { BpfObject } from '../../bpf/object';
 import * as abi from '../../abi/generated';
 import { bytesToIp6, ip4ToNumber, ip6ToBytes, isIp6 } from '../addr';
+import { bitSlot, readWords, writeWords } from '../bitmap';
 import { loadMigrated, type MigratedMap } from '../migrate';
 import { execFileSync } from 'node:child_process';
 import { checkEthernetDevice, deviceIndex } from '../tc/attach';
@@ -323,30 +324,12 @@ export function prefilterSlot(address: number | string): number {
     const b = ip6ToBytes(address); // ntohl(w0 ^ w1 ^ w2 ^ w3): the big-endian words' XOR
     h = (b.readUInt32BE(0) ^ b.readUInt32BE(4) ^ b.readUInt32BE(8) ^ b.readUInt32BE(12)) >>> 0;
   }
-  return Math.imul(h, abi.SLUICE_XDP_PF_MULT) >>> (32 - abi.SLUICE_XDP_PF_BITS_LOG2);
+  return bitSlot(h, abi.SLUICE_XDP_PF_BITS_LOG2);
 }
 
 /** The prefilter's words as the kernel holds them. */
 export function readPrefilter(m: BpfMap): BigUint64Array {
-  const words = new BigUint64Array(abi.SLUICE_XDP_PF_WORDS);
-  const all = m.lookupBatch();
-  for (let i = 0; i < all.count; i++) {
-    const k = all.keys.readUInt32LE(i * m.keySize);
-    if (k < words.length) words[k] = all.values.readBigUInt64LE(i * m.valueBufferSize);
-  }
-  return words;
-}
-
-/** Write the words of `next` that differ from `current`, one update each (an aligned u64 store). */
-function writePrefilter(m: BpfMap, current: BigUint64Array, next: BigUint64Array): void {
-  const key = Buffer.alloc(4);
-  const value = Buffer.alloc(8);
-  for (let w = 0; w < next.length; w++) {
-    if (next[w] === current[w]) continue;
-    key.writeUInt32LE(w);
-    value.writeBigUInt64LE(next[w]!);
-    m.update(key, value);
-  }
+  return readWords(m, abi.SLUICE_XDP_PF_WORDS);
 }
 
 function withSlot(words: BigUint64Array, slot: number): void {
@@ -359,7 +342,7 @@ function setPrefilterBits(m: BpfMap, addresses: Array<number | string>): void {
   const current = readPrefilter(m);
   const next = current.slice();
   for (const a of addresses) withSlot(next, prefilterSlot(a));
-  writePrefilter(m, current, next);
+  writeWords(m, current, next);
 }
 
 /**
@@ -372,7 +355,7 @@ export function refreshPrefilter(maps: XdpFrontendMaps): void {
   const next = new BigUint64Array(abi.SLUICE_XDP_PF_WORDS);
   for (const [a] of maps.frontends.entries()) withSlot(next, prefilterSlot(a));
   for (const [k] of maps.frontends6?.entries() ?? []) withSlot(next, prefilterSlot(bytesToIp6(k.address)));
-  writePrefilter(maps.prefilter, readPrefilter(maps.prefilter), next);
+  writeWords(maps.prefilter, readPrefilter(maps.prefilter), next);
 }
 
 export type XdpDeviceStats = { ifindex: number } & abi.LbXdpStats;
