@@ -39,7 +39,7 @@ _Static_assert(SLUICE_XDP_FC_SLOTS == 1 << SLUICE_XDP_FC_SLOTS_LOG2, "FIB cache 
 static __always_inline struct lb4_xdp_fib_cache *lb4_xdp_fc_slot(const struct lb4_tuple *to, __u32 ifindex)
 {
 	__u32 ports = ((__u32)to->sport << 16) | to->dport;
-	__u32 slot = ((to->saddr ^ to->daddr ^ ports ^ ifindex) * SLUICE_XDP_PF_MULT) >> (32 - SLUICE_XDP_FC_SLOTS_LOG2);
+	__u32 slot = sluice_bit_slot(to->saddr ^ to->daddr ^ ports ^ ifindex, SLUICE_XDP_FC_SLOTS_LOG2);
 
 	return bpf_map_lookup_elem(&SLUICE_MAP_XDP_FC, &slot);
 }
