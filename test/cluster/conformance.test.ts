@@ -145,17 +145,22 @@ describe('conformance: Sluice against upstream kube-proxy', { timeout: 15 * 60_0
       if (phase.change) await phase.change(c);
       await settleEndpointSlices(c);
       let mismatches = 0;
+      const differing: string[] = [];
       for (const mode of MODES) {
         const rows = await comparePhase(c, mode);
         results.push({ phase: phase.name, mode, rows });
         t.diagnostic(`\nphase "${phase.name}": Sluice vs kube-proxy ${mode}\n${formatConformanceTable(rows, { kubeProxy: `kube-proxy ${mode}`, sluice: 'sluice' })}`);
         mismatches += rows.filter((r) => !r.match).length;
+        // In the assertion's message too: a CI log may keep only the failing test's message, not its diagnostics.
+        for (const r of rows.filter((x) => !x.match)) {
+          differing.push(`${mode} ${r.node} ${r.scenario} ${r.kind} ${r.frontend}: kube-proxy ${JSON.stringify(r.kubeProxy ?? null)}${r.kubeProxyRanges ? ` ranges ${r.kubeProxyRanges.join(',')}` : ''}, sluice ${JSON.stringify(r.sluice ?? null)}${r.sluiceRanges ? ` ranges ${r.sluiceRanges.join(',')}` : ''}`);
+        }
         // Every scenario shows up in the table (a scenario with no rows would prove nothing).
         const seen = new Set(rows.map((r) => r.scenario.replace(/ · .*$/, '')));
         const absent = Object.values(SCENARIOS).filter((s) => !seen.has(s));
         assert.deepEqual(absent, [], `scenarios without a row in phase ${phase.name} (${mode})`);
       }
-      assert.equal(mismatches, 0, `${mismatches} frontend(s) where Sluice differs from kube-proxy in phase ${phase.name} (table above)`);
+      assert.equal(mismatches, 0, `${mismatches} frontend(s) where Sluice differs from kube-proxy in phase ${phase.name} (table above):\n${differing.join('\n')}`);
     });
   }
 });
