@@ -2,12 +2,12 @@
 // namespace (so it programs only that namespace's iptables/nftables), against
 // the same API server, with its health and metrics servers bound inside the
 // namespace and every host-wide knob (conntrack sysctls) left alone.
-import { writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Binaries } from './binaries';
 import { inNetns } from './netns';
 import { CLUSTER_POD_CIDR, CLUSTER_POD_CIDR6, type ClusterNode } from './nodes';
-import { FatalWaitError, isAlive, startProcess, tailLog, waitFor, type ManagedProcess } from './proc';
+import { FatalWaitError, isAlive, sleep, startProcess, stopPid, tailLog, waitFor, type ManagedProcess } from './proc';
 
 export type KubeProxyMode = 'iptables' | 'nftables';
 
@@ -57,22 +57,68 @@ export function kubeProxyConfig(node: ClusterNode, mode: KubeProxyMode): string 
   ].join('\n');
 }
 
-/** Start kube-proxy in `node.netns` and wait until it has written its first full set of rules. */
+/**
+ * What kube-proxy logs (at -v=4) when its proxiers learn the node's zone.
+ * Without that call kube-proxy applies no topology hints at all.
+ */
+const TOPOLOGY_LOGGED = 'Updated proxier node topology labels';
+const TOPOLOGY_WAIT_MS = 5_000;
+const START_ATTEMPTS = 3;
+
+/**
+ * Start kube-proxy in `node.netns` and wait until it has written its first
+ * full set of rules and its proxiers know the node's zone.
+ *
+ * The zone check works around a start-up race in upstream kube-proxy
+ * (v1.34 cmd/kube-proxy/app/server.go): NewNodeTopologyConfig adds its
+ * handler to the node informer, which is already running, before the proxier
+ * is registered with it; when the informer replays the Node before that
+ * registration, the config records the zone with no handler to tell, and no
+ * later event carries a different zone, so that kube-proxy never uses
+ * topology hints. It showed in about one start in four here (both topology
+ * Services' frontends on one node with every endpoint, for the whole
+ * comparison). An oracle in that state is not kube-proxy's behaviour but a
+ * lost event: it is restarted (at most START_ATTEMPTS starts).
+ */
 export async function startKubeProxy(bin: Binaries, node: ClusterNode, mode: KubeProxyMode, dir: string,
   processes: ManagedProcess[]): Promise<KubeProxy> {
   const configPath = join(dir, `kube-proxy-${node.name}-${mode}.yaml`);
   writeFileSync(configPath, kubeProxyConfig(node, mode));
-  // `ip netns exec` (not nsenter): it also remounts /sys for the namespace, which
-  // kube-proxy reads for the namespace's interfaces. kube-proxy needs no cgroup.
-  const proc = startProcess(`kube-proxy ${node.name} (${mode})`, [
-    'ip', 'netns', 'exec', node.netns, bin.kubeProxy, `--config=${configPath}`, '--v=2',
-  ], join(dir, 'logs', `kube-proxy-${node.name}-${mode}.log`));
-  processes.push(proc);
-  await waitFor(`kube-proxy (${mode}) in ${node.netns} to program its first sync`, 60_000, async () => {
-    if (!isAlive(proc.pid)) throw new FatalWaitError(`kube-proxy exited:\n${tailLog(proc.logPath)}`);
-    return (await hasSynced(node, mode)) ? true : undefined;
-  }, 500);
-  return { node, mode, process: proc, configPath };
+  for (let attempt = 1; ; attempt++) {
+    const logPath = join(dir, 'logs', `kube-proxy-${node.name}-${mode}-${attempt}.log`);
+    // `ip netns exec` (not nsenter): it also remounts /sys for the namespace, which
+    // kube-proxy reads for the namespace's interfaces. kube-proxy needs no cgroup.
+    // -v=4: the level at which the proxier logs that it has the node's topology labels.
+    const proc = startProcess(`kube-proxy ${node.name} (${mode})`, [
+      'ip', 'netns', 'exec', node.netns, bin.kubeProxy, `--config=${configPath}`, '--v=4',
+    ], logPath);
+    processes.push(proc);
+    await waitFor(`kube-proxy (${mode}) in ${node.netns} to program its first sync`, 60_000, async () => {
+      if (!isAlive(proc.pid)) throw new FatalWaitError(`kube-proxy exited:\n${tailLog(proc.logPath)}`);
+      return (await hasSynced(node, mode)) ? true : undefined;
+    }, 500);
+    if (!node.zone || await logShows(logPath, TOPOLOGY_LOGGED, TOPOLOGY_WAIT_MS)) {
+      return { node, mode, process: proc, configPath };
+    }
+    await stopPid(proc.pid);
+    processes.splice(processes.indexOf(proc), 1);
+    await cleanupKubeProxyRules(bin, node);
+    if (attempt >= START_ATTEMPTS) {
+      throw new Error(`kube-proxy (${mode}) in ${node.netns} never learned the node's zone ${node.zone} in ${START_ATTEMPTS} starts ` +
+        `(no "${TOPOLOGY_LOGGED}" within ${TOPOLOGY_WAIT_MS} ms of its first sync; log ${logPath})`);
+    }
+    process.stderr.write(`kube-proxy (${mode}) in ${node.netns}: no "${TOPOLOGY_LOGGED}" after its first sync ` +
+      `(upstream start-up race, see startKubeProxy); restarting it (start ${attempt + 1} of ${START_ATTEMPTS})\n`);
+  }
+}
+
+async function logShows(path: string, text: string, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (existsSync(path) && readFileSync(path, 'utf8').includes(text)) return true;
+    if (Date.now() > deadline) return false;
+    await sleep(100);
+  }
 }
 
 /** Both families' proxiers have written a full sync. */
