@@ -14,6 +14,10 @@
 //   `addrtype LOCAL -j KUBE-NODEPORTS` tail) -> KUBE-NODEPORTS (one rule per
 //   node port) -> KUBE-EXT-* (mark for masquerade) -> KUBE-SVC-* ->
 //   KUBE-SEP-* DNAT, MASQUERADE in KUBE-POSTROUTING.
+// * Sluice TC, DSR (issue 17 item 2; m = 2): the agent with --nodeport-mode
+//   dsr on N_2, a second agent in the backend namespace (the endpoints'
+//   node) opening the IPIP packets, the replies straight to C_2 over a link
+//   of their own (bench/nodeportDsr.ts; TCP and UDP echo series only).
 //
 // Series per round and mode: TCP request/response on a new connection each
 // (requests/s, one at a time), and UDP packets/s (8 flows, 16 datagrams in
@@ -22,7 +26,8 @@
 //   client C_m 198.18.(64+2m).1/24 ── node N_m .2/24 | 198.18.(65+2m).1/30 ── backend ns .2/30
 //                                                                              lo: 198.18.1.1-10
 // Safety: every namespace is ours (random suffix), no default routes, no
-// link to the machine's devices; TC only on veths inside N_m; all removed at the end.
+// link to the machine's devices; TC only on veths inside N_m and, for DSR, on
+// the backend namespace's be2/bc2; all removed at the end.
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -729,7 +734,7 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
     }
     res.xdp = xdpRatios(modes);
     if (dsrAgents && modes['sluice-dsr']!.rounds.length) {
-      const series = (id: NodePortModeId) => modes[id]!.rounds.map((x) => ({ rr: x.rr.per_s, echo: x.pps.per_s }));
+      const series = (id: NodePortModeId) => modes[id]!.rounds.map((x) => ({ rr: x.rr.per_s, rrP50: x.rr.p50_us, echo: x.pps.per_s }));
       res.dsr = dsrSummary({ rounds: { dsr: series('sluice-dsr'), others: { tc: series('sluice-tc'), iptables: series('iptables-legacy') } }, path: dsrMeter.total, ingress: nonZeroCounters(dsrAgents.ingress.maps), backend: nonZeroCounters(dsrAgents.backend.maps) });
       o.log(`nodeport: DSR: ${Object.entries({ ...res.dsr.rr }).map(([k, v]) => `${k} ${v.toFixed(2)}x req/s`).join(', ')}; ${Object.entries(res.dsr.echo).map(([k, v]) => `${k} ${v.toFixed(2)}x echo`).join(', ')}; replies around the ingress node: ${res.dsr.repliesBypassedIngress} (${JSON.stringify(res.dsr.path)})`);
     }

@@ -56,6 +56,8 @@ export interface NodePortDsrResult {
   /** Median of per-round ratios (same rounds, order alternating): requests/s and UDP echo replies/s. */
   rr: Record<string, number>;
   echo: Record<string, number>;
+  /** Request p50 latency, DSR over the other mode (< 1 = DSR faster): steadier than requests/s, which the tail moves. */
+  rrP50: Record<string, number>;
   path: DsrPath;
   /** The ingress node's agent: packets sent in IPIP, replies it translated back (0 under DSR), every non-zero counter. */
   ingress: { encapsulated: number; reverseTranslated: number; counters: Record<string, number> };
@@ -87,8 +89,11 @@ function ratios(dsr: number[], others: Record<string, number[]>): Record<string,
   return out;
 }
 
+/** One round's series of one mode: requests/s, request p50 µs, UDP echo replies/s. */
+export interface DsrRoundRates { rr: number; rrP50: number; echo: number }
+
 export function dsrSummary(o: {
-  rounds: { dsr: Array<{ rr: number; echo: number }>; others: Record<string, Array<{ rr: number; echo: number }>> };
+  rounds: { dsr: DsrRoundRates[]; others: Record<string, DsrRoundRates[]> };
   path: DsrPath;
   /** Non-zero counters of the two agents after the rounds (nonZeroCounters). */
   ingress: Record<string, number>;
@@ -98,10 +103,11 @@ export function dsrSummary(o: {
   const bc = o.backend;
   const ingress = { encapsulated: ic['north_south/dsr_encapsulated/original'] ?? 0, reverseTranslated: sumWhere(ic, 'reverse_translated'), counters: ic };
   const backend = { decapsulated: bc['north_south/dsr_decapsulated/original'] ?? 0, reverseTranslated: sumWhere(bc, 'reverse_translated'), counters: bc };
-  const pick = (f: (x: { rr: number; echo: number }) => number) => Object.fromEntries(Object.entries(o.rounds.others).map(([k, v]) => [k, v.map(f)]));
+  const pick = (f: (x: DsrRoundRates) => number) => Object.fromEntries(Object.entries(o.rounds.others).map(([k, v]) => [k, v.map(f)]));
   return {
     rr: ratios(o.rounds.dsr.map((x) => x.rr), pick((x) => x.rr)),
     echo: ratios(o.rounds.dsr.map((x) => x.echo), pick((x) => x.echo)),
+    rrP50: ratios(o.rounds.dsr.map((x) => x.rrP50), pick((x) => x.rrP50)),
     path: o.path,
     ingress,
     backend,

@@ -12,9 +12,9 @@ export function dsrMarkdown(np: NodePortResult | undefined, cost: DsrCostResult 
   const lines = ['## Direct Server Return (--nodeport-mode dsr)', ''];
   if (d) {
     lines.push(`NodePort section's DSR mode at ${np!.services} Services: the ingress node's agent runs with \`--nodeport-mode dsr\`, the backend namespace runs the agent of the endpoints' node (it opens the IPIP packets and gives the replies the NodePort address), and the replies reach the client over a link of their own. Median of per-round ratios, same rounds as the other modes:`, '');
-    lines.push('| ratio | requests/s (TCP, new connection each) | UDP echo replies/s |');
-    lines.push('|---|---:|---:|');
-    for (const k of [...new Set([...Object.keys(d.rr), ...Object.keys(d.echo)])]) lines.push(`| ${k} | ${x2(d.rr[k])} | ${x2(d.echo[k])} |`);
+    lines.push('| ratio | requests/s (TCP, new connection each) | request p50 latency | UDP echo replies/s |');
+    lines.push('|---|---:|---:|---:|');
+    for (const k of [...new Set([...Object.keys(d.rr), ...Object.keys(d.echo)])]) lines.push(`| ${k} | ${x2(d.rr[k])} | ${x2(d.rrP50?.[k])} | ${x2(d.echo[k])} |`);
     lines.push('');
     const p = d.path;
     lines.push(`Where the replies went during the DSR series: the ingress node's client-facing veth sent ${p.ingressToClient} packets and its backend-facing veth received ${p.ingressFromBackend} (sent ${p.ingressToBackend} IPIP); the client received ${p.clientDirect} on its direct link from the backend node. Ingress node's agent: dsr_encapsulated ${d.ingress.encapsulated}, reverse_translated ${d.ingress.reverseTranslated}; backend node's agent: dsr_decapsulated ${d.backend.decapsulated}, reverse_translated ${d.backend.reverseTranslated}. Replies around the ingress node: **${d.repliesBypassedIngress ? 'yes' : 'NO'}**.`, '');

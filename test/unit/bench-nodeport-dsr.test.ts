@@ -15,8 +15,8 @@ const REV = 'north_south/reverse_translated/reply';
 const direct: DsrPath = { ingressToClient: 1, ingressFromBackend: 1, ingressToBackend: 1000, clientDirect: 900 };
 // Round 2 runs on a machine 2x slower for every mode: the per-round ratios do not move.
 const rounds = {
-  dsr: [{ rr: 3000, echo: 40000 }, { rr: 1500, echo: 20000 }],
-  others: { tc: [{ rr: 6000, echo: 50000 }, { rr: 3000, echo: 25000 }], iptables: [{ rr: 2000, echo: 40000 }, { rr: 1000, echo: 20000 }] },
+  dsr: [{ rr: 3000, rrP50: 100, echo: 40000 }, { rr: 1500, rrP50: 200, echo: 20000 }],
+  others: { tc: [{ rr: 6000, rrP50: 125, echo: 50000 }, { rr: 3000, rrP50: 250, echo: 25000 }], iptables: [{ rr: 2000, rrP50: 200, echo: 40000 }, { rr: 1000, rrP50: 400, echo: 20000 }] },
 };
 
 test('dsrSummary: per-round ratios against SNAT and iptables; replies around the ingress node', () => {
@@ -25,6 +25,8 @@ test('dsrSummary: per-round ratios against SNAT and iptables; replies around the
   assert.equal(d.rr['dsr/iptables'], 1.5);
   assert.equal(d.echo['dsr/tc'], 0.8);
   assert.equal(d.echo['dsr/iptables'], 1);
+  assert.equal(d.rrP50['dsr/tc'], 0.8);
+  assert.equal(d.rrP50['dsr/iptables'], 0.5);
   assert.deepEqual([d.ingress.encapsulated, d.ingress.reverseTranslated, d.backend.decapsulated, d.backend.reverseTranslated], [1000, 0, 1000, 900]);
   assert.equal(d.repliesBypassedIngress, true);
 });
@@ -43,8 +45,8 @@ test('dsrMarkdown: the live ratios, the reply path and the program cost table', 
   const md = dsrMarkdown({ services: 1000, dsr } as NodePortResult, {
     nsPerRun: { ingressSnat: 900, ingressDsr: 750, backendDsrRx: 950, backendLocal: 700 }, ratios: { ingressDsrOverSnat: 0.833, backendDsrRxOverLocal: 1.357 }, runs: 15, calls: 2000,
   }).join('\n');
-  assert.match(md, /^\| dsr\/tc \| 0\.50x \| 0\.80x \|$/m);
-  assert.match(md, /^\| dsr\/iptables \| 1\.50x \| 1\.00x \|$/m);
+  assert.match(md, /^\| dsr\/tc \| 0\.50x \| 0\.80x \| 0\.80x \|$/m);
+  assert.match(md, /^\| dsr\/iptables \| 1\.50x \| 0\.50x \| 1\.00x \|$/m);
   assert.match(md, /Replies around the ingress node: \*\*yes\*\*/);
   assert.match(md, /^\| ingress \| DSR .* \| 750\.0 \| 0\.83x \|$/m);
   assert.match(md, /^\| backend \| DSR received .* \| 950\.0 \| 1\.36x \|$/m);
