@@ -13,6 +13,9 @@
 // The reply path is not measured here: under DSR the ingress node has none.
 //
 //   node dist/bench/dsrcost.js [--runs 15] [--calls 2000]
+//
+// `make bench` calls measureDsrCost (bench/main.ts) before it turns
+// kernel.bpf_stats_enabled on, and reports it as "DSR program cost".
 import * as abi from '../src/abi/generated';
 import { progTestRun } from '../src/bpf';
 import { writeNodePortMode } from '../src/datapath/tc/config';
@@ -20,19 +23,23 @@ import { XdpHarness } from '../test/bpf/xdp_harness';
 import { NODE, NODE_PORT, setUpCostNode } from './costNode';
 import { frame, ipip, ipPacket, TCP_ACK, TCP_SYN, type L4Spec } from '../test/bpf/tc_packet';
 
-const arg = (name: string, def: number) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? Number(process.argv[i + 1]) : def;
-};
-const RUNS = arg('runs', 15);
-const CALLS = arg('calls', 2000);
 const CLIENT = '198.18.0.10';
 const LOCAL_BE = { id: 5, address: '198.18.1.10', port: 8080, local: true };
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
+export type DsrCostRow = 'ingressSnat' | 'ingressDsr' | 'backendDsrRx' | 'backendLocal';
 
-function main(): void {
+export interface DsrCostResult {
+  /** Median over runs of the mean ns per BPF_PROG_TEST_RUN of sluice_tc_ingress, per packet kind. */
+  nsPerRun: Record<DsrCostRow, number>;
+  ratios: { ingressDsrOverSnat: number; backendDsrRxOverLocal: number };
+  runs: number;
+  calls: number;
+}
+
+/** Runs of `calls` test runs each, the four packets alternating run by run. */
+export function measureDsrCost(runs = 15, calls = 2000): DsrCostResult {
   const h = new XdpHarness();
   try {
     const { tcCtx } = setUpCostNode(h);
@@ -66,30 +73,36 @@ function main(): void {
     const fresh = (name: keyof typeof packets) => h.inside(() => {
       const [pkt, expect] = packets[name];
       let sum = 0;
-      for (let i = 0; i < CALLS; i++) {
+      for (let i = 0; i < calls; i++) {
         const r = progTestRun(prog, { dataIn: pkt, ctxIn: tcCtx });
         if (r.retval !== expect) throw new Error(`${name}: verdict ${r.retval}, expected ${expect}`);
         sum += r.duration;
       }
-      return sum / CALLS;
+      return sum / calls;
     });
-    const rows: Record<keyof typeof packets, number[]> = { ingressSnat: [], ingressDsr: [], backendDsrRx: [], backendLocal: [] };
-    for (let run = 0; run < RUNS; run++) {
+    const rows: Record<DsrCostRow, number[]> = { ingressSnat: [], ingressDsr: [], backendDsrRx: [], backendLocal: [] };
+    for (let run = 0; run < runs; run++) {
       for (const name of Object.keys(rows) as Array<keyof typeof packets>) rows[name].push(fresh(name));
     }
     const ns = Object.fromEntries(Object.entries(rows).map(([k, v]) => [k, Math.round(median(v) * 10) / 10])) as Record<keyof typeof packets, number>;
-    process.stdout.write(`${JSON.stringify({
+    return {
       nsPerRun: ns,
       ratios: {
         ingressDsrOverSnat: +(ns.ingressDsr / ns.ingressSnat).toFixed(3),
         backendDsrRxOverLocal: +(ns.backendDsrRx / ns.backendLocal).toFixed(3),
       },
-      runs: RUNS,
-      calls: CALLS,
-    })}\n`);
+      runs,
+      calls,
+    };
   } finally {
     h.close();
   }
 }
 
-main();
+if (require.main === module) {
+  const arg = (name: string, def: number) => {
+    const i = process.argv.indexOf(`--${name}`);
+    return i > 0 ? Number(process.argv[i + 1]) : def;
+  };
+  process.stdout.write(`${JSON.stringify(measureDsrCost(arg('runs', 15), arg('calls', 2000)))}\n`);
+}

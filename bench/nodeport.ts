@@ -14,6 +14,10 @@
 //   `addrtype LOCAL -j KUBE-NODEPORTS` tail) -> KUBE-NODEPORTS (one rule per
 //   node port) -> KUBE-EXT-* (mark for masquerade) -> KUBE-SVC-* ->
 //   KUBE-SEP-* DNAT, MASQUERADE in KUBE-POSTROUTING.
+// * Sluice TC, DSR (issue 17 item 2; m = 2): the agent with --nodeport-mode
+//   dsr on N_2, a second agent in the backend namespace (the endpoints'
+//   node) opening the IPIP packets, the replies straight to C_2 over a link
+//   of their own (bench/nodeportDsr.ts; TCP and UDP echo series only).
 //
 // Series per round and mode: TCP request/response on a new connection each
 // (requests/s, one at a time), and UDP packets/s (8 flows, 16 datagrams in
@@ -22,7 +26,8 @@
 //   client C_m 198.18.(64+2m).1/24 ── node N_m .2/24 | 198.18.(65+2m).1/30 ── backend ns .2/30
 //                                                                              lo: 198.18.1.1-10
 // Safety: every namespace is ours (random suffix), no default routes, no
-// link to the machine's devices; TC only on veths inside N_m; all removed at the end.
+// link to the machine's devices; TC only on veths inside N_m and, for DSR, on
+// the backend namespace's be2/bc2; all removed at the end.
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -30,11 +35,12 @@ import * as path from 'node:path';
 import { startApiServer, type ApiServerHandle } from '../src/k8s/apiserver';
 import { type SockLbMaps } from '../src/datapath/maps';
 import * as abi from '../src/abi/generated';
-import { counterName, readCounters } from '../src/datapath/counters';
 
 const { LB_PROTO_TCP, LB_PROTO_UDP } = abi;
-import { AgentProcess } from '../src/lab/agentProcess';
-import { masterKey, openWhenPinned, tick, waitMastersProgrammed } from './controlplane';
+import type { AgentProcess } from '../src/lab/agentProcess';
+import { type BenchNodeAgent, type BenchNodeAgentOptions, startBenchNodeAgent, waitProgrammed } from './nodeportAgent';
+import { DsrPathMeter, dsrSummary, nonZeroCounters, type NodePortDsrResult } from './nodeportDsr';
+import { masterKey, tick } from './controlplane';
 import { inNetns, run } from './exec';
 import { BENCH_NAMESPACE, BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, nodePortOf, preload, serviceName } from './k8sobjects';
 import { iptablesRestoreInput, portProtoHash, svcChain } from './kube-iptables';
@@ -92,7 +98,7 @@ export interface NodePortRound {
  */
 export interface LiveFlood { sent: number; arrived: number; elapsed_s: number; cpu_s: number; per_s: number; per_cpu_s: number }
 
-export type NodePortModeId = 'sluice-xdp-native' | 'sluice-xdp-generic' | 'sluice-tc' | 'iptables-legacy';
+export type NodePortModeId = 'sluice-xdp-native' | 'sluice-xdp-generic' | 'sluice-tc' | 'sluice-dsr' | 'iptables-legacy';
 
 /** Median over rounds of per-round ratios, packets/s = the flood's arrivals at the backend. */
 export interface NodePortXdpRatios {
@@ -162,6 +168,8 @@ export interface NodePortResult {
   xdpCounters?: Record<string, Record<string, number>>;
   /** XDP native / generic against TC and iptables, same rounds (issue 17). */
   xdp?: NodePortXdpRatios;
+  /** DSR against TC (SNAT) and iptables, same rounds, and where its replies went (issue 17 item 2, bench/nodeportDsr.ts). */
+  dsr?: NodePortDsrResult;
   error?: string;
   notes: string[];
 }
@@ -170,10 +178,11 @@ const MODES: Array<[NodePortModeId, string]> = [
   ['sluice-xdp-native', 'Sluice XDP native (agent, --xdp-mode native: sluice_xdp in front of tc_lb)'],
   ['sluice-xdp-generic', 'Sluice XDP generic (same program, generic mode)'],
   ['sluice-tc', 'Sluice TC (agent, tc_lb on the node veths)'],
+  ['sluice-dsr', 'Sluice TC, DSR (--nodeport-mode dsr: IPIP to the backend node, replies straight to the client)'],
   ['iptables-legacy', 'kube-proxy iptables (legacy), NodePort layout'],
 ];
 
-const SHORT: Record<NodePortModeId, string> = { 'sluice-xdp-native': 'native', 'sluice-xdp-generic': 'generic', 'sluice-tc': 'tc', 'iptables-legacy': 'iptables' };
+const SHORT: Record<NodePortModeId, string> = { 'sluice-xdp-native': 'native', 'sluice-xdp-generic': 'generic', 'sluice-tc': 'tc', 'sluice-dsr': 'dsr', 'iptables-legacy': 'iptables' };
 
 /**
  * The node's share of a live series: packets per CPU-second once the
@@ -193,7 +202,7 @@ export function xdpRatios(modes: Record<string, NodePortModeResult>): NodePortXd
   if (!nat || nat.rounds.length === 0) return undefined;
   const pairs: Array<[NodePortModeId, NodePortModeId]> = [
     ['sluice-xdp-native', 'sluice-tc'], ['sluice-xdp-native', 'iptables-legacy'], ['sluice-xdp-generic', 'sluice-tc'],
-    ['sluice-xdp-generic', 'iptables-legacy'], ['sluice-tc', 'iptables-legacy'],
+    ['sluice-xdp-generic', 'iptables-legacy'], ['sluice-tc', 'iptables-legacy'], ['sluice-dsr', 'sluice-tc'], ['sluice-dsr', 'iptables-legacy'],
   ];
   const ratio = (pick: (r: NodePortRound) => number | undefined) => {
     const out: Record<string, number> = {};
@@ -244,6 +253,8 @@ export function xdpRatios(modes: Record<string, NodePortModeResult>): NodePortXd
 const NODE_NAME = 'bench-np-node';
 /** Endpoints live "elsewhere": both modes DNAT + SNAT, as kube-proxy does for every NodePort (eTP Cluster). */
 const ENDPOINT_NODE = 'bench-np-other';
+/** The DSR ingress node (its endpoints are on ENDPOINT_NODE, the backend namespace, whose agent opens the IPIP packets). */
+const DSR_NODE_NAME = 'bench-np-dsr';
 const FORWARDER = (root: string) => path.join(root, 'dist', 'test', 'cluster', 'forwarder.js');
 const T = { timeoutMs: 15000 };
 
@@ -285,7 +296,7 @@ class Topology {
   constructor(suffix: string) {
     this.backend = `sbnp-be-${suffix}`;
     this.gen = `sbnp-g-${suffix}`;
-    this.sides = (['sluice-tc', 'iptables-legacy'] as const).map((id, m) => ({
+    this.sides = (['sluice-tc', 'iptables-legacy', 'sluice-dsr'] as const).map((id, m) => ({
       id, client: `sbnp-c${m}-${suffix}`, node: `sbnp-n${m}-${suffix}`,
       clientAddr: `198.18.${64 + 2 * m}.1`, nodeAddr: `198.18.${64 + 2 * m}.2`,
     }));
@@ -357,6 +368,27 @@ class Topology {
       // Every mode gets the same client.
       if (root) await run(['ip', 'netns', 'exec', s.client, path.join(root, 'build', 'txcsum_off'), 'eth0'], T);
     }
+    await this.directReturn();
+  }
+
+  /**
+   * DSR's reply path: the backend "node" reaches the DSR side's client over
+   * a link of its own (client eth1 198.18.70.1/30 -- backend bc<m> .2/30), a
+   * host route for the client's address only, so every other mode's replies
+   * (to its node's addresses) keep their way through their node. The client
+   * takes replies from the NodePort address on eth1 (rp_filter off), as an
+   * external client reached by DSR does.
+   */
+  private async directReturn(): Promise<void> {
+    const m = this.sides.findIndex((s) => s.id === 'sluice-dsr');
+    const s = this.sides[m]!;
+    await run(['ip', '-n', s.client, 'link', 'add', 'eth1', 'type', 'veth', 'peer', 'name', `bc${m}`, 'netns', this.backend], T);
+    await run(['ip', '-n', s.client, 'addr', 'add', '198.18.70.1/30', 'dev', 'eth1'], T);
+    await run(['ip', '-n', this.backend, 'addr', 'add', '198.18.70.2/30', 'dev', `bc${m}`], T);
+    await run(['ip', '-n', s.client, 'link', 'set', 'eth1', 'up'], T);
+    await run(['ip', '-n', this.backend, 'link', 'set', `bc${m}`, 'up'], T);
+    await run(['ip', '-n', this.backend, 'route', 'add', `${s.clientAddr}/32`, 'via', '198.18.70.1', 'dev', `bc${m}`], T);
+    await this.sysctl(s.client, { 'net.ipv4.conf.all.rp_filter': '0', 'net.ipv4.conf.default.rp_filter': '0', 'net.ipv4.conf.eth0.rp_filter': '0', 'net.ipv4.conf.eth1.rp_filter': '0' });
   }
 
   async startServer(root: string): Promise<void> {
@@ -399,21 +431,24 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
   const res: NodePortResult = { services: o.services, nodePorts: 2 * o.services, modes: [], notes: [] };
   const topo = new Topology(o.suffix);
   let api: ApiServerHandle | undefined;
-  let agent: AgentProcess | undefined;
   let agentBpffs: string | undefined;
   let maps: SockLbMaps | undefined;
+  const started: AgentProcess[] = [];
+  let dsrAgents: { ingress: BenchNodeAgent; backend: BenchNodeAgent } | undefined;
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-bench-np-'));
   try {
     const npbench = await ensureNpbench(o.root);
     await topo.create(o.root);
     await topo.startServer(o.root);
-    const [sl, ipt] = topo.sides as [Side, Side];
+    const [sl, ipt, dsr] = topo.sides as [Side, Side, Side];
     // A veth hands XDP_REDIRECT / XDP_TX frames only to a peer running NAPI,
     // which it does while the peer has an XDP program: the floods' counter
     // (npbench sink) on the backend ends of both nodes, in every mode alike.
     await topo.attachSink(npbench, o.makeBpffs('npbe'));
     const ports = makeServicePorts(o.services, ['tcp', 'udp']);
     const nodePort = (sp: ServicePort) => nodePortOf(Number(sp.service.slice(4)), sp.proto === 'tcp' ? 'TCP' : 'UDP', o.services);
+    // IPv4 NodePorts are one wildcard master per port (0.0.0.0, bpf/lib/nodeport.h).
+    const keys = ports.map((sp) => masterKey('0.0.0.0', nodePort(sp), sp.proto === 'tcp' ? LB_PROTO_TCP : LB_PROTO_UDP));
     const modes: Record<string, NodePortModeResult> = {};
     for (const [id, label] of MODES) {
       modes[id] = { id, label, rounds: [], rrPerS: NaN, rrP50Us: NaN, rrP99Us: NaN, ppsPerS: NaN, floodPerS: NaN, plainPerS: NaN, livePerCpuS: NaN, livePerS: NaN, liveNodeNs: NaN, liveBaseNs: NaN, failed: 0 };
@@ -432,6 +467,7 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
     }
 
     // Sluice: API + forwarder into the node namespace + the agent with --devices.
+    let agentOpts: Pick<BenchNodeAgentOptions, 'root' | 'apiSock' | 'tmp' | 'nodePorts' | 'makeCgroup' | 'makeBpffs' | 'spawn' | 'started'> | undefined;
     {
       const t0 = Date.now();
       api = await startApiServer({ serviceCIDR: BENCH_SERVICE_CIDR, nodePortRange: BENCH_NODEPORT_RANGE, bookmarkIntervalMs: 0 });
@@ -441,39 +477,42 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       const sock = path.join(tmp, 'api.sock');
       topo.spawn([process.execPath, FORWARDER(o.root), 'unix-to-tcp', sock, `127.0.0.1:${api.port}`]);
       for (let i = 0; i < 500 && !fs.existsSync(sock); i++) await tick(10);
-      topo.spawn(['nsenter', `--net=/run/netns/${sl.node}`, process.execPath, FORWARDER(o.root), 'tcp-to-unix', '127.0.0.1:6443', sock]);
-      await tick(200);
-      const bpffs = o.makeBpffs('np');
-      agentBpffs = bpffs;
-      // A NodePort Service has ClusterIP and NodePort frontends: 4 per Service
-      // here, one master each, and x 10 backend ids in the range array =
-      // 400 000 at 10 000 Services (the default holds 524 288).
-      const config = path.join(tmp, 'agent.yaml');
-      // NodePorts on the node address the clients use only: by default the
-      // agent serves them on every local address (kube-proxy's iptables
-      // default), one frontend per address, which at 10 000 Services and
-      // three addresses outgrows the map sized here for one.
-      fs.writeFileSync(config, [
-        'maxEntries:',
-        `  ${abi.SLUICE_MAP_SERVICES4}: ${Math.max(262144, 2 ** Math.ceil(Math.log2(ports.length * 2 * 1.1)))}`,
-        `  ${abi.SLUICE_MAP_RANGES4}: ${Math.max(abi.SLUICE_MAX_RANGE4, 2 ** Math.ceil(Math.log2(ports.length * 2 * BACKEND_COUNT * 1.25)))}`,
-        'nodePortAddresses:',
-        `  - ${sl.nodeAddr}/32`,
-        '',
-      ].join('\n'));
-      agent = new AgentProcess(['--config', config,
-        '--kubeconfig', kubeconfig, '--k8s-api-server', '127.0.0.1:6443', '--node-name', NODE_NAME,
-        '--cgroup-path', o.makeCgroup('np'), '--bpffs', bpffs, '--devices', 'npc,npb', '--xdp-mode', 'native',
-        '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--healthcheck-addresses', sl.nodeAddr,
-      ], { prefix: ['nsenter', `--net=/run/netns/${sl.node}`] });
-      maps = await openWhenPinned(bpffs, agent, deadline);
-      // IPv4 NodePorts are one wildcard master per port (0.0.0.0, bpf/lib/nodeport.h).
-      const keys = ports.map((sp) => masterKey('0.0.0.0', nodePort(sp), sp.proto === 'tcp' ? LB_PROTO_TCP : LB_PROTO_UDP));
-      await waitMastersProgrammed(maps, keys, BACKEND_COUNT, agent, Math.min(deadline, Date.now() + 120_000));
+      agentOpts = { root: o.root, apiSock: sock, tmp, nodePorts: ports.length, makeCgroup: o.makeCgroup, makeBpffs: o.makeBpffs, spawn: (argv: string[]) => topo.spawn(argv), started };
+      const sla = await startBenchNodeAgent({ ...agentOpts, netns: sl.node, nodeName: NODE_NAME, nodeAddr: sl.nodeAddr, devices: 'npc,npb', extraArgs: ['--xdp-mode', 'native'], tag: 'np' }, deadline);
+      agentBpffs = sla.bpffs;
+      maps = sla.maps;
+      await waitProgrammed(sla, keys, deadline);
       modes['sluice-tc']!.loadMs = Date.now() - t0;
       modes['sluice-xdp-native']!.loadMs = modes['sluice-tc']!.loadMs;
       modes['sluice-xdp-generic']!.loadMs = modes['sluice-tc']!.loadMs;
       o.log(`nodeport: Sluice: ${ports.length} node ports programmed by the agent in ${(modes['sluice-tc']!.loadMs! / 1000).toFixed(1)} s (API preload included)`);
+    }
+
+    // DSR (docs/dsr.md): the ingress node's agent with --nodeport-mode dsr
+    // and, in the backend namespace, the agent of the endpoints' node, whose
+    // TC opens the IPIP packets arriving on be<m> and gives the replies
+    // leaving bc<m> (straight to the client) the NodePort address. Only the
+    // DSR side's links carry either program, so no other mode's packet meets them.
+    if (api && agentOpts) {
+      const t0 = Date.now();
+      const m = topo.sides.indexOf(dsr);
+      const beAddr = `198.18.${65 + 2 * m}.2`;
+      for (const [name, address] of [[DSR_NODE_NAME, dsr.nodeAddr], [ENDPOINT_NODE, beAddr]]) {
+        api.store.create('nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name }, status: { addresses: [{ type: 'InternalIP', address }] } });
+      }
+      try {
+        const [ing, be] = await Promise.all([
+          startBenchNodeAgent({ ...agentOpts, netns: dsr.node, nodeName: DSR_NODE_NAME, nodeAddr: dsr.nodeAddr, devices: 'npc,npb', extraArgs: ['--nodeport-mode', 'dsr'], tag: 'npdsr' }, deadline),
+          startBenchNodeAgent({ ...agentOpts, netns: topo.backend, nodeName: ENDPOINT_NODE, nodeAddr: beAddr, devices: `be${m},bc${m}`, tag: 'npdsrbe' }, deadline),
+        ]);
+        dsrAgents = { ingress: ing, backend: be };
+        await Promise.all([waitProgrammed(ing, keys, deadline), waitProgrammed(be, keys, deadline)]);
+        modes['sluice-dsr']!.loadMs = Date.now() - t0;
+        o.log(`nodeport: DSR: both agents programmed in ${(modes['sluice-dsr']!.loadMs! / 1000).toFixed(1)} s`);
+      } catch (e) {
+        modes['sluice-dsr']!.reason = `DSR agents: ${(e as Error).message.slice(0, 300)}`;
+        o.log(`nodeport: ${modes['sluice-dsr']!.reason}`);
+      }
     }
 
     // The agent attached sluice_xdp natively (--xdp-mode native) and filled
@@ -509,13 +548,15 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
     const tcProgs: ProgRef[] = agentBpffs ? ProgStats.linkPrograms(agentBpffs, /^tc-/) : [];
     const xdpProgs: ProgRef[] = xdpProg !== undefined ? [{ id: xdpProg, name: progInfo(xdpProg).name }, ...tcProgs] : tcProgs;
     const timed = <T>(id: NodePortModeId, series: string, fn: () => Promise<T>) =>
-      (id !== 'iptables-legacy' && o.progStats
+      (id !== 'iptables-legacy' && id !== 'sluice-dsr' && o.progStats
         ? o.progStats.measure(id === 'sluice-tc' ? `NodePort (tc_lb on the node veths), ${o.services} Services, ${series}` : `XDP: NodePort (${id}), ${o.services} Services, ${series}`, id === 'sluice-tc' ? tcProgs : xdpProgs, fn, o.services)
         : fn());
     // bpf_stats for sluice_xdp's time per non-Service packet (part.js runs without main's ProgStats).
     const localStats = o.progStats ? undefined : new ProgStats();
     localStats?.enable();
-    const sideOf = (id: NodePortModeId): Side => (id === 'iptables-legacy' ? ipt : sl);
+    const sideOf = (id: NodePortModeId): Side => (id === 'iptables-legacy' ? ipt : id === 'sluice-dsr' ? dsr : sl);
+    // DSR's series go through the meter that counts where the replies went.
+    const dsrMeter = new DsrPathMeter(dsr.node, dsr.client);
     const active = MODES.map(([id]) => id).filter((id) => modes[id]!.loadMs !== undefined && !modes[id]!.reason);
     const targets: Record<string, { tcp: string; udp: string }> = {};
     for (const s of topo.sides) {
@@ -565,9 +606,11 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
     const genMac = (JSON.parse((await run(['ip', '-n', topo.backend, '-j', 'link', 'show', 'gb'], T)).stdout) as Array<{ address: string }>)[0]!.address;
     /** The generator and the sink alone (no node): the CPU per packet every live series pays besides the node's. */
     const liveBaseline = () => live(topo.gen, undefined, genMac, sl.clientAddr, plainTargets, -1);
-    const perMode = 6 * (o.roundMs + 1500);
+    // DSR runs the TCP and UDP echo series only: the floods are counted at
+    // the backend as plain UDP frames, which DSR's arrive inside IPIP.
+    const perRound = active.reduce((n, id) => n + (id === 'sluice-dsr' ? 2 : 6) * (o.roundMs + 1500), 0);
     for (let r = 0; r < o.rounds; r++) {
-      if (Date.now() + active.length * perMode + o.roundMs + 1500 > deadline) {
+      if (Date.now() + perRound + o.roundMs + 1500 > deadline) {
         res.notes.push(`NodePort: stopped after ${r} of ${o.rounds} rounds: the budget ran out`);
         break;
       }
@@ -577,9 +620,14 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
         const s = sideOf(id);
         if (s === sl) await setXdp(id === 'sluice-xdp-native' ? 'native' : id === 'sluice-xdp-generic' ? 'generic' : 'off');
         const ns = ['nsenter', `--net=/run/netns/${s.client}`, npbench];
-        const rr = await timed(id, 'TCP, a new connection per request', () => run([...ns, 'rr', '--targets', targets[s.id]!.tcp, '--max-ms', String(o.roundMs), '--timeout-ms', '1000', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 }));
-        const pps = await timed(id, 'UDP, 8 known flows', () => run([...ns, 'pps', '--targets', targets[s.id]!.udp, '--max-ms', String(o.roundMs), '--flows', '8', '--window', '16', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 }));
+        const metered = <T>(fn: () => Promise<T>) => (id === 'sluice-dsr' ? dsrMeter.around(fn) : fn());
+        const rr = await metered(() => timed(id, 'TCP, a new connection per request', () => run([...ns, 'rr', '--targets', targets[s.id]!.tcp, '--max-ms', String(o.roundMs), '--timeout-ms', '1000', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 })));
+        const pps = await metered(() => timed(id, 'UDP, 8 known flows', () => run([...ns, 'pps', '--targets', targets[s.id]!.udp, '--max-ms', String(o.roundMs), '--flows', '8', '--window', '16', '--seed', String(r + 1)], { timeoutMs: o.roundMs + 15000 })));
         const round: NodePortRound = { rr: JSON.parse(rr.stdout) as NodePortRound['rr'], pps: JSON.parse(pps.stdout) as NodePortRound['pps'], liveBase: base };
+        if (id === 'sluice-dsr') {
+          modes[id]!.rounds.push(round);
+          continue;
+        }
         round.flood = await timed(id, 'UDP flood, 8 flows', () => flood(s, targets[s.id]!.udp));
         if (o.live !== false) {
           const before = s === sl && xdpProg !== undefined ? progInfo(xdpProg) : undefined;
@@ -663,12 +711,7 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
         res.notes.push(`NodePort maglev: the agent had not switched every frontend within ${switchS.toFixed(0)} s`);
       }
     }
-    if (maps) {
-      res.sluiceCounters = {};
-      for (const { labels, value } of readCounters(maps.counters)) {
-        if (value > 0n) res.sluiceCounters[counterName(labels)] = Number(value);
-      }
-    }
+    if (maps) res.sluiceCounters = nonZeroCounters(maps);
     for (const m of res.modes) {
       m.rrPerS = median(m.rounds.map((x) => x.rr.per_s));
       m.rrP50Us = median(m.rounds.map((x) => x.rr.p50_us));
@@ -690,6 +733,11 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
       res.ppsRatio = median(a.map((x, i) => x.pps.per_s / b[i]!.pps.per_s));
     }
     res.xdp = xdpRatios(modes);
+    if (dsrAgents && modes['sluice-dsr']!.rounds.length) {
+      const series = (id: NodePortModeId) => modes[id]!.rounds.map((x) => ({ rr: x.rr.per_s, rrP50: x.rr.p50_us, echo: x.pps.per_s }));
+      res.dsr = dsrSummary({ rounds: { dsr: series('sluice-dsr'), others: { tc: series('sluice-tc'), iptables: series('iptables-legacy') } }, path: dsrMeter.total, ingress: nonZeroCounters(dsrAgents.ingress.maps), backend: nonZeroCounters(dsrAgents.backend.maps) });
+      o.log(`nodeport: DSR: ${Object.entries({ ...res.dsr.rr }).map(([k, v]) => `${k} ${v.toFixed(2)}x req/s`).join(', ')}; ${Object.entries(res.dsr.echo).map(([k, v]) => `${k} ${v.toFixed(2)}x echo`).join(', ')}; replies around the ingress node: ${res.dsr.repliesBypassedIngress} (${JSON.stringify(res.dsr.path)})`);
+    }
     if (res.xdp && progCost) {
       res.xdp.plainTestRun = { ...progCost, derivedCost: res.xdp.livePlainNoXdpNs !== undefined ? 1 + progCost.cost_ns / res.xdp.livePlainNoXdpNs : undefined };
     }
@@ -700,7 +748,9 @@ export async function measureNodePort(o: NodePortOptions): Promise<NodePortResul
     o.log(`nodeport: ${res.error}`);
   } finally {
     maps?.close();
-    await agent?.stop();
+    dsrAgents?.ingress.maps.close();
+    dsrAgents?.backend.maps.close();
+    for (const a of started) await a.stop();
     await topo.destroy();
     await api?.close();
     fs.rmSync(tmp, { recursive: true, force: true });

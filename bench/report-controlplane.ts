@@ -150,7 +150,7 @@ export function controlPlaneMarkdown(rep: ControlPlaneReport): string[] {
   }
   const np = rep.nodePort;
   if (np) {
-    lines.push(`## NodePort throughput at ${np.services} Services (${np.nodePorts} node ports), client -> node -> backends on another "node" (DNAT + SNAT in both modes)`);
+    lines.push(`## NodePort throughput at ${np.services} Services (${np.nodePorts} node ports), client -> node -> backends on another "node" (DNAT + SNAT in every mode but DSR, whose backend node DNATs and answers the client itself)`);
     lines.push('');
     if (np.error) lines.push(`Error: ${np.error}`, '');
     lines.push('| mode | setup s | rounds | requests/s | request p50 µs | request p99 µs | failed | UDP replies/s (packets/s through the node: x2) |');

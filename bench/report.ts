@@ -11,6 +11,8 @@ import { controlPlaneMarkdown, controlPlaneTargets } from './report-controlplane
 import type { UpstreamResult } from './upstream';
 import type { ControlPlaneResult } from './controlplane';
 import type { NodePortResult } from './nodeport';
+import type { DsrCostResult } from './dsrcost';
+import { dsrMarkdown } from './report-dsr';
 import type { RuleUpdateResult } from './ruleupdates';
 import { PROGRAM_TARGETS, type ProgStatRow } from './progstats';
 
@@ -57,6 +59,8 @@ export interface BenchReport {
   controlPlane?: ControlPlaneResult;
   ruleUpdates?: RuleUpdateResult;
   nodePort?: NodePortResult;
+  /** DSR's sluice_tc_ingress ns per packet against SNAT and eTP Local (bench/dsrcost.ts); the live DSR rows are nodePort.dsr. */
+  dsrCost?: DsrCostResult;
   upstream?: UpstreamResult;
   /** h-maglev: algorithms (bench/algorithms.ts). */
   algorithms?: AlgorithmBenchResult;
@@ -315,6 +319,7 @@ export function markdown(rep: BenchReport): string {
   }
   lines.push(...programMarkdown(rep));
   lines.push(...controlPlaneMarkdown(rep));
+  lines.push(...dsrMarkdown(rep.nodePort, rep.dsrCost));
   lines.push(...algorithmMarkdown(rep.algorithms)); // h-maglev
   lines.push(...upstreamMarkdown(rep.upstream));
   lines.push('## Targets');
