@@ -218,7 +218,7 @@ lb6_xdp_known_flow(struct xdp_md *ctx, const struct lb6_xdp_packet *p, struct lb
 	__u32 in = ctx->ingress_ifindex;
 	struct lb6_xdp_fib_cache *c;
 	__be32 flowinfo;
-	__u32 len, out;
+	__u32 len;
 
 	if (!lb6_ct_backend_alive(e) || (e->flags & LB_CT_FLAG_DSR)) /* DSR: TC's (lb6_dsr_forward) */
 		return XDP_PASS;
@@ -231,11 +231,8 @@ lb6_xdp_known_flow(struct xdp_md *ctx, const struct lb6_xdp_packet *p, struct lb
 	flowinfo = lb6_xdp_flowinfo(p->ip);
 	len = lb6_xdp_len(p->ip);
 	if (lb6_xdp_fc_hit(c, &w->to, in, flowinfo, len, now)) {
-		/* As lb_xdp_fib_action: only to a device that is still one of the agent's XDP devices. */
-		out = c->out_ifindex;
-		if (c->action == XDP_REDIRECT && !bpf_map_lookup_elem(&SLUICE_MAP_XDP_TX, &out))
+		if (!lb_xdp_fc_usable(c->out_ifindex, c->action))
 			return XDP_PASS;
-		lb_count(LB_CNT_XDP_FIB_CACHED);
 	} else {
 		struct bpf_fib_lookup *fib = lb_xdp_fib_scratch();
 		int action;
