@@ -10,6 +10,8 @@
 //                 another node: sluice_xdp (XDP_TX) against
 //                 sluice_tc_ingress (bpf_redirect), same translation
 //   non-Service6  the IPv6 twin of non-Service (XDP only)
+//   known flow6   the IPv6 twin of known flow: sluice_xdp against
+//                 sluice_tc_ingress, [fd00:18::1]:30080 -> [fd00:2::20]:8080
 //
 // With kernel.bpf_stats_enabled=1, the non-Service rows also carry the
 // kernel's own run_time_ns / run_cnt over the same test runs (`bpfStatsNs`):
@@ -24,7 +26,7 @@ import * as abi from '../src/abi/generated';
 import { progInfo, progTestRun } from '../src/bpf';
 import { syncFrontendAddresses } from '../src/datapath/xdp/xdp';
 import { XdpHarness } from '../test/bpf/xdp_harness';
-import { NODE, NODE_PORT, setUpCostNode } from './costNode';
+import { NODE, NODE6, NODE_PORT, setUpCostNode, setUpCostNode6 } from './costNode';
 import { frame, TCP_ACK, TCP_SYN } from '../test/bpf/tc_packet';
 import { frame6 } from '../test/bpf/tc_packet6';
 
@@ -42,6 +44,7 @@ function main(): void {
   try {
     const { ifindex, tcCtx } = setUpCostNode(h);
     syncFrontendAddresses(h.maps, [{ address: NODE, flags: abi.LB_SVC_FLAG_NODEPORT }]);
+    setUpCostNode6(h);
 
     const xdpCtx = (len: number) => {
       const ctx = Buffer.alloc(24);
@@ -72,18 +75,21 @@ function main(): void {
     // Rewritten by the program: a fresh copy per run, CALLS runs averaged.
     const syn = frame({ proto: 'tcp', src: '198.18.0.10', dst: NODE, sport: 62000, dport: NODE_PORT, tcpFlags: TCP_SYN });
     const data = frame({ proto: 'tcp', src: '198.18.0.10', dst: NODE, sport: 62000, dport: NODE_PORT, tcpFlags: TCP_ACK });
-    h.runXdp(syn, ifindex); // the flow exists from here on (shared conntrack)
-    const fresh = (p: keyof typeof progs, expect: number) => h.inside(() => {
+    const syn6 = frame6({ proto: 'tcp', src: 'fd00:18::10', dst: NODE6, sport: 62000, dport: NODE_PORT, tcpFlags: TCP_SYN });
+    const data6 = frame6({ proto: 'tcp', src: 'fd00:18::10', dst: NODE6, sport: 62000, dport: NODE_PORT, tcpFlags: TCP_ACK });
+    h.runXdp(syn, ifindex); // the flows exist from here on (shared conntrack)
+    if (h.runXdp(syn6, ifindex).verdict !== 3 /* XDP_TX */) throw new Error('IPv6 SYN: not sent by XDP (set-up)');
+    const fresh = (p: keyof typeof progs, expect: number, pkt = data) => h.inside(() => {
       let sum = 0;
       for (let i = 0; i < CALLS; i++) {
-        const r = progTestRun(progs[p], { dataIn: data, ctxIn: ctxFor(p, data) });
+        const r = progTestRun(progs[p], { dataIn: pkt, ctxIn: ctxFor(p, pkt) });
         if (r.retval !== expect) throw new Error(`${p}: verdict ${r.retval}, expected ${expect}`);
         sum += r.duration;
       }
       return sum / CALLS;
     });
 
-    const rows: Record<string, number[]> = { nonServiceXdpPass: [], nonServiceXdp: [], nonServiceTc: [], nonService6XdpPass: [], nonService6Xdp: [], knownFlowXdp: [], knownFlowTc: [] };
+    const rows: Record<string, number[]> = { nonServiceXdpPass: [], nonServiceXdp: [], nonServiceTc: [], nonService6XdpPass: [], nonService6Xdp: [], knownFlowXdp: [], knownFlowTc: [], knownFlow6Xdp: [], knownFlow6Tc: [] };
     for (let run = 0; run < RUNS; run++) {
       rows.nonServiceXdpPass!.push(repeated('xdpPass', other, 'nonServiceXdpPass'));
       rows.nonServiceXdp!.push(repeated('xdp', other, 'nonServiceXdp'));
@@ -92,6 +98,8 @@ function main(): void {
       rows.nonService6Xdp!.push(repeated('xdp', other6, 'nonService6Xdp'));
       rows.knownFlowXdp!.push(fresh('xdp', 3 /* XDP_TX */));
       rows.knownFlowTc!.push(fresh('tc', 7 /* TC_ACT_REDIRECT */));
+      rows.knownFlow6Xdp!.push(fresh('xdp', 3, data6));
+      rows.knownFlow6Tc!.push(fresh('tc', 7, data6));
     }
     const ns = Object.fromEntries(Object.entries(rows).map(([k, v]) => [k, Math.round(median(v) * 10) / 10]));
     const bpfStatsNs = Object.fromEntries(Object.entries(stats).filter(([, v]) => v.cnt > 0n).map(([k, v]) => [k, Math.round(Number(v.ns * 10n / v.cnt)) / 10]));
@@ -99,6 +107,7 @@ function main(): void {
       nsPerRun: ns,
       ratios: {
         knownFlowXdpOverTc: +(ns.knownFlowXdp! / ns.knownFlowTc!).toFixed(3),
+        knownFlow6XdpOverTc: +(ns.knownFlow6Xdp! / ns.knownFlow6Tc!).toFixed(3),
         nonServiceXdpOverPassOnly: +(ns.nonServiceXdp! / ns.nonServiceXdpPass!).toFixed(3),
         nonServiceXdpOverTc: +(ns.nonServiceXdp! / ns.nonServiceTc!).toFixed(3),
         nonService6XdpOverPassOnly: +(ns.nonService6Xdp! / ns.nonService6XdpPass!).toFixed(3),

@@ -1055,6 +1055,7 @@ _Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6
 #define SLUICE_MAP_XDP_S6    sluice_xdp_s6   /* __u32 0 -> lb6_xdp_scratch (per-CPU scratch of the IPv6 path, off the stack) */
 #define SLUICE_MAP_XDP_PF    sluice_xdp_pf   /* __u32 word -> __u64 64 bits of the frontend-address prefilter (array, written by the agent; see below) */
 #define SLUICE_MAP_XDP_FC    sluice_xdp_fc   /* __u32 slot -> lb4_xdp_fib_cache (per-CPU array: FIB results of known IPv4 flows; see below) */
+#define SLUICE_MAP_XDP_FC6   sluice_xdp_fc6  /* __u32 slot -> lb6_xdp_fib_cache (per-CPU array: FIB results of known IPv6 flows; see below) */
 
 #define SLUICE_PROG_XDP      sluice_xdp      /* the XDP entry point on the external devices */
 #define SLUICE_PROG_XDP_PASS sluice_xdp_pass /* XDP_PASS only: on a veth peer it enables the NAPI XDP_TX/REDIRECT need */
@@ -1102,14 +1103,22 @@ static inline __u32 sluice_bit_slot(__u32 h, __u32 log2)
  * empty or other-tagged slot, or a longer packet, makes a full lookup.
  * The agent does not read it (a changed layout is dropped at reload, src/datapath/migrate.ts).
  *   slot = ((saddr ^ daddr ^ ports ^ ifindex) * SLUICE_XDP_PF_MULT mod 2^32) >> (32 - SLUICE_XDP_FC_SLOTS_LOG2)
+ *
+ * SLUICE_MAP_XDP_FC6 is its IPv6 twin (same slot count, same TTL, its own
+ * map: an IPv4 slot stays 48 bytes, and the families do not evict each
+ * other). Its tag: both 16-byte addresses, ports, protocol, the flow info
+ * (traffic class and flow label, what the lookup got in fib.flowinfo), the
+ * arrival device, and the largest IPv6 packet length (40 + payload) the MTU
+ * check passed. wi: the four 32-bit words of an address, as loaded:
+ *   slot = ((s0 ^ s1 ^ s2 ^ s3 ^ d0 ^ d1 ^ d2 ^ d3 ^ ports ^ ifindex) * SLUICE_XDP_PF_MULT mod 2^32) >> (32 - SLUICE_XDP_FC_SLOTS_LOG2)
  */
 #define SLUICE_XDP_FC_SLOTS_LOG2 8
 #define SLUICE_XDP_FC_SLOTS  256 /* 2^SLUICE_XDP_FC_SLOTS_LOG2 */
 #define SLUICE_XDP_FC_TTL_NS 50000000 /* 50 ms: how long a route or neighbour change may go unseen */
 
 /* Counters of the known-flow path's sending (rows 57-58). */
-#define LB_CNT_XDP_FIB_LOOKUP 57 /* known IPv4 flow at XDP: full bpf_fib_lookup (no fresh SLUICE_MAP_XDP_FC slot for it) */
-#define LB_CNT_XDP_FIB_CACHED 58 /* known IPv4 flow at XDP: sent with the cached FIB answer */
+#define LB_CNT_XDP_FIB_LOOKUP 57 /* known flow at XDP, either family: full bpf_fib_lookup (no fresh SLUICE_MAP_XDP_FC/FC6 slot for it) */
+#define LB_CNT_XDP_FIB_CACHED 58 /* known flow at XDP, either family: sent with the cached FIB answer */
 
 /* SLUICE_MAP_XDP_STATS value: what XDP did with the packets of one device. */
 struct lb_xdp_stats {
@@ -1145,6 +1154,23 @@ struct lb4_xdp_fib_cache {
 	__u8   pad[3];
 };
 
+/* SLUICE_MAP_XDP_FC6 value: lb4_xdp_fib_cache for an IPv6 lookup. */
+struct lb6_xdp_fib_cache {
+	__u64  expires_ns; /* bpf_ktime_get_ns() after which the slot is stale (0: empty) */
+	__u8   saddr[16];  /* the lookup's inputs: the packet as it is sent */
+	__u8   daddr[16];
+	__be32 flowinfo;   /* traffic class and flow label (the IPv6 header's first word without the version) */
+	__be16 sport;
+	__be16 dport;
+	__u32  in_ifindex; /* the arrival device the lookup was made from */
+	__u32  out_ifindex; /* the answer */
+	__u16  max_len;    /* largest IPv6 packet length (40 + payload length) the lookup passed (MTU) */
+	__u8   proto;
+	__u8   action;     /* XDP_TX or XDP_REDIRECT */
+	__u8   smac[6];
+	__u8   dmac[6];
+};
+
 /* SLUICE_MAP_XDP_S6 value: the IPv6 path's tuples, conntrack key and TC
  * configuration of one packet (struct lb6_xdp_work, bpf/lib/xdp_lb6.h): the
  * conntrack steps it calls take most of the 512-byte stack. */
@@ -1154,6 +1180,7 @@ struct lb6_xdp_scratch {
 
 _Static_assert(sizeof(struct lb_xdp_stats) == 48, "lb_xdp_stats layout");
 _Static_assert(sizeof(struct lb4_xdp_fib_cache) == 48, "lb4_xdp_fib_cache layout");
+_Static_assert(sizeof(struct lb6_xdp_fib_cache) == 72, "lb6_xdp_fib_cache layout");
 /* ==== end of XDP ================================================================= */
 /* ==== IPv6, TC north-south (issue 14 item 3; bpf/lib/nat6.h, conntrack6.h, tc_lb6.h) ==== */
 /*

@@ -79,13 +79,19 @@ static __always_inline void lb6_ct_key_of(struct lb6_ct_key *key, const struct l
 	lb6_ct_key_set(key, t->saddr, t->daddr, t->sport, t->dport, t->proto, dir);
 }
 
-static __always_inline struct lb6_ct_entry *lb6_ct_lookup(const struct lb6_ct_key *key)
+/* lb4_ct_lookup_at over SLUICE_MAP_CT6: a live entry at time `now`, or NULL. */
+static __always_inline struct lb6_ct_entry *lb6_ct_lookup_at(const struct lb6_ct_key *key, __u64 now)
 {
 	struct lb6_ct_entry *entry = bpf_map_lookup_elem(&SLUICE_MAP_CT6, key);
 
-	if (!entry || entry->expires_ns <= bpf_ktime_get_ns())
+	if (!entry || entry->expires_ns <= now)
 		return NULL;
 	return entry;
+}
+
+static __always_inline struct lb6_ct_entry *lb6_ct_lookup(const struct lb6_ct_key *key)
+{
+	return lb6_ct_lookup_at(key, bpf_ktime_get_ns());
 }
 
 static __always_inline bool lb6_ct_has_nat(const struct lb6_ct_entry *e)
@@ -163,15 +169,17 @@ static __always_inline void lb6_ct_delete_flow(const struct lb6_ct_entry *e)
 	bpf_map_delete_elem(&SLUICE_MAP_CT6, &reply);
 }
 
-/* lb4_ct_touch over SLUICE_MAP_CT6 (a least-connection flow gives its count
- * back when it reaches CLOSING, lc6_flow_close). */
+/* lb4_ct_touch_at over SLUICE_MAP_CT6 (a least-connection flow gives its
+ * count back when it reaches CLOSING, lc6_flow_close). `now`: the caller's
+ * clock read (XDP's known-flow path reads it once per packet). */
 static __noinline int
-lb6_ct_touch(struct lb6_ct_entry *entry, const struct lb4_tc_config *cfg, const struct lb6_tuple *t, __u32 len)
+lb6_ct_touch_at(struct lb6_ct_entry *entry, const struct lb4_tc_config *cfg, const struct lb6_tuple *t, __u32 len,
+		__u64 now)
 {
 	struct lb6_ct_entry *peer;
 	struct lb6_ct_key peer_key;
 	__u16 flags = lb4_ct_next_flags(entry->flags, entry->dir, t->proto, t->tcp_flags);
-	__u64 expires = bpf_ktime_get_ns() + lb4_ct_timeout_ns(cfg, t->proto, flags);
+	__u64 expires = now + lb4_ct_timeout_ns(cfg, t->proto, flags);
 
 	if (flags != entry->flags) {
 		if ((flags & LB_CT_FLAG_LC) && (flags & LB_CT_FLAG_CLOSING) && !(entry->flags & LB_CT_FLAG_CLOSING)) {
@@ -188,7 +196,7 @@ lb6_ct_touch(struct lb6_ct_entry *entry, const struct lb4_tc_config *cfg, const 
 		lb6_ct_reply_key(&peer_key, entry);
 	else
 		lb6_ct_original_key(&peer_key, entry);
-	peer = lb6_ct_lookup(&peer_key);
+	peer = lb6_ct_lookup_at(&peer_key, now);
 	if (peer) {
 		if (peer->flags != flags)
 			peer->flags = flags;
@@ -211,6 +219,13 @@ lb6_ct_touch(struct lb6_ct_entry *entry, const struct lb4_tc_config *cfg, const 
 	lb6_ct_key_of(&peer_key, t, entry->dir);
 	bpf_map_delete_elem(&SLUICE_MAP_CT6, &peer_key);
 	return -1;
+}
+
+/* lb6_ct_touch_at, reading the clock. */
+static __always_inline int
+lb6_ct_touch(struct lb6_ct_entry *entry, const struct lb4_tc_config *cfg, const struct lb6_tuple *t, __u32 len)
+{
+	return lb6_ct_touch_at(entry, cfg, t, len, bpf_ktime_get_ns());
 }
 
 static long lb6_ct_gc_one(void *map, struct lb6_ct_key *key, struct lb6_ct_entry *e,

@@ -273,6 +273,19 @@ static __always_inline int lb_xdp_fib_action(struct xdp_md *ctx, struct bpf_fib_
 	return XDP_REDIRECT;
 }
 
+/*
+ * Both families: may a fresh FIB-cache slot's answer be used (xdp_fc.h,
+ * xdp_fc6.h)? As lb_xdp_fib_action: a redirect only to a device that is
+ * still one of the agent's XDP devices. Counted when it is.
+ */
+static __always_inline bool lb_xdp_fc_usable(__u32 out, int action)
+{
+	if (action == XDP_REDIRECT && !bpf_map_lookup_elem(&SLUICE_MAP_XDP_TX, &out))
+		return false;
+	lb_count(LB_CNT_XDP_FIB_CACHED);
+	return true;
+}
+
 /* Both families: the TCP/UDP checksum after the changes summed in `delta`.
  * UDP without a checksum (0) stays without; a computed 0 is sent as 0xffff. */
 static __always_inline void lb_xdp_l4_csum(__sum16 *check, __u8 proto, __u32 delta)
@@ -396,7 +409,6 @@ lb4_xdp_known_flow(struct xdp_md *ctx, const struct lb4_xdp_packet *p, struct lb
 	struct lb4_xdp_fib_cache *c;
 	struct lb4_tuple to;
 	__u16 tot_len;
-	__u32 out;
 
 	if (!lb4_ct_backend_alive(e) || (e->flags & LB_CT_FLAG_DSR)) /* DSR: TC's (dsr.h) */
 		return XDP_PASS;
@@ -408,11 +420,8 @@ lb4_xdp_known_flow(struct xdp_md *ctx, const struct lb4_xdp_packet *p, struct lb
 		return XDP_PASS;
 	tot_len = bpf_ntohs(p->ip->tot_len);
 	if (lb4_xdp_fc_hit(c, &to, in, p->ip->tos, tot_len, now)) {
-		/* As lb_xdp_fib_action: only to a device that is still one of the agent's XDP devices. */
-		out = c->out_ifindex;
-		if (c->action == XDP_REDIRECT && !bpf_map_lookup_elem(&SLUICE_MAP_XDP_TX, &out))
+		if (!lb_xdp_fc_usable(c->out_ifindex, c->action))
 			return XDP_PASS;
-		lb_count(LB_CNT_XDP_FIB_CACHED);
 	} else {
 		struct bpf_fib_lookup *fib = lb_xdp_fib_scratch();
 		int action;

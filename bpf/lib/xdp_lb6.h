@@ -30,6 +30,7 @@
 
 #include "xdp_lb.h"
 #include "nat_flow6.h"
+#include "xdp_fc6.h"
 
 /* Frontend addresses of IPv6 north-south Services (SLUICE_MAP_XDP_FE4's twin). */
 struct {
@@ -114,6 +115,19 @@ static __always_inline int lb6_xdp_parse(struct xdp_md *ctx, struct lb6_xdp_pack
 	return 0;
 }
 
+/* The IPv6 header's traffic class and flow label (its first word without
+ * the version), as the stack's forwarding gives them to the route lookup. */
+static __always_inline __be32 lb6_xdp_flowinfo(const struct ipv6hdr *ip)
+{
+	return *(const __be32 *)ip & bpf_htonl(0x0fffffff);
+}
+
+/* The packet length the lookup's MTU check compares (40 + payload length). */
+static __always_inline __u32 lb6_xdp_len(const struct ipv6hdr *ip)
+{
+	return LB_IP6_HLEN + bpf_ntohs(ip->payload_len);
+}
+
 /* lb4_xdp_route for IPv6: XDP_TX / XDP_REDIRECT (fib filled in) or XDP_PASS. */
 static __always_inline int
 lb6_xdp_route(struct xdp_md *ctx, const struct lb6_xdp_packet *p, const struct lb6_tuple *to,
@@ -125,7 +139,10 @@ lb6_xdp_route(struct xdp_md *ctx, const struct lb6_xdp_packet *p, const struct l
 	fib->l4_protocol = to->proto;
 	fib->sport = to->sport;
 	fib->dport = to->dport;
-	fib->tot_len = LB_IP6_HLEN + bpf_ntohs(p->ip->payload_len);
+	fib->tot_len = lb6_xdp_len(p->ip);
+	/* Set every packet: the scratch still holds the last lookup's answer
+	 * there (rt_metric shares the field), and the cache tags this input. */
+	fib->flowinfo = lb6_xdp_flowinfo(p->ip);
 	__builtin_memcpy(fib->ipv6_src, to->saddr, 16);
 	__builtin_memcpy(fib->ipv6_dst, to->daddr, 16);
 	return lb_xdp_fib_action(ctx, fib);
@@ -143,10 +160,9 @@ static __always_inline __u32 lb6_csum_addr(__u32 delta, const __u8 *from, const 
 	return delta;
 }
 
-/* lb4_xdp_send for IPv6: rewrite the frame from `from` to `to`, hop limit - 1, send it. */
-static __always_inline int
-lb6_xdp_send(const struct lb6_xdp_packet *p, const struct lb6_tuple *from, const struct lb6_tuple *to,
-	     const struct bpf_fib_lookup *fib, int action)
+/* lb4_xdp_rewrite for IPv6: the frame from `from` to `to`, hop limit - 1. */
+static __always_inline void
+lb6_xdp_rewrite(const struct lb6_xdp_packet *p, const struct lb6_tuple *from, const struct lb6_tuple *to)
 {
 	struct ipv6hdr *ip = p->ip;
 	__u32 l4 = 0;
@@ -163,6 +179,14 @@ lb6_xdp_send(const struct lb6_xdp_packet *p, const struct lb6_tuple *from, const
 	__builtin_memcpy(&ip->daddr, to->daddr, 16);
 	p->ports[0] = to->sport;
 	p->ports[1] = to->dport;
+}
+
+/* lb4_xdp_send for IPv6: rewrite the frame from `from` to `to`, send it. */
+static __always_inline int
+lb6_xdp_send(const struct lb6_xdp_packet *p, const struct lb6_tuple *from, const struct lb6_tuple *to,
+	     const struct bpf_fib_lookup *fib, int action)
+{
+	lb6_xdp_rewrite(p, from, to);
 	return lb_xdp_out(p->eth, fib, action);
 }
 
@@ -182,24 +206,49 @@ lb6_xdp_to_backend(struct lb6_tuple *to, const struct lb6_tuple *from, const str
 /*
  * lb4_xdp_known_flow for IPv6: touched only once XDP knows it sends the
  * packet; a flow whose backend is gone is TC's (lb6_ct_live_original
- * deletes it and balances again).
+ * deletes it and balances again). Where it goes: the fresh slot of
+ * SLUICE_MAP_XDP_FC6 for these exact inputs (xdp_fc6.h), else a full
+ * lookup, whose success fills the slot. `now`: the clock read once for the
+ * packet (conntrack and cache).
  */
 static __always_inline int
 lb6_xdp_known_flow(struct xdp_md *ctx, const struct lb6_xdp_packet *p, struct lb6_xdp_work *w,
-		   struct lb6_ct_entry *e)
+		   struct lb6_ct_entry *e, __u64 now)
 {
-	struct bpf_fib_lookup *fib = lb_xdp_fib_scratch();
-	int action;
+	__u32 in = ctx->ingress_ifindex;
+	struct lb6_xdp_fib_cache *c;
+	__be32 flowinfo;
+	__u32 len;
 
-	if (!fib || !lb6_ct_backend_alive(e) || (e->flags & LB_CT_FLAG_DSR)) /* DSR: TC's (lb6_dsr_forward) */
+	if (!lb6_ct_backend_alive(e) || (e->flags & LB_CT_FLAG_DSR)) /* DSR: TC's (lb6_dsr_forward) */
 		return XDP_PASS;
+	if (p->ip->hop_limit <= 1)
+		return XDP_PASS; /* the stack sends "time exceeded" */
 	lb6_xdp_to_backend(&w->to, &w->tuple, e);
-	action = lb6_xdp_route(ctx, p, &w->to, fib);
-	if (action == XDP_PASS)
+	c = lb6_xdp_fc_slot(&w->to, in);
+	if (!c)
 		return XDP_PASS;
-	if (lb6_ct_touch(e, &w->cfg, &w->tuple, p->len) < 0)
+	flowinfo = lb6_xdp_flowinfo(p->ip);
+	len = lb6_xdp_len(p->ip);
+	if (lb6_xdp_fc_hit(c, &w->to, in, flowinfo, len, now)) {
+		if (!lb_xdp_fc_usable(c->out_ifindex, c->action))
+			return XDP_PASS;
+	} else {
+		struct bpf_fib_lookup *fib = lb_xdp_fib_scratch();
+		int action;
+
+		if (!fib)
+			return XDP_PASS;
+		action = lb6_xdp_route(ctx, p, &w->to, fib);
+		if (action == XDP_PASS)
+			return XDP_PASS;
+		lb_count(LB_CNT_XDP_FIB_LOOKUP);
+		lb6_xdp_fc_fill(c, fib, &w->to, in, flowinfo, len, action, now);
+	}
+	if (lb6_ct_touch_at(e, &w->cfg, &w->tuple, p->len, now) < 0)
 		return XDP_PASS; /* its peer entry was lost: TC balances it again */
-	return lb6_xdp_send(p, &w->tuple, &w->to, fib, action);
+	lb6_xdp_rewrite(p, &w->tuple, &w->to);
+	return lb_xdp_out_to(p->eth, c->smac, c->dmac, c->out_ifindex, c->action);
 }
 
 /*
@@ -248,6 +297,7 @@ static __noinline int lb6_xdp_service(struct xdp_md *ctx, bool *ours)
 	struct lb6_ct_entry *e;
 	__u32 zero = 0;
 	int verdict;
+	__u64 now;
 
 	*ours = false;
 	w = bpf_map_lookup_elem(&SLUICE_MAP_XDP_S6, &zero);
@@ -255,11 +305,12 @@ static __noinline int lb6_xdp_service(struct xdp_md *ctx, bool *ours)
 		return XDP_PASS;
 	w->cfg = lb4_tc_config_get();
 	lb6_ct_key_of(&w->key, &w->tuple, LB_CT_DIR_ORIGINAL);
-	e = lb6_ct_lookup(&w->key);
+	now = bpf_ktime_get_ns();
+	e = lb6_ct_lookup_at(&w->key, now);
 	/* A pod-path entry is not ours; a SYN on a closing flow is a new one. */
 	if (e && !(e->flags & LB_CT_FLAG_POD) && !lb6_ct_is_reopen(e, &w->tuple)) {
 		p.service = true;
-		verdict = lb6_xdp_known_flow(ctx, &p, w, e);
+		verdict = lb6_xdp_known_flow(ctx, &p, w, e, now);
 	} else {
 		verdict = lb6_xdp_new_flow(ctx, &p, w);
 	}

@@ -170,6 +170,7 @@ export const SLUICE_MAP_SVC_NAMES = "sluice_svcname";
 export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
 export const SLUICE_MAP_TC_CONFIG6 = "sluice_tc_cfg6";
 export const SLUICE_MAP_XDP_FC = "sluice_xdp_fc";
+export const SLUICE_MAP_XDP_FC6 = "sluice_xdp_fc6";
 export const SLUICE_MAP_XDP_FE4 = "sluice_xdp_fe4";
 export const SLUICE_MAP_XDP_FE6 = "sluice_xdp_fe6";
 export const SLUICE_MAP_XDP_FIB = "sluice_xdp_fib";
@@ -1560,6 +1561,60 @@ export function decodeLb6Tuple(buf: Buffer, off = 0): Lb6Tuple {
 }
 export const lb6_tupleCodec: Codec<Lb6Tuple> = { size: 40, encode: encodeLb6Tuple, decode: decodeLb6Tuple };
 
+/** struct lb6_xdp_fib_cache (72 bytes) */
+export interface Lb6XdpFibCache {
+  expires_ns: bigint;
+  saddr: Buffer;
+  daddr: Buffer;
+  flowinfo: number; // network byte order in the map
+  sport: number; // network byte order in the map
+  dport: number; // network byte order in the map
+  in_ifindex: number;
+  out_ifindex: number;
+  max_len: number;
+  proto: number;
+  action: number;
+  smac: Buffer;
+  dmac: Buffer;
+}
+export const LB6_XDP_FIB_CACHE_SIZE = 72;
+export const lb6_xdp_fib_cacheLayout: StructLayout = {"name":"lb6_xdp_fib_cache","size":72,"fields":[{"name":"expires_ns","kind":"int","offset":0,"size":8,"bigEndian":false},{"name":"saddr","kind":"bytes","offset":8,"size":16},{"name":"daddr","kind":"bytes","offset":24,"size":16},{"name":"flowinfo","kind":"int","offset":40,"size":4,"bigEndian":true},{"name":"sport","kind":"int","offset":44,"size":2,"bigEndian":true},{"name":"dport","kind":"int","offset":46,"size":2,"bigEndian":true},{"name":"in_ifindex","kind":"int","offset":48,"size":4,"bigEndian":false},{"name":"out_ifindex","kind":"int","offset":52,"size":4,"bigEndian":false},{"name":"max_len","kind":"int","offset":56,"size":2,"bigEndian":false},{"name":"proto","kind":"int","offset":58,"size":1,"bigEndian":false},{"name":"action","kind":"int","offset":59,"size":1,"bigEndian":false},{"name":"smac","kind":"bytes","offset":60,"size":6},{"name":"dmac","kind":"bytes","offset":66,"size":6}]};
+export function encodeLb6XdpFibCache(v: Lb6XdpFibCache, buf: Buffer = Buffer.alloc(72), off = 0): Buffer {
+  buf.fill(0, off, off + 72);
+  buf.writeBigUInt64LE(v.expires_ns, off + 0);
+  v.saddr.copy(buf, off + 8, 0, 16);
+  v.daddr.copy(buf, off + 24, 0, 16);
+  buf.writeUInt32BE(v.flowinfo >>> 0, off + 40);
+  buf.writeUInt16BE(v.sport & 0xffff, off + 44);
+  buf.writeUInt16BE(v.dport & 0xffff, off + 46);
+  buf.writeUInt32LE(v.in_ifindex >>> 0, off + 48);
+  buf.writeUInt32LE(v.out_ifindex >>> 0, off + 52);
+  buf.writeUInt16LE(v.max_len & 0xffff, off + 56);
+  buf.writeUInt8(v.proto & 0xff, off + 58);
+  buf.writeUInt8(v.action & 0xff, off + 59);
+  v.smac.copy(buf, off + 60, 0, 6);
+  v.dmac.copy(buf, off + 66, 0, 6);
+  return buf;
+}
+export function decodeLb6XdpFibCache(buf: Buffer, off = 0): Lb6XdpFibCache {
+  return {
+    expires_ns: buf.readBigUInt64LE(off + 0),
+    saddr: Buffer.from(buf.subarray(off + 8, off + 8 + 16)),
+    daddr: Buffer.from(buf.subarray(off + 24, off + 24 + 16)),
+    flowinfo: buf.readUInt32BE(off + 40),
+    sport: buf.readUInt16BE(off + 44),
+    dport: buf.readUInt16BE(off + 46),
+    in_ifindex: buf.readUInt32LE(off + 48),
+    out_ifindex: buf.readUInt32LE(off + 52),
+    max_len: buf.readUInt16LE(off + 56),
+    proto: buf.readUInt8(off + 58),
+    action: buf.readUInt8(off + 59),
+    smac: Buffer.from(buf.subarray(off + 60, off + 60 + 6)),
+    dmac: Buffer.from(buf.subarray(off + 66, off + 66 + 6)),
+  };
+}
+export const lb6_xdp_fib_cacheCodec: Codec<Lb6XdpFibCache> = { size: 72, encode: encodeLb6XdpFibCache, decode: decodeLb6XdpFibCache };
+
 /** struct lb6_xdp_scratch (144 bytes) */
 export interface Lb6XdpScratch {
   bytes: Buffer;
@@ -1998,6 +2053,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},
   sluice_tc_cfg6: {"name":"sluice_tc_cfg6","type":2,"keyType":"u32","keySize":4,"valueType":"lb6_tc_config","valueSize":16,"maxEntries":1},
   sluice_xdp_fc: {"name":"sluice_xdp_fc","type":6,"keyType":"u32","keySize":4,"valueType":"lb4_xdp_fib_cache","valueSize":48,"maxEntries":256},
+  sluice_xdp_fc6: {"name":"sluice_xdp_fc6","type":6,"keyType":"u32","keySize":4,"valueType":"lb6_xdp_fib_cache","valueSize":72,"maxEntries":256},
   sluice_xdp_fe4: {"name":"sluice_xdp_fe4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":65536,"flags":1},
   sluice_xdp_fe6: {"name":"sluice_xdp_fe6","type":1,"keyType":"lb6_node_ip","keySize":16,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
   sluice_xdp_fib: {"name":"sluice_xdp_fib","type":6,"keyType":"u32","keySize":4,"valueType":"lb_xdp_fib_scratch","valueSize":64,"maxEntries":1},

@@ -73,7 +73,7 @@ const NORTH_SOUTH: Row[] = [
   // issue 17 item 2 (docs/dsr.md): rows 28-29 of the TC flow range, north-south only.
   [abi.LB_CNT_TC_DSR_ENCAP, 'dsr_encapsulated', 'original'],
   [abi.LB_CNT_TC_DSR_DECAP, 'dsr_decapsulated', 'original'],
-  // XDP's known-flow sending (bpf/lib/xdp_fc.h): a full FIB lookup, or the cached answer.
+  // XDP's known-flow sending, both families (bpf/lib/xdp_fc.h, xdp_fc6.h): a full FIB lookup, or the cached answer.
   [abi.LB_CNT_XDP_FIB_LOOKUP, 'xdp_fib_lookup', 'original'],
   [abi.LB_CNT_XDP_FIB_CACHED, 'xdp_fib_cached', 'original'],
 ];

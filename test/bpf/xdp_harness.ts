@@ -105,9 +105,10 @@ export class XdpHarness {
       for (let i = 0; i < abi.SLUICE_XDP_PF_WORDS; i++) keys.writeUInt32LE(i, 4 * i);
       this.maps.prefilter.updateBatch(keys, zero, abi.SLUICE_XDP_PF_WORDS);
     }
-    // The FIB cache outlives a test's routes and flows (bench/xdpcost.ts may load a build without it).
-    if (this.xdp.mapNames().includes(abi.SLUICE_MAP_XDP_FC)) {
-      const fc = this.xdp.map(abi.SLUICE_MAP_XDP_FC);
+    // The FIB caches outlive a test's routes and flows (bench/xdpcost.ts may load a build without them).
+    for (const name of [abi.SLUICE_MAP_XDP_FC, abi.SLUICE_MAP_XDP_FC6]) {
+      if (!this.xdp.mapNames().includes(name)) continue;
+      const fc = this.xdp.map(name);
       const empty = fc.splitPerCpu(Buffer.alloc(fc.valueBufferSize));
       const key = Buffer.alloc(4);
       for (let slot = 0; slot < abi.SLUICE_XDP_FC_SLOTS; slot++) {

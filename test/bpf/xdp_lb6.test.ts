@@ -15,6 +15,7 @@ import { exthdr, frame6, neighborSolicitation, ethernet6, icmp6, type L4Spec6 } 
 import { Tc6Maps } from './tc_harness6';
 import type { TcBackend } from './tc_harness';
 import { XDP_DROP, XDP_PASS, XDP_REDIRECT, XDP_TX, XdpHarness } from './xdp_harness';
+import { ip6ToBytes } from '../../src/datapath/addr';
 
 const CLIENT = '2001:db8::10';
 const NODE = '2001:db8::1'; // NodePort address (on ext0) and IPv6 SNAT address
@@ -233,6 +234,142 @@ describe('IPv6 routing: XDP_REDIRECT to an XDP device, XDP_PASS when TC must sen
     const { verdict, out } = h.runXdp(pkt, ext0);
     assert.equal(verdict, XDP_PASS);
     expectPacket(out, pkt, 'hop limit 1');
+  });
+});
+
+describe('the FIB cache of known IPv6 flows (sluice_xdp_fc6, bpf/lib/xdp_fc6.h)', () => {
+  const CACHED_BE: TcBackend = { id: 5, address: '2001:db8::40', port: 8080, local: false }; // on ext0, neighbour added per test
+  const CACHED_BE_MAC = '02:00:00:00:00:40';
+  const BOGUS_MAC = '02:00:00:00:0b:ad';
+  const SLOT_SIZE = 72; // struct lb6_xdp_fib_cache
+
+  /** Every CPU's copy of the slots holding `backend` (the program runs on any CPU). */
+  function slotsOf(backend: string): Array<{ slot: number; perCpu: abi.Lb6XdpFibCache[] }> {
+    const fc = h.xdp.map(abi.SLUICE_MAP_XDP_FC6);
+    const key = Buffer.alloc(4);
+    const found = [];
+    for (let slot = 0; slot < abi.SLUICE_XDP_FC_SLOTS; slot++) {
+      key.writeUInt32LE(slot);
+      const perCpu = fc.lookupPerCpu(key)!.map((b) => abi.decodeLb6XdpFibCache(b));
+      if (perCpu.some((c) => c.expires_ns !== 0n && c.daddr.equals(ip6ToBytes(backend)))) found.push({ slot, perCpu });
+    }
+    return found;
+  }
+
+  /** Put `entry` in `slot` on every CPU. */
+  function writeSlot(slot: number, entry: abi.Lb6XdpFibCache): void {
+    const fc = h.xdp.map(abi.SLUICE_MAP_XDP_FC6);
+    const key = Buffer.alloc(4);
+    key.writeUInt32LE(slot);
+    fc.updatePerCpu(key, Array.from({ length: fc.valueBufferSize / SLOT_SIZE }, () => abi.encodeLb6XdpFibCache(entry)));
+  }
+
+  const filled = (found: { perCpu: abi.Lb6XdpFibCache[] }) => found.perCpu.find((c) => c.expires_ns !== 0n)!;
+  const original = () => [...v6.conntrack.entries()].find(([k]) => k.dir === abi.LB_CT_DIR_ORIGINAL)![1];
+
+  /** A UDP flow to CACHED_BE opened at XDP, one known-flow packet sent (the slot filled between `filledAfter` and `filledBefore`). */
+  let filledAfter = 0n;
+  let filledBefore = 0n;
+  function openFlow(sport: number): L4Spec6 {
+    h.ip('-6', 'neigh', 'replace', CACHED_BE.address, 'lladdr', CACHED_BE_MAC, 'dev', 'ext0', 'nud', 'permanent');
+    nodePort([CACHED_BE], 'udp');
+    const spec: L4Spec6 = { proto: 'udp', src: CLIENT, dst: NODE, sport, dport: NODE_PORT, payload: Buffer.from('data') };
+    assert.equal(h.runXdp(frame6(spec), ext0).verdict, XDP_TX, 'new flow');
+    const lookups = h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP);
+    filledAfter = process.hrtime.bigint();
+    assert.equal(h.runXdp(frame6(spec), ext0).verdict, XDP_TX, 'known flow');
+    filledBefore = process.hrtime.bigint();
+    assert.equal(h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP) - lookups, 1n, 'the first known-flow packet looks the route up');
+    return spec;
+  }
+
+  const sent = (spec: L4Spec6, dmac: string) => forwarded({ ...spec, src: NODE, dst: CACHED_BE.address, dport: CACHED_BE.port }, dmac, EXT_MAC);
+
+  test('a known flow\'s lookup fills a slot tagged with its inputs; a fresh slot answers instead of bpf_fib_lookup', () => {
+    const spec = openFlow(62100);
+    const [found, ...more] = slotsOf(CACHED_BE.address);
+    assert.ok(found && more.length === 0, 'one slot for the flow');
+    const c = filled(found);
+    const ttl = BigInt(abi.SLUICE_XDP_FC_TTL_NS);
+    assert.ok(c.expires_ns >= filledAfter + ttl && c.expires_ns <= filledBefore + ttl, 'answers for the TTL from its lookup');
+    assert.deepEqual([c.saddr.equals(ip6ToBytes(NODE)), c.sport, c.dport, c.flowinfo, c.in_ifindex, c.out_ifindex, c.proto, c.action, c.dmac.toString('hex'), c.smac.toString('hex')],
+      [true, 62100, CACHED_BE.port, 0, ext0, ext0, 17, XDP_TX, mac(CACHED_BE_MAC).toString('hex'), mac(EXT_MAC).toString('hex')]);
+    assert.equal(c.max_len, frame6(spec).length - 14, 'the IPv6 packet length the MTU check passed');
+    // A fresh slot with another MAC: the packet leaves with it, and no lookup is made.
+    writeSlot(found.slot, { ...c, dmac: mac(BOGUS_MAC), expires_ns: process.hrtime.bigint() + 10_000_000_000n });
+    const lookups = h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP);
+    const cached = h.tc.counter(abi.LB_CNT_XDP_FIB_CACHED);
+    const { verdict, out } = h.runXdp(frame6(spec), ext0);
+    assert.equal(verdict, XDP_TX);
+    expectPacket(out, sent(spec, BOGUS_MAC), 'sent with the cached answer');
+    assert.equal(h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP), lookups);
+    assert.equal(h.tc.counter(abi.LB_CNT_XDP_FIB_CACHED) - cached, 1n);
+    assert.equal(original().packets, 3n, 'conntrack still counts every packet');
+  });
+
+  test('a stale slot, another flow\'s tag, another arrival device or a longer packet: the full lookup (the neighbour\'s MAC of now)', () => {
+    const spec = openFlow(62101);
+    const [found] = slotsOf(CACHED_BE.address);
+    const c = filled(found!);
+    const later = process.hrtime.bigint() + 10_000_000_000n;
+    const otherSource = Buffer.from(c.saddr);
+    otherSource.writeUInt8(otherSource.readUInt8(15) ^ 1, 15);
+    const cases: Array<[string, abi.Lb6XdpFibCache]> = [
+      ['stale', { ...c, dmac: mac(BOGUS_MAC), expires_ns: process.hrtime.bigint() - 1n }],
+      ['another source port', { ...c, dmac: mac(BOGUS_MAC), expires_ns: later, sport: 62999 }],
+      ['another source address', { ...c, dmac: mac(BOGUS_MAC), expires_ns: later, saddr: otherSource }],
+      ['another flow label', { ...c, dmac: mac(BOGUS_MAC), expires_ns: later, flowinfo: 0x12345 }],
+      ['another arrival device', { ...c, dmac: mac(BOGUS_MAC), expires_ns: later, in_ifindex: int0 }],
+      ['a shorter length checked', { ...c, dmac: mac(BOGUS_MAC), expires_ns: later, max_len: c.max_len - 1 }],
+    ];
+    for (const [what, entry] of cases) {
+      writeSlot(found!.slot, entry);
+      const lookups = h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP);
+      const { verdict, out } = h.runXdp(frame6(spec), ext0);
+      assert.equal(verdict, XDP_TX, what);
+      expectPacket(out, sent(spec, CACHED_BE_MAC), what);
+      assert.equal(h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP) - lookups, 1n, `${what}: looked up`);
+      // Refilled on the CPU the packet ran on (the others keep what was written).
+      const refilled = slotsOf(CACHED_BE.address)[0]!.perCpu.filter((e) => e.expires_ns !== entry.expires_ns);
+      assert.deepEqual(refilled.map((e) => e.dmac.toString('hex')), [mac(CACHED_BE_MAC).toString('hex')], `${what}: the slot refilled`);
+    }
+    assert.equal(original().packets, 2n + BigInt(cases.length), 'conntrack counts every packet');
+  });
+
+  test('the neighbour gone and the slot stale: XDP_PASS untouched (fallback), as without the cache; TC sends it', () => {
+    const spec = openFlow(62102);
+    const [found] = slotsOf(CACHED_BE.address);
+    h.ip('-6', 'neigh', 'del', CACHED_BE.address, 'dev', 'ext0');
+    writeSlot(found!.slot, { ...filled(found!), expires_ns: process.hrtime.bigint() - 1n });
+    const before = h.stats(ext0);
+    const pkt = frame6(spec);
+    const { verdict, out } = h.runXdp(pkt, ext0);
+    assert.equal(verdict, XDP_PASS);
+    expectPacket(out, pkt, 'no neighbour');
+    assert.equal(h.stats(ext0).fallback - before.fallback, 1n);
+    assert.equal(original().packets, 2n, 'not touched: TC handles the packet');
+    assert.equal(h.runTc(pkt, ext0).verdict, TC_ACT_REDIRECT, 'TC continues the flow');
+    assert.equal(original().packets, 3n);
+  });
+
+  test('a cached XDP_REDIRECT to a device no longer among the XDP devices: XDP_PASS untouched', () => {
+    nodePort([INT_BE], 'udp');
+    const spec: L4Spec6 = { proto: 'udp', src: CLIENT, dst: NODE, sport: 62103, dport: NODE_PORT, payload: Buffer.from('x') };
+    for (let i = 0; i < 3; i++) assert.equal(h.runXdp(frame6(spec), ext0).verdict, XDP_REDIRECT);
+    const [found, ...more] = slotsOf(INT_BE.address);
+    assert.ok(found && more.length === 0, 'cached');
+    const c = filled(found);
+    assert.equal(c.action, XDP_REDIRECT);
+    writeSlot(found.slot, { ...c, expires_ns: process.hrtime.bigint() + 10_000_000_000n }); // fresh however slow the machine
+    h.inside(() => h.maps.targets.delete(int0));
+    const pkt = frame6(spec);
+    const { verdict, out } = h.runXdp(pkt, ext0);
+    assert.equal(verdict, XDP_PASS);
+    expectPacket(out, pkt, 'not an XDP target any more');
+    h.inside(() => h.maps.targets.set(int0, int0));
+    const lookups = h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP);
+    assert.equal(h.runXdp(frame6(spec), ext0).verdict, XDP_REDIRECT, 'listed again: sent from the cache');
+    assert.equal(h.tc.counter(abi.LB_CNT_XDP_FIB_LOOKUP), lookups);
   });
 });
 

@@ -177,8 +177,13 @@ describe('IPv6: XDP native on the ingress node, backend on another node', () => 
       const next = lines(child);
       const underXdp = eth0();
       assert.ok(n(underXdp.redirected) - n(before.redirected) >= 2n, `the handshake and first line went through XDP (redirected ${before.redirected} -> ${underXdp.redirected})`);
+      // Known-flow packets (the data, the ACKs) are sent by the FIB-cache path, which counts
+      // every one as a full lookup (57) or a cached answer (58) (bpf/lib/xdp_fc6.h).
+      const known = () => h.counter(abi.LB_CNT_XDP_FIB_LOOKUP) + h.counter(abi.LB_CNT_XDP_FIB_CACHED);
+      const knownBefore = known();
       child.stdin!.write('two\n');
       assert.equal(await next(), `pod2 ${V6.node1Public} two`);
+      assert.ok(known() - knownBefore >= 1n, `known IPv6 flow packets counted in rows 57/58 (${knownBefore} -> ${known()})`);
 
       const r = xdpAttachInNetns(topo.netnsPath('n1'), h.pinDir, ['eth0', 'eth1'], ['--detach']);
       assert.equal(r.status, 0, `XDP detach failed: ${r.stderr}`);
