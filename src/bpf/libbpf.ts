@@ -400,6 +400,30 @@ export function withLibbpfCapture<T>(fn: () => T): { result?: T; error?: unknown
   }
 }
 
+/**
+ * bpf_object__load on a thread of libuv's pool (koffi's async call): the
+ * verifier's kernel time runs beside the event loop, which meanwhile serves
+ * I/O (the agent's API lists). libbpf's print callback is relayed to this
+ * thread while the loading one waits (koffi), so its lines are captured as
+ * in withLibbpfCapture; nothing else may call libbpf on this object meanwhile.
+ */
+export async function objectLoadAsync(handle: unknown): Promise<{ result?: number; error?: unknown; lines: string[] }> {
+  const fn = libbpf().bpf_object__load as unknown as koffi.KoffiFunction;
+  const outer = capture;
+  const lines: string[] = [];
+  capture = lines;
+  try {
+    const result = await new Promise<number>((resolve, reject) => {
+      fn.async(handle, (err: unknown, ret: number) => (err ? reject(err as Error) : resolve(ret)));
+    });
+    return { result, lines };
+  } catch (error) {
+    return { error, lines };
+  } finally {
+    capture = outer;
+  }
+}
+
 function installPrintCallback(fns: LibbpfFunctions): void {
   if (process.arch !== 'x64' && process.arch !== 'arm64') return; // va_list passing differs: route nowhere
   let libc: koffi.IKoffiLib;

@@ -77,6 +77,38 @@ export interface InstallOptions {
 
 /** Load, pin maps, attach (or swap) every socket-LB program. Idempotent. */
 export function installSockLb(opts: InstallOptions): InstallResult {
+  const steps = installSteps(opts);
+  const obj = steps.next().value as BpfObject;
+  try {
+    obj.load();
+  } catch (err) {
+    return installed(steps.throw(err));
+  }
+  return installed(steps.next());
+}
+
+/**
+ * installSockLb with the programs verified on a thread-pool thread: the
+ * agent lists the API meanwhile. Nothing else may use libbpf until it ends.
+ */
+export async function installSockLbAsync(opts: InstallOptions): Promise<InstallResult> {
+  const steps = installSteps(opts);
+  const obj = steps.next().value as BpfObject;
+  try {
+    await obj.loadAsync();
+  } catch (err) {
+    return installed(steps.throw(err));
+  }
+  return installed(steps.next());
+}
+
+function installed(step: IteratorResult<BpfObject, InstallResult>): InstallResult {
+  if (!step.done) throw new Error('installSockLb: the object was yielded twice');
+  return step.value;
+}
+
+/** The install, yielding the opened object once for its caller to load (sync or async). */
+function* installSteps(opts: InstallOptions): Generator<BpfObject, InstallResult, void> {
   ensureBpffsDir(opts.bpffs);
   fs.mkdirSync(linkDir(opts.bpffs), { recursive: true });
   const target = cgroupIdOf(opts.cgroupPath);
@@ -88,7 +120,7 @@ export function installSockLb(opts: InstallOptions): InstallResult {
   let swapped = false;
   try {
     try {
-      obj.load();
+      yield obj; // loaded by the caller; a failed load is thrown in here
       migration.fill(obj);
       applySocketLbScope(obj, opts.socketLb);
       checkLinkTargets(opts.bpffs, target);
