@@ -403,24 +403,26 @@ export function withLibbpfCapture<T>(fn: () => T): { result?: T; error?: unknown
 /**
  * bpf_object__load on a thread of libuv's pool (koffi's async call): the
  * verifier's kernel time runs beside the event loop, which meanwhile serves
- * I/O (the agent's API lists). libbpf's print callback is relayed to this
- * thread while the loading one waits (koffi), so its lines are captured as
- * in withLibbpfCapture; nothing else may call libbpf on this object meanwhile.
+ * I/O (the agent's API lists). libbpf prints nothing meanwhile: its print
+ * callback is JS, which koffi would relay to the event loop one line at a
+ * time (~700 lines, mostly debug, for sock_lb.bpf.o) with the loading thread
+ * waiting each time behind whatever the loop runs. The error of a failed load
+ * has the errno and the verifier's log, not libbpf's own lines: a caller that
+ * wants them loads again synchronously. Nothing else may call libbpf meanwhile.
  */
 export async function objectLoadAsync(handle: unknown): Promise<{ result?: number; error?: unknown; lines: string[] }> {
-  const fn = libbpf().bpf_object__load as unknown as koffi.KoffiFunction;
-  const outer = capture;
-  const lines: string[] = [];
-  capture = lines;
+  const fns = libbpf();
+  const fn = fns.bpf_object__load as unknown as koffi.KoffiFunction;
+  const previous = fns.libbpf_set_print(null);
   try {
     const result = await new Promise<number>((resolve, reject) => {
       fn.async(handle, (err: unknown, ret: number) => (err ? reject(err as Error) : resolve(ret)));
     });
-    return { result, lines };
+    return { result, lines: [] };
   } catch (error) {
-    return { error, lines };
+    return { error, lines: [] };
   } finally {
-    capture = outer;
+    fns.libbpf_set_print(previous);
   }
 }
 

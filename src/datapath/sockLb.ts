@@ -90,16 +90,26 @@ export function installSockLb(opts: InstallOptions): InstallResult {
 /**
  * installSockLb with the programs verified on a thread-pool thread: the
  * agent lists the API meanwhile. Nothing else may use libbpf until it ends.
+ * A failed load is tried once more synchronously: that error carries
+ * libbpf's own explanation (loadAsync's does not), and a transient failure
+ * (EAGAIN) gets its retry.
  */
 export async function installSockLbAsync(opts: InstallOptions): Promise<InstallResult> {
   const steps = installSteps(opts);
   const obj = steps.next().value as BpfObject;
+  let loadError: unknown;
   try {
     await obj.loadAsync();
   } catch (err) {
-    return installed(steps.throw(err));
+    loadError = err ?? new Error('bpf_object__load failed');
   }
-  return installed(steps.next());
+  if (loadError === undefined) return installed(steps.next());
+  try {
+    steps.throw(loadError);
+  } catch {
+    // The install's own clean-up ran: old pins back, object closed.
+  }
+  return installSockLb(opts);
 }
 
 function installed(step: IteratorResult<BpfObject, InstallResult>): InstallResult {
