@@ -264,7 +264,8 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
     const synced = await agent.waitForLog(/^informers synced/, 5000);
     const phases: Record<string, number> = {};
     for (const [key, re] of [
-      ['log: starting', /^starting$/], ['socket LB attached', /^socket load balancer attached/],
+      ['log: starting', /^starting$/], ['IPv6 table capacity (BPF load starts)', /^IPv6 table capacity/], ['socket LB attached', /^socket load balancer attached/],
+      ['serving /healthz (syncer ready)', /^serving \/healthz/],
       ['listed node', /^listed node/], ['listed services', /^listed services/], ['listed endpointslices', /^listed endpointslices/],
       ['informers synced', /^informers synced/],
     ] as const) {

@@ -6,7 +6,7 @@ import type * as http from 'node:http';
 import pino, { type Logger } from 'pino';
 import type { AgentConfig } from './config';
 import { parseHostPort } from './config';
-import { installSockLb, bpfObjectPath } from '../datapath/sockLb';
+import { installSockLbAsync, bpfObjectPath } from '../datapath/sockLb';
 import { mapCapacities, nodeServesIpv6 } from './mapSizing';
 import { summarize } from '../datapath/migrate';
 import { netnsCookieOf, ownNetnsCookie } from '../datapath/netnsCookie';
@@ -22,7 +22,8 @@ import { ProxyHealth, startHealthServer } from './health';
 import { CountedClusterState } from './changeMetrics';
 import { localInterfaceAddresses } from './nodeAddresses';
 import { Syncer, type SyncReport } from './syncer';
-import { ClusterWatch } from './watch';
+import { ClusterWatch, type ListTiming } from './watch';
+import type { KubeConnection } from './kubeClient';
 import { startNorthSouth } from './northSouth';
 import { startStaleSockets } from './staleSockets';
 
@@ -45,35 +46,71 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   const socketLb = { mode: config.socketLB, hostNetnsCookie };
   // The IPv6 tables' capacity follows whether this node serves IPv6 (mapSizing.ts).
   const api = await connectToApi(config.kubeconfig, config.k8sApiServer);
-  const v6 = await nodeServesIpv6(config.ipv6Maps, api, config.nodeName);
-  const maxEntries = mapCapacities(config.maxEntries, config.bpffs, v6.ipv6);
-  log.info({ ipv6Tables: v6.ipv6 ? 'full' : 'small', why: v6.why }, 'IPv6 table capacity');
-  const install = installSockLb({ bpffs: config.bpffs, cgroupPath: config.cgroupPath, maxEntries, socketLb });
-  const { migrated, ...links } = install;
-  if (migrated.length > 0) log.info({ migrated: summarize(migrated) }, 'pinned maps migrated to their new capacity or layout; programs switched in place');
-  log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, socketLB: config.socketLB, hostNetns: config.hostNetns ?? 'own', ...links }, 'socket load balancer attached');
-  const maps = openSockLbMaps(config.bpffs);
-  maps.maglevTableSize = config.maglevTableSize; // h-maglev
   const metrics = new AgentMetrics();
   const health = new ProxyHealth(2 * config.syncPeriodSeconds * 1000);
   let syncer: Syncer | undefined;
   const state = new CountedClusterState(() => {
     health.syncNode(state.node); // nodeEligible follows every Node event (kube-proxy's SyncNode)
-    syncer?.trigger();
+    syncer?.trigger(); // a no-op until the syncer exists and has started
   }, metrics);
   // An object of the wrong shape (shape.ts): one line and one count per distinct rejection.
   state.onRejected = (r) => {
     metrics.errors.inc({ reason: r.reason });
     log.warn({ object: r.object, reason: r.reason }, r.message);
   };
+  // The lists start now, while the BPF objects load below (the API server
+  // prepares each next page meanwhile, and pages that arrived are decoded at
+  // each yield). Only the state fills: nothing is programmed before the
+  // syncer exists (maps loaded and adopted) and all three lists are complete.
+  const watch = new ClusterWatch(api, config.nodeName, state, metrics, log);
+  const listed = new Promise<ListTiming>((resolve) => watch.start(resolve));
+  try {
+    return await startDataPath(config, log, { api, metrics, health, state, watch, listed, socketLb, setSyncer: (s) => (syncer = s) });
+  } catch (err) {
+    await watch.stop();
+    throw err;
+  }
+}
+
+/** The event loop reads what arrived (list pages) between two blocking BPF loads. */
+const yieldToIo = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+interface StartContext {
+  api: KubeConnection;
+  metrics: AgentMetrics;
+  health: ProxyHealth;
+  state: CountedClusterState;
+  watch: ClusterWatch;
+  listed: Promise<ListTiming>;
+  socketLb: { mode: AgentConfig['socketLB']; hostNetnsCookie: bigint };
+  setSyncer(s: Syncer): void;
+}
+
+async function startDataPath(config: AgentConfig, log: Logger, c: StartContext): Promise<AgentHandle> {
+  const { api, metrics, health, state, watch, listed, socketLb } = c;
+  const v6 = await nodeServesIpv6(config.ipv6Maps, api, config.nodeName);
+  const maxEntries = mapCapacities(config.maxEntries, config.bpffs, v6.ipv6);
+  log.info({ ipv6Tables: v6.ipv6 ? 'full' : 'small', why: v6.why }, 'IPv6 table capacity');
+  const install = await installSockLbAsync({ bpffs: config.bpffs, cgroupPath: config.cgroupPath, maxEntries, socketLb });
+  const { migrated, ...links } = install;
+  if (migrated.length > 0) log.info({ migrated: summarize(migrated) }, 'pinned maps migrated to their new capacity or layout; programs switched in place');
+  log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, socketLB: config.socketLB, hostNetns: config.hostNetns ?? 'own', ...links }, 'socket load balancer attached');
+  await yieldToIo();
+  const maps = openSockLbMaps(config.bpffs);
+  maps.maglevTableSize = config.maglevTableSize; // h-maglev
   const northSouth = await startNorthSouth(config, () => health.healthy(), metrics, log);
+  await yieldToIo();
   // After the TC object: maps both share (conntrack) are migrated once, with the TC links.
-  if (config.podVethPrograms) preparePodPrograms(config.bpffs, config.maxEntries, log);
+  if (config.podVethPrograms) {
+    preparePodPrograms(config.bpffs, config.maxEntries, log);
+    await yieldToIo();
+  }
   const podFrontends = config.podVethPrograms ? openPodFrontends(config.bpffs, log) : undefined;
   const staleSockets = startStaleSockets(config, metrics, log);
+  await yieldToIo();
   const writeNodeAddresses = nodeAddressWriter(maps, metrics, log);
   let podFrontendsFailedLogged = false;
-  syncer = new Syncer(state, maps, {
+  const syncer: Syncer = new Syncer(state, maps, {
     ...(podFrontends ? { podFrontends } : {}),
     nodeName: config.nodeName,
     localAddresses: localInterfaceAddresses,
@@ -95,10 +132,10 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
         }
       }
       if (northSouth) {
-        const { local, remote } = syncer!.takeExternalBackends();
+        const { local, remote } = syncer.takeExternalBackends();
         if (local) northSouth.localBackends(local);
         if (remote) northSouth.remoteBackends(remote);
-        northSouth.frontends(syncer!.northSouthFrontends()); // an index, not a walk of every frontend (issue 12 item 5)
+        northSouth.frontends(syncer.northSouthFrontends()); // an index, not a walk of every frontend (issue 12 item 5)
       }
     },
     translate: {
@@ -115,6 +152,7 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
     syncPeriodMs: config.syncPeriodSeconds * 1000,
     driftRepairPeriodMs: config.driftRepairPeriodSeconds * 1000,
   }, metrics, health, log);
+  c.setSyncer(syncer);
   // Adopted frontends are in the maps already: their addresses count before the first sync.
   podFrontends?.add(syncer.programmed().programmedFrontends().map((f) => f.id));
   const adopted = syncer.programmed().frontendCount();
@@ -141,19 +179,16 @@ export async function startAgent(config: AgentConfig, log: Logger = makeLogger(c
   const metricsAddress = await listen('--metrics-bind-address', config.metricsBindAddress, (h, p) => startMetricsServer(metrics, h, p, scrape));
 
   log.info({ healthz: healthAddress, metrics: metricsAddress }, 'serving /healthz, /livez and /metrics');
-  const watch = new ClusterWatch(api, config.nodeName, state, metrics, log);
-  const synced = new Promise<void>((resolve) => {
-    watch.start((timing) => {
-      log.info({ ...timing }, 'informers synced; programming the maps');
-      syncer!.start(timing);
-      resolve();
-    });
+  // Lists that ended while the BPF objects loaded start the first sync now.
+  const synced = listed.then((timing) => {
+    log.info({ ...timing }, 'informers synced; programming the maps');
+    syncer.start(timing);
   });
 
   return {
     syncer, metrics, health, healthAddress, metricsAddress, synced,
     async stop() {
-      syncer!.stop();
+      syncer.stop();
       await watch.stop();
       await northSouth?.stop();
       staleSockets?.stop();

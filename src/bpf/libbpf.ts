@@ -400,6 +400,32 @@ export function withLibbpfCapture<T>(fn: () => T): { result?: T; error?: unknown
   }
 }
 
+/**
+ * bpf_object__load on a thread of libuv's pool (koffi's async call): the
+ * verifier's kernel time runs beside the event loop, which meanwhile serves
+ * I/O (the agent's API lists). libbpf prints nothing meanwhile: its print
+ * callback is JS, which koffi would relay to the event loop one line at a
+ * time (~700 lines, mostly debug, for sock_lb.bpf.o) with the loading thread
+ * waiting each time behind whatever the loop runs. The error of a failed load
+ * has the errno and the verifier's log, not libbpf's own lines: a caller that
+ * wants them loads again synchronously. Nothing else may call libbpf meanwhile.
+ */
+export async function objectLoadAsync(handle: unknown): Promise<{ result?: number; error?: unknown; lines: string[] }> {
+  const fns = libbpf();
+  const fn = fns.bpf_object__load as unknown as koffi.KoffiFunction;
+  const previous = fns.libbpf_set_print(null);
+  try {
+    const result = await new Promise<number>((resolve, reject) => {
+      fn.async(handle, (err: unknown, ret: number) => (err ? reject(err as Error) : resolve(ret)));
+    });
+    return { result, lines: [] };
+  } catch (error) {
+    return { error, lines: [] };
+  } finally {
+    fns.libbpf_set_print(previous);
+  }
+}
+
 function installPrintCallback(fns: LibbpfFunctions): void {
   if (process.arch !== 'x64' && process.arch !== 'arm64') return; // va_list passing differs: route nowhere
   let libc: koffi.IKoffiLib;

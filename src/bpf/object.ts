@@ -16,7 +16,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { BpfError, Handle, check, checkPtr, libbpf, withLibbpfCapture } from './libbpf';
+import { BpfError, Handle, check, checkPtr, libbpf, objectLoadAsync, withLibbpfCapture } from './libbpf';
 import { BpfMap, kernelAddedMapFlags, mapInfo, type MapDescription, type MapInfo } from './map';
 import { BpfProgram } from './program';
 
@@ -134,9 +134,21 @@ export class BpfObject {
 
   /** Creates the maps (or reuses pinned ones), loads and verifies every program. */
   load(): void {
+    const logs = this.verifierLogs();
+    if (logs) this.loadDone(withLibbpfCapture(() => libbpf().bpf_object__load(this.requireHandle())), logs);
+  }
+
+  /** load(), with the verifier running on a thread-pool thread while the event loop goes on. */
+  async loadAsync(): Promise<void> {
+    const logs = this.verifierLogs();
+    if (logs) this.loadDone(await objectLoadAsync(this.requireHandle()), logs);
+  }
+
+  /** A log buffer per program to load (undefined: loaded already). */
+  private verifierLogs(): Map<string, Buffer> | undefined {
     const fns = libbpf();
     const handle = this.requireHandle();
-    if (this.loaded) return;
+    if (this.loaded) return undefined;
     const logs = new Map<string, Buffer>();
     for (let p = fns.bpf_object__next_program(handle, null); p !== null; p = fns.bpf_object__next_program(handle, p)) {
       if (!fns.bpf_program__autoload(p)) continue;
@@ -144,9 +156,12 @@ export class BpfObject {
       check(fns.bpf_program__set_log_buf(p, buf, buf.length), 'bpf_program__set_log_buf', fns.bpf_program__name(p));
       logs.set(fns.bpf_program__name(p), buf);
     }
-    const loaded = withLibbpfCapture(() => fns.bpf_object__load(handle));
-    // libbpf keeps pointers to the log buffers but writes them only during load;
-    // `logs` keeps them alive until here.
+    return logs;
+  }
+
+  // libbpf keeps pointers to the log buffers but writes them only during load;
+  // `logs` keeps them alive until here.
+  private loadDone(loaded: { result?: number; lines: string[] }, logs: Map<string, Buffer>): void {
     const ret = loaded.result ?? -EINVAL;
     if (ret < 0) {
       let failing: string | undefined;

@@ -77,6 +77,48 @@ export interface InstallOptions {
 
 /** Load, pin maps, attach (or swap) every socket-LB program. Idempotent. */
 export function installSockLb(opts: InstallOptions): InstallResult {
+  const steps = installSteps(opts);
+  const obj = steps.next().value as BpfObject;
+  try {
+    obj.load();
+  } catch (err) {
+    return installed(steps.throw(err));
+  }
+  return installed(steps.next());
+}
+
+/**
+ * installSockLb with the programs verified on a thread-pool thread: the
+ * agent lists the API meanwhile. Nothing else may use libbpf until it ends.
+ * A failed load is tried once more synchronously: that error carries
+ * libbpf's own explanation (loadAsync's does not), and a transient failure
+ * (EAGAIN) gets its retry.
+ */
+export async function installSockLbAsync(opts: InstallOptions): Promise<InstallResult> {
+  const steps = installSteps(opts);
+  const obj = steps.next().value as BpfObject;
+  let loadError: unknown;
+  try {
+    await obj.loadAsync();
+  } catch (err) {
+    loadError = err ?? new Error('bpf_object__load failed');
+  }
+  if (loadError === undefined) return installed(steps.next());
+  try {
+    steps.throw(loadError);
+  } catch {
+    // The install's own clean-up ran: old pins back, object closed.
+  }
+  return installSockLb(opts);
+}
+
+function installed(step: IteratorResult<BpfObject, InstallResult>): InstallResult {
+  if (!step.done) throw new Error('installSockLb: the object was yielded twice');
+  return step.value;
+}
+
+/** The install, yielding the opened object once for its caller to load (sync or async). */
+function* installSteps(opts: InstallOptions): Generator<BpfObject, InstallResult, void> {
   ensureBpffsDir(opts.bpffs);
   fs.mkdirSync(linkDir(opts.bpffs), { recursive: true });
   const target = cgroupIdOf(opts.cgroupPath);
@@ -88,7 +130,7 @@ export function installSockLb(opts: InstallOptions): InstallResult {
   let swapped = false;
   try {
     try {
-      obj.load();
+      yield obj; // loaded by the caller; a failed load is thrown in here
       migration.fill(obj);
       applySocketLbScope(obj, opts.socketLb);
       checkLinkTargets(opts.bpffs, target);

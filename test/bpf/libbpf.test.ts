@@ -551,6 +551,30 @@ describe('libbpf binding (real kernel)', { skip: !isRoot && 'needs root' }, () =
     }
   });
 
+  it('loadAsync (the verifier on a thread-pool thread): a rejection throws the same error, a good object loads', async () => {
+    const rejected = BpfObject.open(rejectedPath);
+    try {
+      let caught: unknown;
+      await rejected.loadAsync().catch((err: unknown) => (caught = err));
+      assert.ok(caught instanceof BpfError, `expected a BpfError, got ${String(caught)}`);
+      assert.equal(caught.op, 'bpf_object__load');
+      assert.equal(caught.code, 'EACCES');
+      assert.match(caught.verifierLog ?? '', /map_value_or_null/);
+      assert.match(caught.message, /rj_connect4_unchecked/);
+    } finally {
+      rejected.close();
+    }
+    const obj = BpfObject.open(objPath, { pinDir: freshPinDir() });
+    try {
+      await obj.loadAsync();
+      assert.ok(obj.program('bt_connect4_allow').fd > 0, 'the program is in the kernel');
+      assert.ok(obj.map('bt_counters').fd > 0, 'its maps exist');
+      await obj.loadAsync(); // idempotent, as load()
+    } finally {
+      obj.close();
+    }
+  });
+
   it('attaches connect4 to a child cgroup through a link; connects from that cgroup run it', () => {
     const pinDir = freshPinDir();
     const obj = loadFixture(pinDir);

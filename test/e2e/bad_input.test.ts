@@ -136,6 +136,12 @@ test('a Service of the wrong shape is rejected by name, and the watch goes on: l
   api.store.create('services', serviceOf('after-wrong-shape', '10.96.250.2'), RAW);
   api.store.create('endpointslices', sliceOf('after-wrong-shape', 'after-wrong-shape-1', [BACKENDS[1]!]), RAW);
   await waitProgrammed('10.96.250.2:80/tcp', [BACKENDS[1]!]);
+  // The agent logs the rejection when the event arrives, before the later
+  // Service is even received; but the line reaches this process through a
+  // pipe only when its event loop turns, and waitProgrammed's first probe
+  // (a synchronous `sluice services`) can see the maps programmed without a
+  // turn: wait for the line, as the generated cases below do.
+  await waitFor('Service default/wrong-shape rejected', () => linesAbout('Service default/wrong-shape').length > 0, 10000);
   const lines = linesAbout('Service default/wrong-shape');
   assert.equal(lines.length, 1, JSON.stringify(lines));
   assert.equal(lines[0]!.reason, 'malformed_object');

@@ -138,6 +138,10 @@ export class WatchHub {
         return;
       }
       res.write(line);
+      // Node corks a chunked response until the writer's next tick; the real
+      // server flushes each event, so a watcher gets it now, not with the
+      // events written after it in the same tick.
+      res.socket?.uncork();
     });
     if (request.allowBookmarks && this.options.bookmarkIntervalMs > 0) {
       const interval = setInterval(() => res.write(this.bookmarkLine(request, false)), this.options.bookmarkIntervalMs);
