@@ -121,6 +121,14 @@ async function startDataPath(config: AgentConfig, log: Logger, c: StartContext):
       podFrontends?.setNodeAddresses(addresses);
       writeNodeAddresses(addresses);
     },
+    // Handed over by each pass before it writes the frontends (a NodePort flow
+    // to a backend behind a node-to-node device needs that device's SNAT address first).
+    ...(northSouth ? {
+      onExternalBackends: ({ local, remote }: { local?: string[]; remote?: string[] }) => {
+        if (local) northSouth.localBackends(local);
+        if (remote) northSouth.remoteBackends(remote);
+      },
+    } : {}),
     onSyncDone: (report, programmed) => {
       recordStatus(maps, report, programmed);
       if (podFrontends && report.kind === 'full') {
@@ -132,9 +140,6 @@ async function startDataPath(config: AgentConfig, log: Logger, c: StartContext):
         }
       }
       if (northSouth) {
-        const { local, remote } = syncer.takeExternalBackends();
-        if (local) northSouth.localBackends(local);
-        if (remote) northSouth.remoteBackends(remote);
         northSouth.frontends(syncer.northSouthFrontends()); // an index, not a walk of every frontend (issue 12 item 5)
       }
     },

@@ -76,6 +76,14 @@ export interface SyncerOptions {
    * else the sync start): stale-socket termination.
    */
   onBackendsGone?: (backends: ProgrammedBackend[], since: number) => void;
+  /**
+   * The externally reachable backends (both families; each list only when it
+   * changed), handed over in a pass before it writes the frontends that use
+   * them: the agent attaches TC to their devices and writes a node-to-node
+   * device's SNAT address, which must be in place before a NodePort flow can
+   * reach such a backend (else it is SNATed to the external address).
+   */
+  onExternalBackends?: (backends: { local?: string[]; remote?: string[] }) => void;
   /** After every sync: what it did and what is programmed now. */
   onSyncDone?: (report: SyncReport, programmed: { services: number; frontends: number; backends: number }) => void;
   /** healthCheckNodePort services and their local endpoint counts changed. */
@@ -697,6 +705,7 @@ export class Syncer {
       outcome.deleted += r.frontends;
       deletedBackends.push(...r.deletedBackendIds);
     }
+    this.handOverExternalBackends();
     const result = this.programmer.apply(lastPerFrontend(upserts), { prune: false });
     deletedBackends.push(...result.deletedBackendIds);
     pod?.removed(removals, upsertIds);
@@ -714,6 +723,22 @@ export class Syncer {
     outcome.deleted += result.frontendsDeleted;
     outcome.count += result.failures.length;
     return outcome;
+  }
+
+  /** Before the frontends are written: their backends' devices get TC (and SNAT addresses) first. */
+  private handOverExternalBackends(): void {
+    const hook = this.opts.onExternalBackends;
+    if (!hook) return;
+    const external = this.takeExternalBackends();
+    if (!external.local && !external.remote) return;
+    try {
+      hook(external);
+    } catch (err) {
+      // The frontends are still written: without the device's TC their flows
+      // are translated on the external devices, as before this hook existed.
+      this.metrics.errors.inc({ reason: 'external_backends_failed' });
+      this.log.error({ error: (err as Error).message }, `devices of external backends not prepared: ${(err as Error).message}`);
+    }
   }
 
   private retryLater(keys: Iterable<string>): void {

@@ -92,3 +92,57 @@ test('local and remote backends of IPv4 and IPv6 NodePorts are both in the exter
     syncer.stop();
   }
 });
+
+// The agent attaches TC to a node-to-node device, and writes that device's
+// SNAT address, for the remote backends it is told of. It was told after the
+// pass had written the frontends (onSyncDone): a NodePort flow that arrived
+// in between was SNATed to the external device's address and its reply came
+// back on the wrong network (test/e2e/northsouth_multihome.test.ts, "a
+// backend behind the private device", failed that way under load). Now the
+// pass hands them over before it writes the frontends that use them.
+test('the external backends reach the agent before the frontends that use them are written', async () => {
+  let syncer: Syncer | undefined;
+  const state = new ClusterState(() => syncer?.trigger());
+  let synced: () => void = () => undefined;
+  const seen: Array<{ local: string[]; remote: string[]; nodePortWritten: boolean }> = [];
+  const nodePortWritten = () => syncer!.programmed().programmedFrontends().some((f) => f.port === 30090);
+  syncer = new Syncer(state, maps, {
+    nodeName: NODE,
+    localAddresses: () => [NODE4],
+    onExternalBackends: ({ local, remote }) => {
+      seen.push({ local: [...local ?? []].sort(), remote: [...remote ?? []].sort(), nodePortWritten: nodePortWritten() });
+    },
+    onSyncDone: () => synced(),
+    translate: { maxEndpointsPerService: 1000, ipFamilies: ['IPv4', 'IPv6'] },
+    minSyncPeriodMs: 0,
+    syncPeriodMs: 3_600_000,
+  }, new AgentMetrics(), new ProxyHealth(60_000), pino({ level: 'silent' }));
+  try {
+    state.setNode({ apiVersion: 'v1', kind: 'Node', metadata: { name: NODE },
+      status: { addresses: [{ type: 'InternalIP', address: NODE4 }] } } as never);
+    state.upsertService(service('multi', 'IPv4', '198.19.0.20', 30090) as never);
+    state.upsertSlice(slice('multi', 'IPv4', [['198.18.20.5', NODE], ['198.18.31.5', 'n2']]) as never);
+    const sync = () => new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('no sync within 10 s')), 10_000);
+      synced = () => { clearTimeout(timer); synced = () => undefined; resolve(); };
+    });
+    let done = sync();
+    syncer.start();
+    await done;
+    assert.ok(nodePortWritten(), 'the NodePort is programmed');
+    assert.deepEqual(seen, [{ local: ['198.18.20.5'], remote: ['198.18.31.5'], nodePortWritten: false }],
+      'told of both backends once, before the NodePort was written');
+
+    // A partial pass with a new remote backend: told before that pass writes.
+    seen.length = 0;
+    done = sync();
+    state.upsertSlice(slice('multi', 'IPv4', [['198.18.20.5', NODE], ['198.18.31.5', 'n2'], ['198.18.32.5', 'n3']]) as never);
+    await done;
+    assert.equal(seen.length, 1, 'told once of the change');
+    assert.deepEqual(seen[0]!.remote, ['198.18.31.5', '198.18.32.5']);
+    const backends = syncer.programmed().programmedFrontends().find((f) => f.port === 30090)?.backendIds.length;
+    assert.equal(backends, 3, 'the pass then wrote the new backend');
+  } finally {
+    syncer.stop();
+  }
+});
