@@ -160,7 +160,7 @@ describe('sluice CNI plugin chained after bridge', () => {
     assert.match(err.msg, /not attached/);
     // ADD again (a runtime retrying) restores the attachment.
     const again = plugin('ADD', conf);
-    assert.equal(again.status, 0);
+    assert.equal(again.status, 0, `ADD again: ${again.stdout}`);
     assert.deepEqual(JSON.parse(again.stdout), results.client);
     assert.deepEqual(plugin('CHECK', conf), { status: 0, stdout: '' });
   });
