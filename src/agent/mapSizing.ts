@@ -19,11 +19,14 @@
 // "map_full"}; set `ipv6Maps: full` (or maxEntries) and restart: the pinned
 // maps migrate to the new capacity with their entries.
 //
-// sluice_be6 and sluice_revnat6 are never small: they are ARRAYs indexed by
-// backend and rev-NAT ids, which come from one pool for both families, so
-// each is sized as its IPv4 twin (an IPv6 backend may get any id an IPv4
-// one could; LbProgrammer keeps ids below the smaller of the two). That is
-// 6 MiB and 1.5 MiB preallocated on every node.
+// sluice_be6 and sluice_revnat6 are ARRAYs indexed by backend and rev-NAT
+// ids, which come from one pool for both families: an IPv6 backend may get
+// any id an IPv4 one could. On a node that serves IPv6 each is therefore
+// asked for at its IPv4 twin's capacity (always: a smaller pin, a small
+// table pinned before the node became dual-stack, migrates to it). Small,
+// they cost 96 KiB and 24 KiB instead of 6 MiB and 1.5 MiB, and an IPv6
+// frontend whose backend or rev-NAT id falls beyond them is refused by the
+// programmer naming the map (the node was said to serve no IPv6).
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as abi from '../abi/generated';
@@ -35,6 +38,8 @@ export type Ipv6Maps = 'auto' | 'small' | 'full';
 export const IPV6_SMALL_ENTRIES: Readonly<Record<string, number>> = {
   [abi.SLUICE_MAP_SERVICES6]: 2048,
   [abi.SLUICE_MAP_RANGES6]: 16384,
+  [abi.SLUICE_MAP_BACKENDS6]: 4096,
+  [abi.SLUICE_MAP_REVNAT6]: 1024,
   [abi.SLUICE_MAP_AFFINITY6]: 4096,
 };
 
@@ -57,16 +62,17 @@ export function nodeHasIpv6(node: NodeLike): boolean {
 }
 
 /**
- * The capacities to ask for: the config's maxEntries, the IPv6 id arrays at
- * their IPv4 twins' capacity (always asked for: a pin of an older layout,
- * a small hash, migrates to the full array), plus the small IPv6 ones when
- * the node does not serve IPv6 (for maps the config does not name and that
- * are not pinned yet).
+ * The capacities to ask for: the config's maxEntries; on a node that serves
+ * IPv6 the IPv6 id arrays at their IPv4 twins' capacity (always asked for,
+ * so a smaller pin migrates to it); else the small IPv6 ones (for maps the
+ * config does not name and that are not pinned yet).
  */
 export function mapCapacities(maxEntries: Record<string, number>, bpffs: string, ipv6: boolean): Record<string, number> {
   const out = { ...maxEntries };
-  for (const [v6, v4] of IPV6_ID_ARRAYS) out[v6] ??= maxEntries[v4] ?? abi.MAP_SPECS[v4]!.maxEntries;
-  if (ipv6) return out;
+  if (ipv6) {
+    for (const [v6, v4] of IPV6_ID_ARRAYS) out[v6] ??= maxEntries[v4] ?? abi.MAP_SPECS[v4]!.maxEntries;
+    return out;
+  }
   for (const [name, n] of Object.entries(IPV6_SMALL_ENTRIES)) {
     if (name in out || fs.existsSync(path.join(bpffs, name))) continue;
     out[name] = n;

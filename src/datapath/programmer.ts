@@ -183,11 +183,11 @@ export class LbProgrammer {
 
   private constructor(private readonly maps: SockLbMaps, opts: { rangeGraceMs?: number } = {}) {
     // Backends and rev-NAT entries of both families are ARRAYs indexed by
-    // ids from one pool: ids stay below the smaller capacity (the agent
-    // sizes each IPv6 array as its IPv4 twin, mapSizing.ts).
-    const below = (a: TypedMap<number, unknown>, b?: TypedMap<number, unknown>) => Math.min(a.map.maxEntries, b?.map.maxEntries ?? Infinity) - 1;
-    this.backendIds = new IdAllocator('backend', below(maps.backends, maps.v6?.backends));
-    this.revNatIds = new IdAllocator('rev-NAT', below(maps.revNat, maps.v6?.revNat));
+    // ids from one pool: ids stay below the IPv4 capacity. The IPv6 arrays
+    // are as large on a node that serves IPv6 (mapSizing.ts); an IPv6 id
+    // beyond a small one is refused at write (checkIds6).
+    this.backendIds = new IdAllocator('backend', maps.backends.map.maxEntries - 1);
+    this.revNatIds = new IdAllocator('rev-NAT', maps.revNat.map.maxEntries - 1);
     this.ranges = new RangeAllocator(maps.ranges.map.maxEntries, opts.rangeGraceMs);
     if (maps.v6) this.ranges6 = new RangeAllocator(maps.v6.ranges.map.maxEntries, opts.rangeGraceMs);
   }
@@ -535,6 +535,8 @@ export class LbProgrammer {
       this.maps.backends.setMany(backendWrites);
       this.maps.revNat.setMany(revNatWrites);
       if (backend6Writes.size > 0 || revNat6Writes.length > 0) {
+        checkIds6(this.v6().backends, backend6Writes.keys(), 'backend');
+        checkIds6(this.v6().revNat, revNat6Writes.map(([id]) => id), 'rev-NAT');
         this.v6().backends.setMany([...backend6Writes]);
         this.v6().revNat.setMany(revNat6Writes);
       }
@@ -790,6 +792,20 @@ export class LbProgrammer {
     const refs = this.backendRefs[backendId]! + delta;
     this.backendRefs[backendId] = refs;
     if (refs <= 0) this.orphans.add(backendId);
+  }
+}
+
+/**
+ * IPv6 ids index sluice_be6 / sluice_revnat6, which a node that serves no
+ * IPv6 pins small while ids come from the pool both families share: an id
+ * beyond such an array is refused naming the map and the remedy.
+ */
+function checkIds6(table: TypedMap<number, unknown>, ids: Iterable<number>, what: string): void {
+  for (const id of ids) {
+    if (id >= table.map.maxEntries) {
+      throw new Error(`IPv6 ${what} id ${id} is beyond ${table.name} (${table.map.maxEntries} entries; ids are shared with IPv4): ` +
+        'this node\'s IPv6 tables are small (ipv6Maps: auto found no IPv6 on the Node); set ipv6Maps: full and restart the agent');
+    }
   }
 }
 

@@ -21,7 +21,7 @@ test('mapCapacities: small IPv6 tables only when IPv4-only, never over the confi
     assert.equal(mapCapacities({ sluice_be4: 5000 }, dir, true).sluice_be6, 5000, 'the IPv6 id arrays follow their IPv4 twins (ids from one pool)');
     const small = mapCapacities({ sluice_be6: 77 }, dir, false);
     assert.equal(small.sluice_be6, 77, 'maxEntries wins');
-    assert.equal(small.sluice_revnat6, 65536, 'never small: indexed by ids of the shared pool');
+    assert.equal(small.sluice_revnat6, IPV6_SMALL_ENTRIES.sluice_revnat6);
     assert.equal(small.sluice_rng6, IPV6_SMALL_ENTRIES.sluice_rng6);
     assert.equal(small.sluice_svc6, IPV6_SMALL_ENTRIES.sluice_svc6);
     fs.writeFileSync(path.join(dir, 'sluice_affin6'), '');
