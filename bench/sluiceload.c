@@ -161,6 +161,37 @@ struct be_addr {
 #define LOAD6_BE_BASE 1024u /* IPv4's backend ids: at most 512 */
 
 /* The IPv6 half of fill: same backends, rev-NAT ids and order, the slot layout. */
+/* Each frontend's range: its n_be backend ids (tcp: id_base+1.., udp: after
+ * them), frontend after frontend from index 0 of the range array. */
+static void fill_ranges(int fd_rng, const char *what, const struct svc_line *svcs, size_t n, int n_be, __u32 id_base)
+{
+	size_t n_slots = n * (size_t)n_be;
+	__u32 *idx = calloc(n_slots ? n_slots : 1, sizeof(__u32));
+	__u32 *ids = calloc(n_slots ? n_slots : 1, sizeof(__u32));
+	for (size_t i = 0, j = 0; i < n; i++)
+		for (int s = 0; s < n_be; s++, j++) {
+			idx[j] = (__u32)j;
+			ids[j] = id_base + (__u32)((svcs[i].proto == LB_PROTO_UDP ? n_be : 0) + s + 1);
+		}
+	update_batch(fd_rng, what, idx, ids, n_slots, sizeof(__u32), sizeof(__u32));
+	free(idx);
+	free(ids);
+}
+
+/* The masters' values naming the ranges fill_ranges wrote (either family). */
+static struct lb4_service *master_values(size_t n, int n_be, const __u32 *rn_of, __u8 algorithm)
+{
+	struct lb4_service *vals = calloc(n ? n : 1, sizeof(*vals));
+	for (size_t i = 0; i < n; i++) {
+		vals[i].backend_id = (__u32)(i * (size_t)n_be); /* range start */
+		vals[i].count = (__u16)n_be;
+		vals[i].flags = LB_SVC_FLAG_CLUSTER_IP;
+		vals[i].rev_nat_id = rn_of[i];
+		vals[i].algorithm = algorithm;
+	}
+	return vals;
+}
+
 static void fill6(const char *dir, const struct svc_line *svcs, size_t n, const struct be_addr *bes, int n_be, __u8 algorithm)
 {
 	int fd_svc = open_pinned(dir, STR(SLUICE_MAP_SERVICES6));
@@ -206,31 +237,18 @@ static void fill6(const char *dir, const struct svc_line *svcs, size_t n, const 
 	update_batch(fd_rn, "rev-NAT6", rn_keys, rn_vals, n_rn, sizeof(__u32), sizeof(struct lb6_reverse_nat));
 
 	/* Ranges first, masters last: a master makes its range visible. */
-	size_t n_slots = n * (size_t)n_be;
-	__u32 *idx = calloc(n_slots ? n_slots : 1, sizeof(__u32));
-	__u32 *ids = calloc(n_slots ? n_slots : 1, sizeof(__u32));
-	for (size_t i = 0, j = 0; i < n; i++)
-		for (int s = 0; s < n_be; s++, j++) {
-			idx[j] = (__u32)j;
-			ids[j] = LOAD6_BE_BASE + (__u32)((svcs[i].proto == LB_PROTO_UDP ? n_be : 0) + s + 1);
-		}
-	update_batch(fd_rng, "backend ranges (IPv6)", idx, ids, n_slots, sizeof(__u32), sizeof(__u32));
+	fill_ranges(fd_rng, "backend ranges (IPv6)", svcs, n, n_be, LOAD6_BE_BASE);
 	struct lb6_frontend_key *keys = calloc(n ? n : 1, sizeof(*keys));
-	struct lb4_service *vals = calloc(n ? n : 1, sizeof(*vals));
+	struct lb4_service *vals = master_values(n, n_be, rn_of, algorithm);
 	for (size_t i = 0; i < n; i++) {
 		memcpy(keys[i].address, svcs[i].vip6, 16);
 		keys[i].port = svcs[i].port;
 		keys[i].proto = svcs[i].proto;
 		keys[i].scope = LB_SCOPE_EXTERNAL;
-		vals[i].backend_id = (__u32)(i * (size_t)n_be); /* range start */
-		vals[i].count = (__u16)n_be;
-		vals[i].flags = LB_SVC_FLAG_CLUSTER_IP;
-		vals[i].rev_nat_id = rn_of[i];
-		vals[i].algorithm = algorithm;
 	}
 	update_batch(fd_svc, "service masters (IPv6)", keys, vals, n, sizeof(*keys), sizeof(*vals));
 	printf("{\"family\":6,\"service_ports\":%zu,\"backends\":%d,\"revnat\":%zu,\"service_entries\":%zu}\n", n, 2 * n_be, n_rn,
-	       n + n_slots);
+	       n + n * (size_t)n_be);
 }
 
 /*
@@ -359,27 +377,14 @@ int cmd_fill(int argc, char **argv)
 
 	/* Ranges first, masters last: a master makes its range visible. */
 	size_t n_slots = n * (size_t)n_be;
-	int fd_rng = open_pinned(dir, STR(SLUICE_MAP_RANGES4));
-	__u32 *idx = calloc(n_slots ? n_slots : 1, sizeof(__u32));
-	__u32 *ids = calloc(n_slots ? n_slots : 1, sizeof(__u32));
-	for (size_t i = 0, j = 0; i < n; i++)
-		for (int s = 0; s < n_be; s++, j++) {
-			idx[j] = (__u32)j;
-			ids[j] = (__u32)((svcs[i].proto == LB_PROTO_UDP ? n_be : 0) + s + 1);
-		}
-	update_batch(fd_rng, "backend ranges", idx, ids, n_slots, sizeof(__u32), sizeof(__u32));
+	fill_ranges(open_pinned(dir, STR(SLUICE_MAP_RANGES4)), "backend ranges", svcs, n, n_be, 0);
 	struct lb4_frontend_key *keys = calloc(n ? n : 1, sizeof(*keys));
-	struct lb4_service *vals = calloc(n ? n : 1, sizeof(*vals));
+	struct lb4_service *vals = master_values(n, n_be, rn_of, algorithm);
 	for (size_t i = 0; i < n; i++) {
 		keys[i].address = svcs[i].vip;
 		keys[i].port = svcs[i].port;
 		keys[i].proto = svcs[i].proto;
 		keys[i].scope = LB_SCOPE_EXTERNAL;
-		vals[i].backend_id = (__u32)(i * (size_t)n_be); /* range start */
-		vals[i].count = (__u16)n_be;
-		vals[i].flags = LB_SVC_FLAG_CLUSTER_IP;
-		vals[i].rev_nat_id = rn_of[i];
-		vals[i].algorithm = algorithm;
 	}
 	update_batch(fd_svc, "service masters", keys, vals, n, sizeof(*keys), sizeof(*vals));
 	fill_pod_frontends(dir, svcs, n);

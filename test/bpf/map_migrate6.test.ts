@@ -14,7 +14,7 @@ import { Sandbox, sh, labScript, waitFor, repoRoot } from '../helpers/sandbox';
 import { BpfMap } from '../../src/bpf/map';
 import { MapType } from '../../src/bpf/constants';
 import { installSockLb, SOCK_LB_PROGRAMS } from '../../src/datapath/sockLb';
-import { readLayouts } from '../../src/datapath/migrate';
+import { assertSlotsMigrated, assertTrafficSurvived } from './slot_migration';
 import * as abi from '../../src/abi/generated';
 import { openSockLbMaps } from '../../src/datapath/maps';
 import { LbProgrammer } from '../../src/datapath/programmer';
@@ -72,30 +72,14 @@ test('pins of the IPv6 slot layout (sluice_svc6 layout 1; hash backends and rev-
     }
 
     const result = installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup });
-    const migrated = Object.fromEntries(result.migrated.map((m) => [m.map, [m.why, m.carried, m.dropped]]));
-    assert.deepEqual(migrated, {
-      [abi.SLUICE_MAP_SERVICES6]: ['layout', 2, 0],
-      [abi.SLUICE_MAP_BACKENDS6]: ['layout', 2, 0],
-      [abi.SLUICE_MAP_REVNAT6]: ['layout', 2, 0],
-    });
-    for (const name of [abi.SLUICE_MAP_SERVICES6, abi.SLUICE_MAP_BACKENDS6, abi.SLUICE_MAP_REVNAT6]) assert.equal(readLayouts(sb.bpffs).get(name), 2, `${name} layout recorded`);
-    const types = Object.fromEntries([abi.SLUICE_MAP_SERVICES6, abi.SLUICE_MAP_BACKENDS6, abi.SLUICE_MAP_REVNAT6].map((n) => {
+    const v6Maps = [abi.SLUICE_MAP_SERVICES6, abi.SLUICE_MAP_BACKENDS6, abi.SLUICE_MAP_REVNAT6];
+    const types = Object.fromEntries(v6Maps.map((n) => {
       const m = BpfMap.fromPinned(path.join(sb.bpffs, n));
       try { return [n, [m.type, m.keySize]]; } finally { m.close(); }
     }));
     assert.deepEqual(types, { [abi.SLUICE_MAP_SERVICES6]: [MapType.HASH, 20], [abi.SLUICE_MAP_BACKENDS6]: [MapType.ARRAY, 4], [abi.SLUICE_MAP_REVNAT6]: [MapType.ARRAY, 4] });
-    // The agent adopts what the migration wrote: same frontends, same backend ids, in slot order.
-    const maps = openSockLbMaps(sb.bpffs);
-    try {
-      const p = LbProgrammer.adopt(maps);
-      assert.deepEqual(p.programmedFrontends().map((f) => [f.address, f.revNatId, f.backendIds]).sort(), frontends.map(([vip, revNat, ids]) => [vip, revNat, ids]).sort());
-      // ... and writes a new range next to them, not over them.
-      p.apply([{ address: 'fd00:96:2::1', port: 80, proto: 'tcp', scope: 'external', flags: abi.LB_SVC_FLAG_CLUSTER_IP, affinityTimeout: 0, backends: [{ address: BACKEND_LOOP, port: 8080, proto: 'tcp' }] }], { prune: false });
-      const cells = p.programmedFrontends().flatMap((f) => f.backendIds.map((_, i) => f.rangeStart! + i)).sort((a, b) => a - b);
-      assert.deepEqual(cells, [0, 1, 2, 3], 'the migrated ranges fill 0-2 (in the old map\'s order), the new one follows at 3');
-    } finally {
-      maps.close();
-    }
+    assertSlotsMigrated(sb.bpffs, result.migrated, v6Maps, frontends,
+      { address: 'fd00:96:2::1', port: 80, proto: 'tcp', scope: 'external', flags: abi.LB_SVC_FLAG_CLUSTER_IP, affinityTimeout: 0, backends: [{ address: BACKEND_LOOP, port: 8080, proto: 'tcp' }] });
     await sb.startBackends([BACKEND_HOLD, BACKEND_LOOP], [8080]); // both plain: each connect gets its line and ends
     for (const vip of LOOP_VIPS) {
       const loop = JSON.parse(await sb.runInCgroup(['node', labScript('lbClient'), 'loop', vip, '80', '1000'], 20000)) as { ok: number; errors: Record<string, number> };
@@ -106,8 +90,6 @@ test('pins of the IPv6 slot layout (sluice_svc6 layout 1; hash backends and rev-
     sb.close();
   }
 });
-
-interface Held { backend?: string; peerStart?: string; peerEnd?: string; sent: number; echoed: number; error?: string }
 
 test(`upgrade from ${SLOTS6_REVISION}'s running socket programs (IPv6 slot layout, built from git) under IPv6 traffic: 0 failed connects, held connections keep their Service in getpeername`, async () => {
   const old = execFileSync(path.join(repoRoot, 'scripts', 'build-revision.sh'), [SLOTS6_REVISION], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }).trim();
@@ -136,18 +118,8 @@ test(`upgrade from ${SLOTS6_REVISION}'s running socket programs (IPv6 slot layou
     });
     assert.deepEqual(result.replaced.sort(), Object.values(SOCK_LB_PROGRAMS).map((p) => p.hook).sort(), 'every socket hook swapped in place');
 
-    const held = (JSON.parse(await hold) as { results: Held[] }).results;
+    const { held, ok } = await assertTrafficSurvived(hold, loop, BACKEND_HOLD, HOLD_VIP);
     assert.equal(held.length, 3);
-    for (const c of held) {
-      assert.equal(c.error, undefined, `a long-lived connection broke across the migration: ${JSON.stringify(c)}`);
-      assert.equal(c.backend, `${BACKEND_HOLD}:8080`);
-      assert.equal(c.peerStart, `${HOLD_VIP}:80`);
-      assert.equal(c.peerEnd, `${HOLD_VIP}:80`, 'getpeername after the migration still shows the Service');
-      assert.ok(c.sent >= 15 && c.echoed === c.sent, JSON.stringify(c));
-    }
-    const looped = JSON.parse(await loop) as { ok: number; errors: Record<string, number> };
-    assert.deepEqual(looped.errors, {}, 'IPv6 connects during the migration');
-    assert.ok(looped.ok > 10, `${looped.ok} connects`);
     // New connects and this tree's CLI on the migrated maps.
     const after = JSON.parse(await sb.runInCgroup(['node', labScript('lbClient'), 'loop', LOOP_VIPS[1]!, '80', '1000'], 20000)) as { ok: number; errors: Record<string, number> };
     assert.deepEqual(after.errors, {});
@@ -158,7 +130,7 @@ test(`upgrade from ${SLOTS6_REVISION}'s running socket programs (IPv6 slot layou
     } finally {
       maps.close();
     }
-    process.stdout.write(`# IPv6 slot -> range migration under traffic: ${held.length} held connections (${held.map((c) => c.echoed).join('/')} lines echoed), ${looped.ok} connects during the swap, 0 failed\n`);
+    process.stdout.write(`# IPv6 slot -> range migration under traffic: ${held.length} held connections (${held.map((c) => c.echoed).join('/')} lines echoed), ${ok} connects during the swap, 0 failed\n`);
   } finally {
     sb.close();
   }
