@@ -22,7 +22,7 @@ import { backends, Family, familyOf, hostPort, ServicePort } from './services';
 /** sluiceload's default service entries (masters); SLUICE_MAX_RANGE4 in native/sluice_abi.h. */
 const DEFAULT_SERVICE_ENTRIES = 262144;
 const DEFAULT_RANGE_ENTRIES = 524288;
-/** SLUICE_MAX_SERVICE_ENTRIES: the IPv6 map's masters + slots (11 entries per service port here). */
+/** SLUICE_MAX_SERVICE_ENTRIES: the IPv6 map's masters (one per service port, as IPv4). */
 const DEFAULT_SERVICE6_ENTRIES = 524288;
 
 /**
@@ -74,7 +74,8 @@ class SizedMaps {
     await run([
       this.loader, 'attach', '--obj', path.join(this.root, 'build', 'sock_lb.bpf.o'), '--bpffs', bpffs, '--cgroup', cgroup,
       '--service-entries', String(entries), '--ranges', String(ranges), '--backends', '131072', '--revnat', String(Math.max(65536, servicePorts)),
-      '--service6-entries', String(Math.max(DEFAULT_SERVICE6_ENTRIES, Math.ceil(servicePorts * 11 * 1.05))),
+      // IPv6: one master per service port too (its range array is sized by the loader).
+      '--service6-entries', String(Math.max(DEFAULT_SERVICE6_ENTRIES, Math.ceil(servicePorts * 1.05))),
     ], { timeoutMs: 30000 });
     const previous = this.bpffs;
     this.cgroup = cgroup;

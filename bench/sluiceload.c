@@ -23,12 +23,14 @@
  * Same entries, same semantics as src/datapath/programmer.ts.
  *
  * IPv6 (issue 14): a FILE of IPv6 VIPs ("fd00:19::1 80 tcp") with IPv6
- * backends ("[fd00:18:1::1]:8080,...") fills the IPv6 maps instead, in their
- * slot layout (backends, rev-NAT, slots 1..n, then the slot-0 masters). Its
- * backend and rev-NAT ids start at LOAD6_ID_BASE, so both families filled
- * into one bpffs directory never share an id (the agent draws both from one
- * pool). attach sizes the IPv6 service map with --service6-entries (masters
- * + slots) and its rev-NAT map like IPv4's.
+ * backends ("[fd00:18:1::1]:8080,...") fills the IPv6 maps instead, in the
+ * same range layout (backends, rev-NAT, ranges, then the masters). Its
+ * backend ids start at LOAD6_BE_BASE (above IPv4's, at most 512) and its
+ * rev-NAT ids end at the top of the rev-NAT array (IPv4's start at 1), so
+ * both families filled into one bpffs directory never share an id (the agent
+ * draws both from one pool) and every id indexes its ARRAY. attach sizes the
+ * IPv6 service map with --service6-entries (masters), its range array at 10
+ * per master (at least the default) and its rev-NAT map like IPv4's.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -96,6 +98,8 @@ static int cmd_attach(int argc, char **argv)
 			max = svc6_max;
 		else if (!strcmp(name, STR(SLUICE_MAP_RANGES4)))
 			max = rng_max > 0 ? rng_max : (svc_max * 10 > SLUICE_MAX_RANGE4 ? svc_max * 10 : SLUICE_MAX_RANGE4);
+		else if (!strcmp(name, STR(SLUICE_MAP_RANGES6)))
+			max = svc6_max * 10 > SLUICE_MAX_RANGE6 ? svc6_max * 10 : 0;
 		if (max > 0 && bpf_map__set_max_entries(m, (__u32)max))
 			die(name, "set_max_entries failed");
 	}
@@ -154,14 +158,51 @@ struct be_addr {
 	__be16 p;
 };
 
-#define LOAD6_ID_BASE (1u << 20)
+#define LOAD6_BE_BASE 1024u /* IPv4's backend ids: at most 512 */
 
 /* The IPv6 half of fill: same backends, rev-NAT ids and order, the slot layout. */
+/* Each frontend's range: its n_be backend ids (tcp: id_base+1.., udp: after
+ * them), frontend after frontend from index 0 of the range array. */
+static void fill_ranges(int fd_rng, const char *what, const struct svc_line *svcs, size_t n, int n_be, __u32 id_base)
+{
+	size_t n_slots = n * (size_t)n_be;
+	__u32 *idx = calloc(n_slots ? n_slots : 1, sizeof(__u32));
+	__u32 *ids = calloc(n_slots ? n_slots : 1, sizeof(__u32));
+	for (size_t i = 0, j = 0; i < n; i++)
+		for (int s = 0; s < n_be; s++, j++) {
+			idx[j] = (__u32)j;
+			ids[j] = id_base + (__u32)((svcs[i].proto == LB_PROTO_UDP ? n_be : 0) + s + 1);
+		}
+	update_batch(fd_rng, what, idx, ids, n_slots, sizeof(__u32), sizeof(__u32));
+	free(idx);
+	free(ids);
+}
+
+/* The masters' values naming the ranges fill_ranges wrote (either family). */
+static struct lb4_service *master_values(size_t n, int n_be, const __u32 *rn_of, __u8 algorithm)
+{
+	struct lb4_service *vals = calloc(n ? n : 1, sizeof(*vals));
+	for (size_t i = 0; i < n; i++) {
+		vals[i].backend_id = (__u32)(i * (size_t)n_be); /* range start */
+		vals[i].count = (__u16)n_be;
+		vals[i].flags = LB_SVC_FLAG_CLUSTER_IP;
+		vals[i].rev_nat_id = rn_of[i];
+		vals[i].algorithm = algorithm;
+	}
+	return vals;
+}
+
 static void fill6(const char *dir, const struct svc_line *svcs, size_t n, const struct be_addr *bes, int n_be, __u8 algorithm)
 {
 	int fd_svc = open_pinned(dir, STR(SLUICE_MAP_SERVICES6));
+	int fd_rng = open_pinned(dir, STR(SLUICE_MAP_RANGES6));
 	int fd_be = open_pinned(dir, STR(SLUICE_MAP_BACKENDS6));
 	int fd_rn = open_pinned(dir, STR(SLUICE_MAP_REVNAT6));
+	struct bpf_map_info info = {};
+	__u32 info_len = sizeof(info);
+
+	if (bpf_obj_get_info_by_fd(fd_rn, &info, &info_len))
+		die(STR(SLUICE_MAP_REVNAT6), strerror(errno));
 
 	__u32 be_keys[512];
 	struct lb6_backend be_vals[512];
@@ -169,7 +210,7 @@ static void fill6(const char *dir, const struct svc_line *svcs, size_t n, const 
 	for (int pr = 0; pr < 2; pr++)
 		for (int i = 0; i < n_be; i++) {
 			int k = pr * n_be + i;
-			be_keys[k] = LOAD6_ID_BASE + (__u32)k + 1;
+			be_keys[k] = LOAD6_BE_BASE + (__u32)k + 1;
 			memcpy(be_vals[k].address, bes[i].a6, 16);
 			be_vals[k].port = bes[i].p;
 			be_vals[k].proto = pr ? LB_PROTO_UDP : LB_PROTO_TCP;
@@ -185,7 +226,9 @@ static void fill6(const char *dir, const struct svc_line *svcs, size_t n, const 
 			rn_of[i] = rn_of[i - 1];
 			continue;
 		}
-		rn_keys[n_rn] = LOAD6_ID_BASE + (__u32)n_rn + 1;
+		if (n_rn + 1 >= info.max_entries)
+			die(STR(SLUICE_MAP_REVNAT6), "more service ports than rev-NAT entries (attach --revnat)");
+		rn_keys[n_rn] = info.max_entries - 1 - (__u32)n_rn; /* from the top down */
 		memcpy(rn_vals[n_rn].address, svcs[i].vip6, 16);
 		rn_vals[n_rn].port = svcs[i].port;
 		rn_of[i] = rn_keys[n_rn];
@@ -193,30 +236,19 @@ static void fill6(const char *dir, const struct svc_line *svcs, size_t n, const 
 	}
 	update_batch(fd_rn, "rev-NAT6", rn_keys, rn_vals, n_rn, sizeof(__u32), sizeof(struct lb6_reverse_nat));
 
-	/* Slots 1..n_be of every frontend first, then the masters (slot 0). */
-	size_t n_ent = n * (size_t)(n_be + 1);
-	struct lb6_service_key *keys = calloc(n_ent ? n_ent : 1, sizeof(*keys));
-	struct lb4_service *vals = calloc(n_ent ? n_ent : 1, sizeof(*vals));
-	size_t j = 0;
-	for (int slot = 1; slot <= n_be + 1; slot++)
-		for (size_t i = 0; i < n; i++, j++) {
-			int master = slot == n_be + 1;
-			memcpy(keys[j].address, svcs[i].vip6, 16);
-			keys[j].port = svcs[i].port;
-			keys[j].proto = svcs[i].proto;
-			keys[j].scope = LB_SCOPE_EXTERNAL;
-			keys[j].backend_slot = (__u16)(master ? 0 : slot);
-			if (master) {
-				vals[j].count = (__u16)n_be;
-				vals[j].flags = LB_SVC_FLAG_CLUSTER_IP;
-				vals[j].rev_nat_id = rn_of[i];
-				vals[j].algorithm = algorithm;
-			} else {
-				vals[j].backend_id = LOAD6_ID_BASE + (__u32)((svcs[i].proto == LB_PROTO_UDP ? n_be : 0) + slot);
-			}
-		}
-	update_batch(fd_svc, "service slots and masters (IPv6)", keys, vals, n_ent, sizeof(*keys), sizeof(*vals));
-	printf("{\"family\":6,\"service_ports\":%zu,\"backends\":%d,\"revnat\":%zu,\"service_entries\":%zu}\n", n, 2 * n_be, n_rn, n_ent);
+	/* Ranges first, masters last: a master makes its range visible. */
+	fill_ranges(fd_rng, "backend ranges (IPv6)", svcs, n, n_be, LOAD6_BE_BASE);
+	struct lb6_frontend_key *keys = calloc(n ? n : 1, sizeof(*keys));
+	struct lb4_service *vals = master_values(n, n_be, rn_of, algorithm);
+	for (size_t i = 0; i < n; i++) {
+		memcpy(keys[i].address, svcs[i].vip6, 16);
+		keys[i].port = svcs[i].port;
+		keys[i].proto = svcs[i].proto;
+		keys[i].scope = LB_SCOPE_EXTERNAL;
+	}
+	update_batch(fd_svc, "service masters (IPv6)", keys, vals, n, sizeof(*keys), sizeof(*vals));
+	printf("{\"family\":6,\"service_ports\":%zu,\"backends\":%d,\"revnat\":%zu,\"service_entries\":%zu}\n", n, 2 * n_be, n_rn,
+	       n + n * (size_t)n_be);
 }
 
 /*
@@ -345,27 +377,14 @@ int cmd_fill(int argc, char **argv)
 
 	/* Ranges first, masters last: a master makes its range visible. */
 	size_t n_slots = n * (size_t)n_be;
-	int fd_rng = open_pinned(dir, STR(SLUICE_MAP_RANGES4));
-	__u32 *idx = calloc(n_slots ? n_slots : 1, sizeof(__u32));
-	__u32 *ids = calloc(n_slots ? n_slots : 1, sizeof(__u32));
-	for (size_t i = 0, j = 0; i < n; i++)
-		for (int s = 0; s < n_be; s++, j++) {
-			idx[j] = (__u32)j;
-			ids[j] = (__u32)((svcs[i].proto == LB_PROTO_UDP ? n_be : 0) + s + 1);
-		}
-	update_batch(fd_rng, "backend ranges", idx, ids, n_slots, sizeof(__u32), sizeof(__u32));
+	fill_ranges(open_pinned(dir, STR(SLUICE_MAP_RANGES4)), "backend ranges", svcs, n, n_be, 0);
 	struct lb4_frontend_key *keys = calloc(n ? n : 1, sizeof(*keys));
-	struct lb4_service *vals = calloc(n ? n : 1, sizeof(*vals));
+	struct lb4_service *vals = master_values(n, n_be, rn_of, algorithm);
 	for (size_t i = 0; i < n; i++) {
 		keys[i].address = svcs[i].vip;
 		keys[i].port = svcs[i].port;
 		keys[i].proto = svcs[i].proto;
 		keys[i].scope = LB_SCOPE_EXTERNAL;
-		vals[i].backend_id = (__u32)(i * (size_t)n_be); /* range start */
-		vals[i].count = (__u16)n_be;
-		vals[i].flags = LB_SVC_FLAG_CLUSTER_IP;
-		vals[i].rev_nat_id = rn_of[i];
-		vals[i].algorithm = algorithm;
 	}
 	update_batch(fd_svc, "service masters", keys, vals, n, sizeof(*keys), sizeof(*vals));
 	fill_pod_frontends(dir, svcs, n);

@@ -78,9 +78,9 @@ SERVER_PID=$!
 mkdir -p "$CG" "$FS"
 
 # Services: VIP i -> 198.19.(i/256).(i%256), port 80 + i/65536; tcp and udp.
-# --ipv6: VIP i -> fd00:19::<i+1 in hex>, port 80.
+# --ipv6: VIP i -> fd00:19::<i in hex> (past 65535: fd00:19::<i / 65536>:<i % 65536>), port 80.
 if [ -n "$IPV6" ]; then
-  awk -v n="$SERVICES" 'BEGIN { for (i = 1; i <= n; i++) printf "fd00:19::%x 80 tcp\nfd00:19::%x 80 udp\n", i, i }' > "$TMP/services"
+  awk -v n="$SERVICES" 'BEGIN { for (i = 1; i <= n; i++) { h = int(i / 65536); v = h ? sprintf("fd00:19::%x:%x", h, i % 65536) : sprintf("fd00:19::%x", i); printf "%s 80 tcp\n%s 80 udp\n", v, v } }' > "$TMP/services"
 else
   awk -v n="$SERVICES" 'BEGIN { for (i = 0; i < n; i++) { h = i % 65536; p = 80 + int(i / 65536);
     printf "198.19.%d.%d %d tcp\n198.19.%d.%d %d udp\n", int(h / 256), h % 256, p, int(h / 256), h % 256, p } }' > "$TMP/services"

@@ -155,10 +155,13 @@ struct lb_maglev_row {
  * is reused only after a grace period (src/datapath/ranges.ts), so a program
  * holding a copy of the old master still reads the old, intact range.
  *
- * IPv6 (SLUICE_MAP_SERVICES6) keeps the slot layout: slot 0 of a frontend is
- * the master (count, flags, rev-NAT id, affinity), slots 1..count each name
- * one backend id (lb6_service_key.backend_slot); the agent writes backends,
- * then slots, then the master (make-before-break).
+ * IPv6 (SLUICE_MAP_SERVICES6, layout 2) is the same table over its own maps:
+ * one master per frontend keyed by lb6_frontend_key, naming a range of
+ * SLUICE_MAP_RANGES6, whose elements index SLUICE_MAP_BACKENDS6 (ARRAY).
+ * The range arrays are one per family (not one shared array, although the
+ * ids come from one pool) so that each is allocated by its own allocator
+ * and a live upgrade rewrites IPv6 slots into ranges of a new, empty array
+ * while the IPv4 array is carried as it is.
  *
  * lb4_service_key is the programs' working copy of a frontend: the map key
  * (its first 8 bytes, laid out as lb4_frontend_key) plus the position in the
@@ -181,7 +184,7 @@ struct lb4_service_key {
 };
 
 struct lb4_service {
-	__u32 backend_id;       /* IPv4 master: first index of its range in SLUICE_MAP_RANGES4; IPv6: slots > 0: key in the backends map, master 0 */
+	__u32 backend_id;       /* first index of the frontend's range in SLUICE_MAP_RANGES4 (IPv6: SLUICE_MAP_RANGES6) */
 	__u16 count;            /* master: number of backend slots; 0 refuses connections */
 	__u16 flags;            /* master: LB_SVC_FLAG_* */
 	__u32 rev_nat_id;       /* master: key in the rev-NAT map (what replies show) */
@@ -950,26 +953,38 @@ _Static_assert(sizeof(struct lb_lc_flow) == 8, "lb_lc_flow layout");
  * Addresses are 16 bytes in network order; the structs are 4-byte aligned so
  * the programs move them as four 32-bit words.
  */
-#define SLUICE_MAP_SERVICES6 sluice_svc6     /* lb6_service_key -> lb4_service (same value as IPv4) */
-#define SLUICE_MAP_BACKENDS6 sluice_be6      /* __u32 backend id -> lb6_backend */
-#define SLUICE_MAP_REVNAT6   sluice_revnat6  /* __u32 rev-NAT id -> lb6_reverse_nat */
+#define SLUICE_MAP_SERVICES6 sluice_svc6     /* lb6_frontend_key -> lb4_service (master only, same value as IPv4; layout 2) */
+#define SLUICE_MAP_RANGES6   sluice_rng6     /* __u32 index -> __u32 backend id (ARRAY: IPv6 frontends' backend ranges) */
+#define SLUICE_MAP_BACKENDS6 sluice_be6      /* __u32 backend id -> lb6_backend (ARRAY; layout 2) */
+#define SLUICE_MAP_REVNAT6   sluice_revnat6  /* __u32 rev-NAT id -> lb6_reverse_nat (ARRAY; layout 2) */
 #define SLUICE_MAP_AFFINITY6 sluice_affin6   /* lb6_affinity_key -> lb_affinity (LRU) */
 #define SLUICE_MAP_SRCRANGE6 sluice_srcrng6  /* lb6_src_range_key -> __u8 (LPM trie; read by the TC and socket paths) */
 #define SLUICE_MAP_SOCK6     sluice_sock6    /* socket -> lb6_sock_state (socket-local storage) */
 #define SLUICE_MAP_NODEIP6   sluice_nodeip6  /* lb6_node_ip -> __u8 1 (hash) */
 
 #define SLUICE_MAX_NODEIP6   256
+#define SLUICE_MAX_RANGE6    524288 /* backend ids in all IPv6 frontends' ranges, as SLUICE_MAX_RANGE4 */
 #define SLUICE_MAX_SRCRANGE6 16384
 
 /* Counters of IPv6-only reasons (SLUICE_MAP_COUNTERS indices 124..127). */
 #define LB_CNT_SOCK6_V4MAPPED 124 /* connect6/recvmsg6/getpeername6 on ::ffff:a.b.c.d handled by the IPv4 table */
 
+/* The key of SLUICE_MAP_SERVICES6 (layout 2: one master per frontend). */
+struct lb6_frontend_key {
+	__u8   address[16]; /* frontend address */
+	__be16 port;        /* frontend port */
+	__u8   proto;       /* LB_PROTO_TCP or LB_PROTO_UDP */
+	__u8   scope;       /* LB_SCOPE_EXTERNAL or LB_SCOPE_INTERNAL */
+} __attribute__((aligned(4)));
+
+/* The programs' working copy of an IPv6 frontend (lb4_service_key's twin):
+ * the map key (its first 20 bytes) plus the range position picked. */
 struct lb6_service_key {
 	__u8   address[16];  /* frontend address */
 	__be16 port;         /* frontend port */
 	__u8   proto;        /* LB_PROTO_TCP or LB_PROTO_UDP */
 	__u8   scope;        /* LB_SCOPE_EXTERNAL or LB_SCOPE_INTERNAL */
-	__u16  backend_slot; /* 0: master entry; 1..count: one backend each */
+	__u16  backend_slot; /* programs only: 1..count, the range position picked (0: none) */
 	__u8   pad[2];
 } __attribute__((aligned(4)));
 
@@ -1030,7 +1045,10 @@ struct lb6_sock_state {
 	struct lb6_sock_pair pairs[SLUICE_SOCK_PAIRS];
 };
 
+_Static_assert(sizeof(struct lb6_frontend_key) == 20, "lb6_frontend_key layout");
 _Static_assert(sizeof(struct lb6_service_key) == 24, "lb6_service_key layout");
+_Static_assert(__builtin_offsetof(struct lb6_service_key, scope) == __builtin_offsetof(struct lb6_frontend_key, scope),
+	       "lb6_service_key starts with an lb6_frontend_key");
 _Static_assert(sizeof(struct lb6_backend) == 24, "lb6_backend layout");
 _Static_assert(sizeof(struct lb6_reverse_nat) == 20, "lb6_reverse_nat layout");
 _Static_assert(sizeof(struct lb6_affinity_key) == 24, "lb6_affinity_key layout");

@@ -45,15 +45,13 @@ static long lb6_dsr_scan_one(__u32 i, void *ctx)
 {
 	struct dsr6_rx_match *m = ctx;
 	struct lb6_backend *backend;
-	struct lb4_service *slot;
+	__u32 id = lb6_range_backend_id(&m->svc, i);
 
-	m->skey.backend_slot = (__u16)(i + 1);
-	slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES6, &m->skey);
-	if (!slot || !slot->backend_id)
+	if (!id)
 		return 0;
-	backend = lb6_lookup_backend(slot->backend_id);
+	backend = lb6_lookup_backend(id);
 	if (backend && lb6_addr_equal(backend->address, m->outer_daddr) && (backend->flags & LB_BACKEND_FLAG_LOCAL)) {
-		m->found = slot->backend_id;
+		m->found = id;
 		return 1;
 	}
 	return 0;

@@ -114,23 +114,6 @@ lb4_slot_choice(const struct lb4_service *svc, __u64 client_id)
 }
 
 /*
- * After a missing slot the master was re-read (count): the slots to try next.
- * Slots below a missing one are the last to go, so try those, and slot 1 (the
- * last a shrink removes) on the final attempt. IPv6 only (lb6.h): IPv4
- * frontends have ranges, which a shrink never empties under a reader.
- */
-static __always_inline __u16 lb_retry_limit(__u16 count, __u16 missing, int attempt)
-{
-	__u16 limit = count;
-
-	if (missing > 1 && missing - 1 < limit)
-		limit = missing - 1;
-	if (attempt == LB_SELECT_ATTEMPTS - 2 && limit > 1)
-		limit = 1;
-	return limit;
-}
-
-/*
  * Choice over positions 0..count-1 of the range the copy in *svc names, by
  * its algorithm: one array load for the backend id, one for the backend. The
  * range of a master copy is intact (the agent writes a backend-set change as

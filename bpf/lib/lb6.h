@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lb6.h: frontend lookup and backend selection for IPv6 frontends, over the
- * IPv6 maps (SLUICE_MAP_SERVICES6, SLUICE_MAP_BACKENDS6, ...). The rules are
- * those of lb.h (master entry, slots, retries, affinity); the master value
+ * IPv6 maps (SLUICE_MAP_SERVICES6, SLUICE_MAP_RANGES6, SLUICE_MAP_BACKENDS6,
+ * ...). The rules are those of lb.h (master entry naming a range, retries,
+ * affinity; lb_range_backend_id is shared); the master value
  * (struct lb4_service) and the slot choice (lb4_slot_choice: round-robin
  * counters by rev-NAT id, source hash, random) are shared with IPv4, since
  * the agent allocates rev-NAT ids for both families from one pool.
@@ -68,9 +69,19 @@ static __always_inline bool lb6_read_master(struct lb6_service_key *key, struct 
 	return true;
 }
 
+/* An IPv6 backend by id: NULL for an id outside the array or an empty entry
+ * (proto 0: never written, or cleared when the backend went). */
 static __always_inline struct lb6_backend *lb6_lookup_backend(__u32 backend_id)
 {
-	return bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS6, &backend_id);
+	struct lb6_backend *backend = bpf_map_lookup_elem(&SLUICE_MAP_BACKENDS6, &backend_id);
+
+	return backend && backend->proto ? backend : NULL;
+}
+
+/* The backend id at position pos of the range an IPv6 master names. */
+static __always_inline __u32 lb6_range_backend_id(const struct lb4_service *svc, __u32 pos)
+{
+	return lb_range_backend_id(&SLUICE_MAP_RANGES6, svc, pos);
 }
 
 /*
@@ -134,8 +145,8 @@ lb6_maglev_select(const struct lb6_service_key *key, const struct lb4_service *s
 }
 
 /*
- * least-connection for an IPv6 frontend: lc4_select's scan (bpf/lib/lc.h)
- * over the IPv6 slots. Counts are per backend id in SLUICE_MAP_LC_COUNT4
+ * least-connection for an IPv6 frontend: lc4_select's walk (bpf/lib/lc.h)
+ * over the IPv6 range. Counts are per backend id in SLUICE_MAP_LC_COUNT4
  * (backend ids come from one pool for both families), and a socket's count
  * is held and given back by the family-blind lc4_sock_hold and sock_release.
  */
@@ -151,38 +162,38 @@ lc6_select(struct lb6_service_key *key, const struct lb4_service *svc, __u32 *ba
 		return NULL;
 	start = bpf_get_prandom_u32() % count;
 	for (i = 0; i < LB_LC_SCAN; i++) {
-		struct lb4_service *slot;
-		__u32 id, load;
+		__u32 pos, id, load;
 
 		if (i >= count)
 			break;
-		key->backend_slot = (__u16)((start + i) % count + 1);
-		slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES6, key);
-		if (!slot)
+		pos = start + i;
+		if (pos >= count)
+			pos -= count;
+		id = lb6_range_backend_id(svc, pos);
+		if (!id)
 			continue;
-		id = slot->backend_id;
 		load = lc_count_of(id);
 		if (load < best_load) {
 			best_load = load;
 			best_id = id;
-			best_slot = key->backend_slot;
+			best_slot = (__u16)(pos + 1);
 		}
 	}
 	best = best_id ? lb6_lookup_backend(best_id) : NULL;
 	if (!best)
-		return NULL; /* a shrink in progress: the caller's retrying choice */
+		return NULL; /* the backend went: the caller's retrying choice */
 	key->backend_slot = best_slot;
 	*backend_id = best_id;
 	return best;
 }
 
-/* lb4_select_backend over the IPv6 table: same retry rule (re-read the master
- * after a missing slot, then slots below it, then slot 1). */
+/* lb4_select_backend over the IPv6 maps: a position of the copied master's
+ * range by its algorithm; on a missing backend, re-read the master and
+ * choose again in its (new) range. */
 static __always_inline struct lb6_backend *
 lb6_select_backend(struct lb6_service_key *key, struct lb4_service *svc, __u64 client_id, __u32 *backend_id)
 {
 	__u32 choice = lb4_slot_choice(svc, client_id);
-	__u16 limit = svc->count;
 	int attempt;
 
 	if (svc->algorithm == LB_ALG_LEAST_CONN) {
@@ -198,29 +209,23 @@ lb6_select_backend(struct lb6_service_key *key, struct lb4_service *svc, __u64 c
 		if (picked)
 			return picked;
 	}
-
 	for (attempt = 0; attempt < LB_SELECT_ATTEMPTS; attempt++) {
-		struct lb6_backend *backend = NULL;
-		struct lb4_service *slot;
-		__u16 missing;
-		__u32 id;
+		struct lb6_backend *backend;
+		__u32 pos, id;
 
-		if (limit == 0)
+		if (svc->count == 0)
 			return NULL;
-		key->backend_slot = (choice % limit) + 1;
-		slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES6, key);
-		id = slot ? slot->backend_id : 0;
-		if (id)
-			backend = lb6_lookup_backend(id);
+		pos = choice % svc->count;
+		id = lb6_range_backend_id(svc, pos);
+		backend = id ? lb6_lookup_backend(id) : NULL;
 		if (backend) {
+			key->backend_slot = (__u16)(pos + 1);
 			*backend_id = id;
 			return backend;
 		}
 		lb_count(LB_CNT_SELECT_RETRY);
-		missing = key->backend_slot;
 		if (!lb6_read_master(key, svc))
 			return NULL;
-		limit = lb_retry_limit(svc->count, missing, attempt);
 		if (svc->algorithm == LB_ALG_RANDOM)
 			choice = bpf_get_prandom_u32();
 	}

@@ -165,14 +165,20 @@ static __always_inline struct lb4_backend *lb4_backend_by_id(__u32 backend_id)
 	return backend && backend->proto ? backend : NULL;
 }
 
-/* The backend id at position pos (0-based, < svc->count) of the range an
- * IPv4 master (svc->backend_id: first index) names; 0 when out of the array. */
-static __always_inline __u32 lb4_range_backend_id(const struct lb4_service *svc, __u32 pos)
+/* The backend id at position pos (0-based, < svc->count) of the range a
+ * master (svc->backend_id: first index) names in a family's range array
+ * (SLUICE_MAP_RANGES4 or SLUICE_MAP_RANGES6); 0 when out of the array. */
+static __always_inline __u32 lb_range_backend_id(void *ranges, const struct lb4_service *svc, __u32 pos)
 {
 	__u32 index = svc->backend_id + pos;
-	__u32 *id = bpf_map_lookup_elem(&SLUICE_MAP_RANGES4, &index);
+	__u32 *id = bpf_map_lookup_elem(ranges, &index);
 
 	return id ? *id : 0;
+}
+
+static __always_inline __u32 lb4_range_backend_id(const struct lb4_service *svc, __u32 pos)
+{
+	return lb_range_backend_id(&SLUICE_MAP_RANGES4, svc, pos);
 }
 
 /* A per-packet flow counter (LB_CNT_TC_*) on the path of a conntrack entry
@@ -266,29 +272,37 @@ struct {
 
 /* ==== IPv6 and dual-stack, socket path (issue 14) ================================ */
 /* The IPv6 twins of the maps above (see sluice_abi.h): same types and flags,
- * 16-byte addresses. Written by the agent, except the socket state. */
+ * 16-byte addresses. Written by the agent, except the socket state. The
+ * frontends are the IPv4 table's layout: one master per frontend naming a
+ * range of SLUICE_MAP_RANGES6; ranges, backends and rev-NAT entries are
+ * ARRAYs indexed by dense indices and ids. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lb6_service_key);
+	__type(key, struct lb6_frontend_key);
 	__type(value, struct lb4_service);
 	__uint(max_entries, SLUICE_MAX_SERVICE_ENTRIES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } SLUICE_MAP_SERVICES6 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, SLUICE_MAX_RANGE6);
+} SLUICE_MAP_RANGES6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct lb6_backend);
 	__uint(max_entries, SLUICE_MAX_BACKENDS);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 } SLUICE_MAP_BACKENDS6 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct lb6_reverse_nat);
 	__uint(max_entries, SLUICE_MAX_REVNAT);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 } SLUICE_MAP_REVNAT6 SEC(".maps");
 
 struct {

@@ -175,7 +175,6 @@ lb6_sock_sticky_backend(struct lb6_sock_state *st, struct lb6_service_key *key, 
 {
 	struct lb6_sock_pair pair = {};
 	struct lb6_backend *backend;
-	struct lb4_service *slot;
 	bool found;
 
 	bpf_spin_lock(&st->lock);
@@ -185,8 +184,7 @@ lb6_sock_sticky_backend(struct lb6_sock_state *st, struct lb6_service_key *key, 
 	    pair.backend_slot == 0 || pair.backend_slot > svc->count)
 		return NULL;
 	key->backend_slot = pair.backend_slot;
-	slot = bpf_map_lookup_elem(&SLUICE_MAP_SERVICES6, key);
-	if (!slot || slot->backend_id != pair.backend_id)
+	if (lb6_range_backend_id(svc, pair.backend_slot - 1) != pair.backend_id)
 		return NULL;
 	backend = lb6_lookup_backend(pair.backend_id);
 	if (!backend || backend->port != pair.backend_port || !lb6_addr_equal(backend->address, pair.backend_address))

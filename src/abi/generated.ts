@@ -149,6 +149,7 @@ export const SLUICE_MAP_NODEIP6 = "sluice_nodeip6";
 export const SLUICE_MAP_POD_ADDR = "sluice_podaddr";
 export const SLUICE_MAP_POD_PF4 = "sluice_podpf4";
 export const SLUICE_MAP_RANGES4 = "sluice_rng4";
+export const SLUICE_MAP_RANGES6 = "sluice_rng6";
 export const SLUICE_MAP_REVNAT4 = "sluice_revnat4";
 export const SLUICE_MAP_REVNAT6 = "sluice_revnat6";
 export const SLUICE_MAP_RR4 = "sluice_rr4";
@@ -193,6 +194,7 @@ export const SLUICE_MAX_NODEIP4 = 256;
 export const SLUICE_MAX_NODEIP6 = 256;
 export const SLUICE_MAX_POD_ADDR = 16384;
 export const SLUICE_MAX_RANGE4 = 524288;
+export const SLUICE_MAX_RANGE6 = 524288;
 export const SLUICE_MAX_REVNAT = 65536;
 export const SLUICE_MAX_SERVICE_ENTRIES = 524288;
 export const SLUICE_MAX_SLOTS_PER_SERVICE = 65535;
@@ -1171,6 +1173,33 @@ export function decodeLb6FragKey(buf: Buffer, off = 0): Lb6FragKey {
 }
 export const lb6_frag_keyCodec: Codec<Lb6FragKey> = { size: 40, encode: encodeLb6FragKey, decode: decodeLb6FragKey };
 
+/** struct lb6_frontend_key (20 bytes) */
+export interface Lb6FrontendKey {
+  address: Buffer;
+  port: number; // network byte order in the map
+  proto: number;
+  scope: number;
+}
+export const LB6_FRONTEND_KEY_SIZE = 20;
+export const lb6_frontend_keyLayout: StructLayout = {"name":"lb6_frontend_key","size":20,"fields":[{"name":"address","kind":"bytes","offset":0,"size":16},{"name":"port","kind":"int","offset":16,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":18,"size":1,"bigEndian":false},{"name":"scope","kind":"int","offset":19,"size":1,"bigEndian":false}]};
+export function encodeLb6FrontendKey(v: Lb6FrontendKey, buf: Buffer = Buffer.alloc(20), off = 0): Buffer {
+  buf.fill(0, off, off + 20);
+  v.address.copy(buf, off + 0, 0, 16);
+  buf.writeUInt16BE(v.port & 0xffff, off + 16);
+  buf.writeUInt8(v.proto & 0xff, off + 18);
+  buf.writeUInt8(v.scope & 0xff, off + 19);
+  return buf;
+}
+export function decodeLb6FrontendKey(buf: Buffer, off = 0): Lb6FrontendKey {
+  return {
+    address: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
+    port: buf.readUInt16BE(off + 16),
+    proto: buf.readUInt8(off + 18),
+    scope: buf.readUInt8(off + 19),
+  };
+}
+export const lb6_frontend_keyCodec: Codec<Lb6FrontendKey> = { size: 20, encode: encodeLb6FrontendKey, decode: decodeLb6FrontendKey };
+
 /** struct lb6_icmp_quote (48 bytes) */
 export interface Lb6IcmpQuote {
   tuple: Lb6Tuple;
@@ -1278,36 +1307,6 @@ export function decodeLb6ReverseNat(buf: Buffer, off = 0): Lb6ReverseNat {
   };
 }
 export const lb6_reverse_natCodec: Codec<Lb6ReverseNat> = { size: 20, encode: encodeLb6ReverseNat, decode: decodeLb6ReverseNat };
-
-/** struct lb6_service_key (24 bytes) */
-export interface Lb6ServiceKey {
-  address: Buffer;
-  port: number; // network byte order in the map
-  proto: number;
-  scope: number;
-  backend_slot: number;
-}
-export const LB6_SERVICE_KEY_SIZE = 24;
-export const lb6_service_keyLayout: StructLayout = {"name":"lb6_service_key","size":24,"fields":[{"name":"address","kind":"bytes","offset":0,"size":16},{"name":"port","kind":"int","offset":16,"size":2,"bigEndian":true},{"name":"proto","kind":"int","offset":18,"size":1,"bigEndian":false},{"name":"scope","kind":"int","offset":19,"size":1,"bigEndian":false},{"name":"backend_slot","kind":"int","offset":20,"size":2,"bigEndian":false},{"name":"pad","kind":"bytes","offset":22,"size":2}]};
-export function encodeLb6ServiceKey(v: Lb6ServiceKey, buf: Buffer = Buffer.alloc(24), off = 0): Buffer {
-  buf.fill(0, off, off + 24);
-  v.address.copy(buf, off + 0, 0, 16);
-  buf.writeUInt16BE(v.port & 0xffff, off + 16);
-  buf.writeUInt8(v.proto & 0xff, off + 18);
-  buf.writeUInt8(v.scope & 0xff, off + 19);
-  buf.writeUInt16LE(v.backend_slot & 0xffff, off + 20);
-  return buf;
-}
-export function decodeLb6ServiceKey(buf: Buffer, off = 0): Lb6ServiceKey {
-  return {
-    address: Buffer.from(buf.subarray(off + 0, off + 0 + 16)),
-    port: buf.readUInt16BE(off + 16),
-    proto: buf.readUInt8(off + 18),
-    scope: buf.readUInt8(off + 19),
-    backend_slot: buf.readUInt16LE(off + 20),
-  };
-}
-export const lb6_service_keyCodec: Codec<Lb6ServiceKey> = { size: 24, encode: encodeLb6ServiceKey, decode: decodeLb6ServiceKey };
 
 /** struct lb6_snat_device (16 bytes) */
 export interface Lb6SnatDevice {
@@ -2011,7 +2010,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_affin6: {"name":"sluice_affin6","type":9,"keyType":"lb6_affinity_key","keySize":24,"valueType":"lb_affinity","valueSize":16,"maxEntries":131072},
   sluice_agent: {"name":"sluice_agent","type":2,"keyType":"u32","keySize":4,"valueType":"sluice_agent_status","valueSize":48,"maxEntries":1},
   sluice_be4: {"name":"sluice_be4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_backend","valueSize":12,"maxEntries":262144},
-  sluice_be6: {"name":"sluice_be6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_backend","valueSize":24,"maxEntries":262144,"flags":1},
+  sluice_be6: {"name":"sluice_be6","type":2,"keyType":"u32","keySize":4,"valueType":"lb6_backend","valueSize":24,"maxEntries":262144},
   sluice_cnt_v2: {"name":"sluice_cnt_v2","type":6,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":128},
   sluice_ct4: {"name":"sluice_ct4","type":9,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb4_ct_entry","valueSize":64,"maxEntries":262144},
   sluice_ct6: {"name":"sluice_ct6","type":9,"keyType":"lb6_ct_key","keySize":40,"valueType":"lb6_ct_entry","valueSize":112,"maxEntries":65536},
@@ -2032,8 +2031,9 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_podaddr: {"name":"sluice_podaddr","type":1,"keyType":"u64","keySize":8,"valueType":"lb_pod_addr","valueSize":32,"maxEntries":16384,"flags":1},
   sluice_podpf4: {"name":"sluice_podpf4","type":2,"keyType":"u32","keySize":4,"valueType":"u64","valueSize":8,"maxEntries":16385},
   sluice_revnat4: {"name":"sluice_revnat4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_reverse_nat","valueSize":8,"maxEntries":65536},
-  sluice_revnat6: {"name":"sluice_revnat6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_reverse_nat","valueSize":20,"maxEntries":65536,"flags":1},
+  sluice_revnat6: {"name":"sluice_revnat6","type":2,"keyType":"u32","keySize":4,"valueType":"lb6_reverse_nat","valueSize":20,"maxEntries":65536},
   sluice_rng4: {"name":"sluice_rng4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":524288},
+  sluice_rng6: {"name":"sluice_rng6","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":524288},
   sluice_rr4: {"name":"sluice_rr4","type":2,"keyType":"u32","keySize":4,"valueType":"u32","valueSize":4,"maxEntries":65536},
   sluice_sk_pair4: {"name":"sluice_sk_pair4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_sock_slot","valueSize":32,"maxEntries":131072},
   sluice_sk_pair6: {"name":"sluice_sk_pair6","type":2,"keyType":"u32","keySize":4,"valueType":"lb6_sock_slot","valueSize":56,"maxEntries":32768},
@@ -2048,7 +2048,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_srcrng4: {"name":"sluice_srcrng4","type":11,"keyType":"lb4_src_range_key","keySize":12,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
   sluice_srcrng6: {"name":"sluice_srcrng6","type":11,"keyType":"lb6_src_range_key","keySize":24,"valueType":"u8","valueSize":1,"maxEntries":16384,"flags":1},
   sluice_svc4: {"name":"sluice_svc4","type":1,"keyType":"lb4_frontend_key","keySize":8,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
-  sluice_svc6: {"name":"sluice_svc6","type":1,"keyType":"lb6_service_key","keySize":24,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
+  sluice_svc6: {"name":"sluice_svc6","type":1,"keyType":"lb6_frontend_key","keySize":20,"valueType":"lb4_service","valueSize":20,"maxEntries":524288,"flags":1},
   sluice_svcname: {"name":"sluice_svcname","type":1,"keyType":"lb_svc_name_key","keySize":8,"valueType":"lb_svc_name","valueSize":144,"maxEntries":131072,"flags":1},
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},
   sluice_tc_cfg6: {"name":"sluice_tc_cfg6","type":2,"keyType":"u32","keySize":4,"valueType":"lb6_tc_config","valueSize":16,"maxEntries":1},

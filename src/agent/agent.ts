@@ -295,7 +295,13 @@ function exportFill(maps: SockLbMaps, syncer: Syncer, metrics: AgentMetrics): vo
   const masters = frontends.filter((f) => !isIp6(f.address)).length;
   const revNats = new Set(frontends.map((f) => f.revNatId)).size;
   const ranges = p.rangeStats();
-  for (const [map, entries] of [[maps.services, masters], [maps.ranges, ranges.used + ranges.quarantined], [maps.backends, p.backendCount()], [maps.revNat, revNats]] as const) {
+  const rows: Array<[{ name: string; map: { maxEntries: number } }, number]> = [[maps.services, masters], [maps.ranges, ranges.used + ranges.quarantined], [maps.backends, p.backendCount()], [maps.revNat, revNats]];
+  // IPv6 frontends: the same layout in their own master hash and range array.
+  if (maps.v6) {
+    const ranges6 = p.rangeStats(true);
+    rows.push([maps.v6.services, frontends.length - masters], [maps.v6.ranges, ranges6.used + ranges6.quarantined]);
+  }
+  for (const [map, entries] of rows) {
     metrics.mapEntries.set({ map: map.name }, entries);
     metrics.mapMaxEntries.set({ map: map.name }, map.map.maxEntries);
   }

@@ -3,21 +3,30 @@
 //
 // The socket LB's IPv6 tables are declared in sluice_abi.h at the IPv4
 // tables' capacities, and their cost does not follow use: a hash map's
-// bucket array follows max_entries (sluice_svc6 8 MiB, sluice_be6 4 MiB,
-// sluice_revnat6 1 MiB, empty) and an LRU hash is preallocated
-// (sluice_affin6 13 MiB). An IPv4-only node paid 26 MiB for tables it never
-// fills. Here they start small unless the node is dual-stack, where
+// bucket array follows max_entries (sluice_svc6 8 MiB empty), an ARRAY is
+// preallocated (sluice_rng6 4 MiB) and so is an LRU hash (sluice_affin6
+// 13 MiB). Here those start small unless the node is dual-stack, where
 // "dual-stack" is what Kubernetes says about the node: an IPv6 pod CIDR or
 // an IPv6 address on its Node object. `ipv6Maps` in the config decides
 // instead of the Node when set to small or full; `maxEntries` still wins
 // for a map it names; a map already pinned keeps its capacity (a restart
 // never shrinks a table that may hold entries).
 //
-// Small tables hold about 700 IPv6 service ports with 10 endpoints each (a
-// frontend takes 1 + endpoints entries of sluice_svc6). Past that, the
-// agent's writes fail with sluice_errors_total{reason="map_full"}; set
-// `ipv6Maps: full` (or maxEntries) and restart: the pinned maps migrate to
-// the new capacity with their entries.
+// Small tables hold about 800 IPv6 service ports with 10 endpoints each (a
+// frontend takes one sluice_svc6 master and one sluice_rng6 entry per
+// endpoint, and the range array keeps replaced ranges for a grace period).
+// Past that, the agent's writes fail with sluice_errors_total{reason=
+// "map_full"}; set `ipv6Maps: full` (or maxEntries) and restart: the pinned
+// maps migrate to the new capacity with their entries.
+//
+// sluice_be6 and sluice_revnat6 are ARRAYs indexed by backend and rev-NAT
+// ids, which come from one pool for both families: an IPv6 backend may get
+// any id an IPv4 one could. On a node that serves IPv6 each is therefore
+// asked for at its IPv4 twin's capacity (always: a smaller pin, a small
+// table pinned before the node became dual-stack, migrates to it). Small,
+// they cost 96 KiB and 24 KiB instead of 6 MiB and 1.5 MiB, and an IPv6
+// frontend whose backend or rev-NAT id falls beyond them is refused by the
+// programmer naming the map (the node was said to serve no IPv6).
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as abi from '../abi/generated';
@@ -27,11 +36,18 @@ export type Ipv6Maps = 'auto' | 'small' | 'full';
 
 /** Capacities of the IPv6 tables on a node that does not serve IPv6. */
 export const IPV6_SMALL_ENTRIES: Readonly<Record<string, number>> = {
-  [abi.SLUICE_MAP_SERVICES6]: 8192,
+  [abi.SLUICE_MAP_SERVICES6]: 2048,
+  [abi.SLUICE_MAP_RANGES6]: 16384,
   [abi.SLUICE_MAP_BACKENDS6]: 4096,
   [abi.SLUICE_MAP_REVNAT6]: 1024,
   [abi.SLUICE_MAP_AFFINITY6]: 4096,
 };
+
+/** IPv6 id arrays and the IPv4 twin whose capacity they follow. */
+const IPV6_ID_ARRAYS: ReadonlyArray<[string, string]> = [
+  [abi.SLUICE_MAP_BACKENDS6, abi.SLUICE_MAP_BACKENDS4],
+  [abi.SLUICE_MAP_REVNAT6, abi.SLUICE_MAP_REVNAT4],
+];
 
 interface NodeLike {
   spec?: { podCIDR?: string; podCIDRs?: string[] };
@@ -46,13 +62,17 @@ export function nodeHasIpv6(node: NodeLike): boolean {
 }
 
 /**
- * The capacities to ask for: the config's maxEntries, plus the small IPv6
- * ones when the node does not serve IPv6 (for maps the config does not name
- * and that are not pinned yet).
+ * The capacities to ask for: the config's maxEntries; on a node that serves
+ * IPv6 the IPv6 id arrays at their IPv4 twins' capacity (always asked for,
+ * so a smaller pin migrates to it); else the small IPv6 ones (for maps the
+ * config does not name and that are not pinned yet).
  */
 export function mapCapacities(maxEntries: Record<string, number>, bpffs: string, ipv6: boolean): Record<string, number> {
-  if (ipv6) return { ...maxEntries };
   const out = { ...maxEntries };
+  if (ipv6) {
+    for (const [v6, v4] of IPV6_ID_ARRAYS) out[v6] ??= maxEntries[v4] ?? abi.MAP_SPECS[v4]!.maxEntries;
+    return out;
+  }
   for (const [name, n] of Object.entries(IPV6_SMALL_ENTRIES)) {
     if (name in out || fs.existsSync(path.join(bpffs, name))) continue;
     out[name] = n;

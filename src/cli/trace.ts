@@ -321,7 +321,9 @@ export function trace(input: TraceInput, m: TraceMaps): TraceResult {
 
 /** The IPv6 maps trace6 reads; the TC ones only when the TC programs pinned them. */
 export interface TraceMaps6 {
-  service(key: abi.Lb6ServiceKey): abi.Lb4Service | undefined;
+  service(key: abi.Lb6FrontendKey): abi.Lb4Service | undefined;
+  /** The backend id at this index of the IPv6 range array (SLUICE_MAP_RANGES6). */
+  rangeEntry(index: number): number | undefined;
   backend(id: number): abi.Lb6Backend | undefined;
   serviceName(revNatId: number, proto: ProtoName): ServiceName | undefined;
   /** loadBalancerSourceRanges of IPv6 frontends (sluice_srcrng6): an LPM match for this client. */
@@ -430,24 +432,25 @@ export function trace6(input: Omit<TraceInput, 'path' | 'netnsCookie'> & { path?
   }
 
   // lb6_lookup_service: the internal-scope twin for in-cluster traffic (socket, pod).
-  const key = (scope: number, slot: number): abi.Lb6ServiceKey => ({ address, port: input.port, proto, scope, backend_slot: slot });
+  const key = (scope: number): abi.Lb6FrontendKey => ({ address, port: input.port, proto, scope });
   let scope: number = abi.LB_SCOPE_EXTERNAL;
-  let svc = m.service(key(scope, 0));
+  let svc = m.service(key(scope));
   if (svc && path !== 'north_south' && svc.flags & abi.LB_SVC_FLAG_TWO_SCOPES) {
     scope = abi.LB_SCOPE_INTERNAL;
-    svc = m.service(key(scope, 0));
+    svc = m.service(key(scope));
   }
   if (!svc) return finish({ action: 'pass', reason: `not a frontend: ${tc ? 'the packet passes' : 'the call proceeds'} untouched` });
   const extLocal = (svc.flags & abi.LB_SVC_FLAG_EXT_LOCAL) !== 0;
   const backends: TraceBackend[] = [];
+  // The frontend's range: positions 1..count (shown as slots, as the programs count them).
   for (let slot = 1; slot <= svc.count; slot++) {
-    const s = m.service(key(scope, slot));
-    const b = s ? m.backend(s.backend_id) : undefined;
+    const id = m.rangeEntry(svc.backend_id + slot - 1) ?? 0;
+    const b = id ? m.backend(id) : undefined;
     if (!b) {
-      backends.push({ slot, id: s?.backend_id ?? 0, flags: [], missing: true });
+      backends.push({ slot, id, flags: [], missing: true });
       continue;
     }
-    const row: TraceBackend = { slot, id: s!.backend_id, address: bytesToIp6(b.address), port: b.port, flags: backendFlagNames(b.flags) };
+    const row: TraceBackend = { slot, id, address: bytesToIp6(b.address), port: b.port, flags: backendFlagNames(b.flags) };
     const hairpin = Buffer.compare(b.address, client) === 0;
     if (path === 'north_south') row.snat = hairpin || !(extLocal && b.flags & abi.LB_BACKEND_FLAG_LOCAL);
     if (pod) row.snat = hairpin;

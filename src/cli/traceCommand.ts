@@ -59,6 +59,7 @@ function pinnedTraceMaps6(bpffs: string, maps: SockLbMaps, v6: SockLbMaps6, open
   const names = maps.serviceNames ? readServiceNames(maps.serviceNames) : new Map();
   return {
     service: (k) => v6.services.get(k),
+    rangeEntry: (i) => (i < v6.ranges.map.maxEntries ? v6.ranges.get(i) : undefined),
     backend: (id) => v6.backends.get(id),
     serviceName: (revNatId, proto) => serviceNameOf(names, revNatId, proto),
     sourceAllowed: v6.sourceRanges && ((revNatId, client) => v6.sourceRanges!.get({ prefixlen: 32 + 128, rev_nat_id: revNatId, address: client }) !== undefined),

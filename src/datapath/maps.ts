@@ -42,8 +42,13 @@ export interface SockLbMaps {
 
 /** IPv6 frontends, backends and rev-NAT entries (native/sluice_abi.h, lb6_*). */
 export interface SockLbMaps6 {
-  services: TypedMap<abi.Lb6ServiceKey, abi.Lb4Service>;
+  /** IPv6 frontends: one master each, naming a range of `ranges` (layout 2, as IPv4's). */
+  services: TypedMap<abi.Lb6FrontendKey, abi.Lb4Service>;
+  /** The IPv6 frontends' backend ranges: index -> backend id (ARRAY). */
+  ranges: TypedMap<number, number>;
+  /** Backends by id (ARRAY, as IPv4's; ids from the same pool). */
   backends: TypedMap<number, abi.Lb6Backend>;
+  /** Rev-NAT entries by id (ARRAY). */
   revNat: TypedMap<number, abi.Lb6ReverseNat>;
   affinity: TypedMap<abi.Lb6AffinityKey, abi.LbAffinity>;
   /** This node's IPv6 addresses (ExternalIP rule, bind rule, an unbound host socket's source for source ranges). */
@@ -89,9 +94,10 @@ export function openSockLbMaps(bpffs: string): SockLbMaps {
       maglev: fs.existsSync(mapPinPath(bpffs, abi.SLUICE_MAP_MAGLEV4)) ? open(abi.SLUICE_MAP_MAGLEV4) : undefined,
       v6: fs.existsSync(mapPinPath(bpffs, abi.SLUICE_MAP_SERVICES6))
         ? {
-          services: new TypedMap(open(abi.SLUICE_MAP_SERVICES6), abi.lb6_service_keyCodec, abi.lb4_serviceCodec),
-          backends: new TypedMap(open(abi.SLUICE_MAP_BACKENDS6), u32Codec, abi.lb6_backendCodec),
-          revNat: new TypedMap(open(abi.SLUICE_MAP_REVNAT6), u32Codec, abi.lb6_reverse_natCodec),
+          services: new TypedMap(openServices6(open), abi.lb6_frontend_keyCodec, abi.lb4_serviceCodec),
+          ranges: new TypedMap(open(abi.SLUICE_MAP_RANGES6), u32Codec, u32Codec),
+          backends: idTable(open(abi.SLUICE_MAP_BACKENDS6), abi.lb6_backendCodec),
+          revNat: idTable(open(abi.SLUICE_MAP_REVNAT6), abi.lb6_reverse_natCodec),
           affinity: new TypedMap(open(abi.SLUICE_MAP_AFFINITY6), abi.lb6_affinity_keyCodec, abi.lb_affinityCodec),
           nodeIps: new TypedMap(open(abi.SLUICE_MAP_NODEIP6), abi.lb6_node_ipCodec, u8Codec),
           sourceRanges: fs.existsSync(mapPinPath(bpffs, abi.SLUICE_MAP_SRCRANGE6))
@@ -106,6 +112,19 @@ export function openSockLbMaps(bpffs: string): SockLbMaps {
     for (const m of opened) m.close();
     throw err;
   }
+}
+
+/**
+ * sluice_svc6 of layout 2 (key lb6_frontend_key, one master per frontend).
+ * Pins of the slot layout (a 24-byte key with the slot) are migrated by the
+ * agent's load (migrate.ts); until then nothing here can read them.
+ */
+function openServices6(open: (name: string) => BpfMap): BpfMap {
+  const m = open(abi.SLUICE_MAP_SERVICES6);
+  if (m.keySize !== abi.LB6_FRONTEND_KEY_SIZE) {
+    throw new Error(`pinned map ${abi.SLUICE_MAP_SERVICES6} has ${m.keySize}-byte keys, the IPv6 slot layout of an older Sluice (this one reads ${abi.LB6_FRONTEND_KEY_SIZE}-byte keys, one master per frontend): start this version's agent once to migrate the pinned maps`);
+  }
+  return m;
 }
 
 /** Sum a per-CPU counter (LB_CNT_*). */

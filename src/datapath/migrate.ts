@@ -66,7 +66,7 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // layout 1 held the master and one entry per backend slot. Backends and
   // rev-NAT entries became ARRAYs indexed by the same ids (same key and
   // value: copied as they are).
-  [abi.SLUICE_MAP_SERVICES4]: { kind: 'carry', layout: 2, refill: slotsToRanges },
+  [abi.SLUICE_MAP_SERVICES4]: { kind: 'carry', layout: 2, refill: (from, obj, layout) => slotsToRanges(SLOTS4, from, obj, layout) },
   [abi.SLUICE_MAP_RANGES4]: { kind: 'carry' },
   [abi.SLUICE_MAP_BACKENDS4]: { kind: 'carry', layout: 2, translate: (k, v) => [k, v] },
   [abi.SLUICE_MAP_REVNAT4]: { kind: 'carry', layout: 2, translate: (k, v) => [k, v] },
@@ -114,10 +114,13 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // copy between map families; tables are rebuilt when the frontend's
   // backends next change, random slots meanwhile (counted as maglev_fallback).
   [abi.SLUICE_MAP_MAGLEV4]: { kind: 'rebuild' },
-  // IPv6 (issue 14): the same policies as their IPv4 twins.
-  [abi.SLUICE_MAP_SERVICES6]: { kind: 'carry' },
-  [abi.SLUICE_MAP_BACKENDS6]: { kind: 'carry' },
-  [abi.SLUICE_MAP_REVNAT6]: { kind: 'carry' },
+  // IPv6 (issue 14): the same policies as their IPv4 twins, layout 2 too
+  // (one master per frontend naming a range of sluice_rng6; backends and
+  // rev-NAT entries in ARRAYs indexed by the same ids as the hashes' keys).
+  [abi.SLUICE_MAP_SERVICES6]: { kind: 'carry', layout: 2, refill: (from, obj, layout) => slotsToRanges(SLOTS6, from, obj, layout) },
+  [abi.SLUICE_MAP_RANGES6]: { kind: 'carry' },
+  [abi.SLUICE_MAP_BACKENDS6]: { kind: 'carry', layout: 2, translate: (k, v) => [k, v] },
+  [abi.SLUICE_MAP_REVNAT6]: { kind: 'carry', layout: 2, translate: (k, v) => [k, v] },
   [abi.SLUICE_MAP_AFFINITY6]: { kind: 'carry' },
   [abi.SLUICE_MAP_NODEIP6]: { kind: 'rebuild' },
   [abi.SLUICE_MAP_SRCRANGE6]: { kind: 'rebuild' },
@@ -352,26 +355,40 @@ export function loadMigrated(objectPath: string, bpffs: string, opts: { maxEntri
   return obj;
 }
 
+/** Where a family's slot-layout services map keeps the frontend and the slot. */
+interface SlotLayout {
+  services: string;
+  ranges: string;
+  /** Bytes of the layout-1 key: the frontend (layout 2's whole key), then backend_slot u16 and pad[2]. */
+  oldKeySize: number;
+  frontendSize: number;
+}
+const SLOTS4: SlotLayout = { services: abi.SLUICE_MAP_SERVICES4, ranges: abi.SLUICE_MAP_RANGES4, oldKeySize: 12, frontendSize: abi.LB4_FRONTEND_KEY_SIZE };
+const SLOTS6: SlotLayout = { services: abi.SLUICE_MAP_SERVICES6, ranges: abi.SLUICE_MAP_RANGES6, oldKeySize: 24, frontendSize: abi.LB6_FRONTEND_KEY_SIZE };
+
 /**
- * sluice_svc4 layout 1 -> 2. Layout 1: key {address, port, proto, scope,
- * backend_slot u16, pad[2]} (12 bytes); slot 0 the master (lb4_service,
- * backend_id 0), slots 1..count one backend id each in backend_id. Layout 2:
- * key lb4_frontend_key (the first 8 bytes of the old key), the master's
- * backend_id the first index of its range in the (new, empty) range array,
- * which gets the slots' ids in order, frontend after frontend from index 0.
- * Ranges first, then masters. A frontend that does not fit is skipped (the
- * agent's first sync writes it). The agent adopts the result (ranges.ts).
+ * sluice_svc4 / sluice_svc6 layout 1 -> 2. Layout 1: key {frontend (address,
+ * port, proto, scope), backend_slot u16, pad[2]} (12 bytes; IPv6 24); slot 0
+ * the master (lb4_service, backend_id 0), slots 1..count one backend id each
+ * in backend_id. Layout 2: key the frontend (the first 8 bytes of the old
+ * key; IPv6 20), the master's backend_id the first index of its range in
+ * the family's (new, empty) range array, which gets the slots' ids in order,
+ * frontend after frontend from index 0. Ranges first, then masters. A
+ * frontend that does not fit is skipped (the agent's first sync writes it).
+ * The agent adopts the result (ranges.ts).
  */
-function slotsToRanges(from: BpfMap, obj: BpfObject, fromLayout: number): { copied: number; skipped: number } {
-  if (fromLayout !== 1 || from.keySize !== 12) throw new MigrationRefused(`${from.name}: no translation from layout ${fromLayout} (key ${from.keySize} bytes)`);
+function slotsToRanges(layout: SlotLayout, from: BpfMap, obj: BpfObject, fromLayout: number): { copied: number; skipped: number } {
+  const K = layout.oldKeySize;
+  const F = layout.frontendSize;
+  if (fromLayout !== 1 || from.keySize !== K) throw new MigrationRefused(`${from.name}: no translation from layout ${fromLayout} (key ${from.keySize} bytes)`);
   const all = from.lookupBatch();
   const masters = new Map<string, Buffer>();
   const slots = new Map<string, Map<number, number>>();
   for (let i = 0; i < all.count; i++) {
-    const key = all.keys.subarray(i * 12, (i + 1) * 12);
+    const key = all.keys.subarray(i * K, (i + 1) * K);
     const value = all.values.subarray(i * from.valueBufferSize, i * from.valueBufferSize + from.valueSize);
-    const frontend = key.toString('latin1', 0, 8);
-    const slot = key.readUInt16LE(8);
+    const frontend = key.toString('latin1', 0, F);
+    const slot = key.readUInt16LE(F);
     if (slot === 0) {
       masters.set(frontend, Buffer.from(value));
       continue;
@@ -380,8 +397,8 @@ function slotsToRanges(from: BpfMap, obj: BpfObject, fromLayout: number): { copi
     if (!m) slots.set(frontend, (m = new Map()));
     m.set(slot, value.readUInt32LE(0));
   }
-  const services = obj.map(abi.SLUICE_MAP_SERVICES4);
-  const ranges = obj.map(abi.SLUICE_MAP_RANGES4);
+  const services = obj.map(layout.services);
+  const ranges = obj.map(layout.ranges);
   let next = 0;
   let copied = 0;
   let skipped = 0;

@@ -3,12 +3,13 @@
 // State is read back from the pinned maps at start (adopt, never flush), ids of
 // backends and rev-NAT entries are stable for as long as the object exists, and
 // every change is make-before-break: backends and rev-NAT first, then the
-// backend range (IPv4, a new one per backend-set change; ranges.ts) or the
-// slots (IPv6), then the master entry that makes them visible; deletes in
-// reverse. A program that finds a master entry therefore always finds its
-// range (or slots) and backends.
+// backend range (a new one per backend-set change, in the family's range
+// array; ranges.ts), then the master entry that makes them visible; deletes
+// in reverse. A program that finds a master entry therefore always finds its
+// range and backends.
 import * as abi from '../abi/generated';
 import type { SockLbMaps, SockLbMaps6 } from './maps';
+import type { TypedMap } from './typedMap';
 import { bytesToIp6, ip4ToNumber, ip6ToBytes, isIp6, numberToIp4, protoName, protoNumber, type ProtoName } from './addr';
 import { IdAllocator } from './ids';
 import { RangeBatch, ServiceEntryBatch } from './serviceBatch';
@@ -59,7 +60,7 @@ export interface ProgrammedFrontend {
   revNatId: number;
   backendIds: number[];
   sourceRanges: string[];
-  /** IPv4: first index of the frontend's range in the range array (owned by it; undefined: owns none). */
+  /** First index of the frontend's range in its family's range array (owned by it; undefined: owns none). */
   rangeStart?: number;
 }
 
@@ -85,10 +86,6 @@ export interface ApplyResult {
 
 /** What adoptAndRepair() removed: entries a crash mid-apply (or mid-delete) left behind. */
 export interface RepairReport {
-  /** IPv6 backend slots (slot > 0) of a frontend that has no master entry. */
-  orphanSlots: number;
-  /** Slots numbered above their master's count (a shrink that did not finish). */
-  slotsBeyondCount: number;
   /** Rev-NAT entries no master names. */
   revNats: number;
   /** Backends no slot names. */
@@ -127,12 +124,12 @@ export function frontendKeyOf(f: { address: string; port: number; proto: string;
   };
 }
 
-/** The IPv6 services-map key (SLUICE_MAP_SERVICES6) of a frontend's master or slot. */
-export function service6KeyOf(f: { address: string; port: number; proto: string; scope: ScopeName }, slot: number): abi.Lb6ServiceKey {
-  return { address: ip6ToBytes(f.address), port: f.port, proto: protoNumber(f.proto), scope: scopeNumber(f.scope), backend_slot: slot };
+/** The IPv6 services-map key (SLUICE_MAP_SERVICES6) of a frontend (its master; no slots either). */
+export function service6KeyOf(f: { address: string; port: number; proto: string; scope: ScopeName }): abi.Lb6FrontendKey {
+  return { address: ip6ToBytes(f.address), port: f.port, proto: protoNumber(f.proto), scope: scopeNumber(f.scope) };
 }
 
-/** The master entry's value: what makes a frontend and its range (IPv4: rangeStart) or slots (IPv6) visible. */
+/** The master entry's value: what makes a frontend and its range (rangeStart) visible. */
 export function masterEntry(f: Pick<ProgrammedFrontend, 'backendIds' | 'flags' | 'revNatId' | 'affinityTimeout' | 'algorithm' | 'rangeStart'>): abi.Lb4Service {
   return { backend_id: f.rangeStart ?? 0, count: f.backendIds.length, flags: f.flags, rev_nat_id: f.revNatId, affinity_timeout: f.affinityTimeout, algorithm: f.algorithm };
 }
@@ -160,16 +157,18 @@ export class LbProgrammer {
   private readonly backendIds: IdAllocator;
   private readonly revNatIds: IdAllocator;
   /** Found by adopt(), removed by adoptAndRepair(): never visible to the data path. */
-  private readonly leftovers = { slots6: [] as abi.Lb6ServiceKey[], slotsBeyondCount: 0, revNatIds: [] as number[] };
+  private readonly leftovers = { revNatIds: [] as number[] };
   private names?: ServiceNameWriter;
   private maglev?: MaglevTables;
   /** The IPv4 backend ranges (SLUICE_MAP_RANGES4). */
   private readonly ranges: RangeAllocator;
+  /** The IPv6 backend ranges (SLUICE_MAP_RANGES6), when the pins have the IPv6 tables. */
+  private readonly ranges6?: RangeAllocator;
   /** Frontends the next apply must write even if unchanged (adopted without a range of their own). */
   private readonly rewrite = new Set<string>();
 
   /**
-   * IPv4 backends no frontend names any more, kept intact for
+   * Backends no frontend names any more, kept intact for
    * backendGraceMs before their entry is zeroed and their id freed. The
    * backends map is an ARRAY: a delete zeroes the entry in place, at once,
    * so a program that copied the master just before a shrink (it then reads
@@ -183,10 +182,14 @@ export class LbProgrammer {
   private readonly retiringByKey = new Map<number | string, number>();
 
   private constructor(private readonly maps: SockLbMaps, opts: { rangeGraceMs?: number } = {}) {
-    // IPv4 backends and rev-NAT entries are ARRAYs indexed by id: ids stay below their capacity.
+    // Backends and rev-NAT entries of both families are ARRAYs indexed by
+    // ids from one pool: ids stay below the IPv4 capacity. The IPv6 arrays
+    // are as large on a node that serves IPv6 (mapSizing.ts); an IPv6 id
+    // beyond a small one is refused at write (checkIds6).
     this.backendIds = new IdAllocator('backend', maps.backends.map.maxEntries - 1);
     this.revNatIds = new IdAllocator('rev-NAT', maps.revNat.map.maxEntries - 1);
     this.ranges = new RangeAllocator(maps.ranges.map.maxEntries, opts.rangeGraceMs);
+    if (maps.v6) this.ranges6 = new RangeAllocator(maps.v6.ranges.map.maxEntries, opts.rangeGraceMs);
   }
 
   /** Read what the pinned maps hold: a restarted agent continues from there. */
@@ -219,74 +222,48 @@ export class LbProgrammer {
       p.revNatIds.reserve(id);
       revNatIds.push(id);
     }
-    // IPv4: one master per frontend, its backend ids in its range.
-    // Read only when a master names a range: on a fresh node the services
-    // map is empty and the whole ARRAY (SLUICE_MAX_RANGE4 ids) is not worth a pass.
+    // One master per frontend, its backend ids in its range (both families).
+    p.adoptTable(maps.services.readAll(), maps.ranges, p.ranges);
+    if (maps.v6) p.adoptTable(maps.v6.services.readAll(), maps.v6.ranges, p.ranges6!);
+    const named = new Set(p.revNats.values());
+    p.leftovers.revNatIds = revNatIds.filter((id) => !named.has(id));
+    return p;
+  }
+
+  /**
+   * A family's masters and ranges. The range array is read only when a
+   * master names a range: on a fresh node the services map is empty and the
+   * whole ARRAY is not worth a pass.
+   */
+  private adoptTable(masters: Array<[abi.Lb4FrontendKey | abi.Lb6FrontendKey, abi.Lb4Service]>, rangeMap: TypedMap<number, number>, ranges: RangeAllocator): void {
     let rangeIds: Uint32Array | undefined;
     const owners: ProgrammedFrontend[] = [];
-    for (const [k, v] of maps.services.readAll()) {
+    for (const [k, v] of masters) {
       const f = keyToFrontend(k);
       const id = frontendId(f);
       const backendIds: number[] = [];
-      if (v.count > 0) rangeIds ??= readRangeArray(maps.ranges);
+      if (v.count > 0) rangeIds ??= readRangeArray(rangeMap);
       for (let i = 0; i < v.count; i++) backendIds.push(rangeIds![v.backend_id + i] ?? 0);
-      const fe = p.adoptMaster(f, id, v, backendIds);
+      const fe = this.adoptMaster(f, id, v, backendIds);
       if (v.count > 0) {
         fe.rangeStart = v.backend_id;
-        p.ranges.reserve(v.backend_id, v.count);
+        ranges.reserve(v.backend_id, v.count);
         owners.push(fe);
       }
     }
     // Ranges two masters share were not written by this allocator: neither
     // owns its range, and both get a range of their own at the next apply.
-    const overlaps = p.ranges.adopted();
-    if (overlaps.length > 0) {
-      const bad = new Set(overlaps.map(([start]) => start));
-      for (const fe of owners) {
-        if (fe.rangeStart === undefined) continue;
-        const end = fe.rangeStart + fe.backendIds.length;
-        if (overlaps.some(([start, size]) => start < end && fe.rangeStart! < start + size) || bad.has(fe.rangeStart)) {
-          fe.rangeStart = undefined;
-          p.rewrite.add(fe.id);
-        }
+    const overlaps = ranges.adopted();
+    if (overlaps.length === 0) return;
+    const bad = new Set(overlaps.map(([start]) => start));
+    for (const fe of owners) {
+      if (fe.rangeStart === undefined) continue;
+      const end = fe.rangeStart + fe.backendIds.length;
+      if (overlaps.some(([start, size]) => start < end && fe.rangeStart! < start + size) || bad.has(fe.rangeStart)) {
+        fe.rangeStart = undefined;
+        this.rewrite.add(fe.id);
       }
     }
-    // IPv6: slot 0 is the master, slots 1..count name backends.
-    const slots = new Map<string, Map<number, number>>();
-    const slotKeys = new Map<string, abi.Lb6ServiceKey[]>();
-    const masters: Array<[abi.Lb6ServiceKey, abi.Lb4Service]> = [];
-    for (const [k, v] of maps.v6?.services.readAll() ?? []) {
-      if (k.backend_slot === 0) {
-        masters.push([k, v]);
-      } else {
-        const id = frontendId(keyToFrontend(k));
-        let m = slots.get(id);
-        if (!m) slots.set(id, (m = new Map()));
-        m.set(k.backend_slot, v.backend_id);
-        let keys = slotKeys.get(id);
-        if (!keys) slotKeys.set(id, (keys = []));
-        keys.push(k);
-      }
-    }
-    for (const [k, v] of masters) {
-      const f = keyToFrontend(k);
-      const id = frontendId(f);
-      const s = slots.get(id) ?? new Map<number, number>();
-      const backendIds: number[] = [];
-      for (let slot = 1; slot <= v.count; slot++) backendIds.push(s.get(slot) ?? 0);
-      p.adoptMaster(f, id, v, backendIds);
-      for (const k of slotKeys.get(id) ?? []) {
-        if (k.backend_slot > v.count) {
-          p.leftovers.slots6.push(k);
-          p.leftovers.slotsBeyondCount++;
-        }
-      }
-      slotKeys.delete(id);
-    }
-    for (const keys of slotKeys.values()) for (const k of keys) p.leftovers.slots6.push(k); // no master
-    const named = new Set(p.revNats.values());
-    p.leftovers.revNatIds = revNatIds.filter((id) => !named.has(id));
-    return p;
   }
 
   /** One master found in the pinned maps becomes a programmed frontend. */
@@ -304,8 +281,7 @@ export class LbProgrammer {
   }
 
   /**
-   * adopt(), then remove what a crash left: slots without a master, slots
-   * beyond a master's count, rev-NAT entries and backends nothing names, and
+   * adopt(), then remove what a crash left: rev-NAT entries and backends nothing names, and
    * affinity entries that name a frontend or backend that is gone (or a
    * backend not of that frontend). None of these is reachable by the data
    * path, so removing them changes no connection. For the agent at start;
@@ -313,8 +289,7 @@ export class LbProgrammer {
    */
   static adoptAndRepair(maps: SockLbMaps, opts: { rangeGraceMs?: number } = {}): { programmer: LbProgrammer; repaired: RepairReport } {
     const p = LbProgrammer.adopt(maps, opts);
-    const { slots6, slotsBeyondCount, revNatIds } = p.leftovers;
-    maps.v6?.services.deleteMany(slots6);
+    const { revNatIds } = p.leftovers;
     for (const id of revNatIds) {
       if (maps.sourceRanges) syncSourceRanges(maps.sourceRanges, id, []);
       if (maps.v6?.sourceRanges) syncSourceRanges6(maps.v6.sourceRanges, id, []);
@@ -341,11 +316,10 @@ export class LbProgrammer {
       if (!members.get(k.rev_nat_id)?.has(v.backend_id)) staleAffinity6.push(k);
     }
     maps.v6?.affinity.deleteMany(staleAffinity6);
-    p.leftovers.slots6 = [];
     p.leftovers.revNatIds = [];
     return {
       programmer: p,
-      repaired: { orphanSlots: slots6.length - slotsBeyondCount, slotsBeyondCount, revNats: revNatIds.length, backends, affinity: staleAffinity.length + staleAffinity6.length, ...(maglevTables ? { maglevTables } : {}) },
+      repaired: { revNats: revNatIds.length, backends, affinity: staleAffinity.length + staleAffinity6.length, ...(maglevTables ? { maglevTables } : {}) },
     };
   }
 
@@ -355,7 +329,7 @@ export class LbProgrammer {
    * by the programmer itself, conntrack flows by the owner of the TC path
    * (the syncer's onBackendsDeleted) right after the apply that freed them.
    */
-  /** Keep removed IPv4 backends' entries readable this long (the agent: after adoption, which removes leftovers at once). */
+  /** Keep removed backends' entries readable this long (the agent: after adoption, which removes leftovers at once). */
   setBackendGrace(ms: number): void {
     this.backendGraceMs = ms;
   }
@@ -364,7 +338,7 @@ export class LbProgrammer {
   private retireExpired(now: number): void {
     for (const [id, r] of this.retiring) {
       if (r.at > now - this.backendGraceMs) break; // insertion order is time order
-      this.maps.backends.delete(id);
+      this.backendMapOf(r.key).delete(id);
       this.backendIds.release(id);
       this.retiring.delete(id);
       this.retiringByKey.delete(r.key);
@@ -405,9 +379,11 @@ export class LbProgrammer {
     return this.backends.size;
   }
 
-  /** The IPv4 range array: entries used, free, waiting for their grace period; times it was full. */
-  rangeStats(): ReturnType<RangeAllocator['stats']> & { full: number } {
-    return { ...this.ranges.stats(), full: this.ranges.fullCount };
+  /** A range array (IPv4, or IPv6 with `ipv6`): entries used, free, waiting for their grace period; times it was full. */
+  rangeStats(ipv6 = false): ReturnType<RangeAllocator['stats']> & { full: number } {
+    const r = ipv6 ? this.ranges6 : this.ranges;
+    if (!r) return { capacity: 0, used: 0, free: 0, quarantined: 0, largestFree: 0, full: 0 };
+    return { ...r.stats(), full: r.fullCount };
   }
 
   /** Ids the allocators hold (issue 13 item 2: back to 0 once every Service is gone, or an id leaked). */
@@ -559,6 +535,8 @@ export class LbProgrammer {
       this.maps.backends.setMany(backendWrites);
       this.maps.revNat.setMany(revNatWrites);
       if (backend6Writes.size > 0 || revNat6Writes.length > 0) {
+        checkIds6(this.v6().backends, backend6Writes.keys(), 'backend');
+        checkIds6(this.v6().revNat, revNat6Writes.map(([id]) => id), 'rev-NAT');
         this.v6().backends.setMany([...backend6Writes]);
         this.v6().revNat.setMany(revNat6Writes);
       }
@@ -579,20 +557,19 @@ export class LbProgrammer {
     }
     this.maglev?.flush();
 
-    // 2. IPv4: a new range for each new backend set (IPv6: slots),
-    // 3. masters, 4. old ranges released (IPv6: slots beyond the new count deleted).
+    // 2. a new range for each new backend set (in its family's array),
+    // 3. masters, 4. old ranges released.
     const rangeWrites = new RangeBatch(frontends.length * 4);
-    const newRanges: Array<[number, number]> = [];
-    const oldRanges: Array<[number, number]> = [];
+    const range6Writes = new RangeBatch(16);
+    // [allocator, start, size]
+    const newRanges: Array<[RangeAllocator, number, number]> = [];
+    const oldRanges: Array<[RangeAllocator, number, number]> = [];
     const masterWrites = new ServiceEntryBatch(frontends.length);
-    // IPv6 frontends: plain entry lists (their numbers are small next to IPv4's).
-    const slot6Writes: Array<[abi.Lb6ServiceKey, abi.Lb4Service]> = [];
-    const master6Writes: Array<[abi.Lb6ServiceKey, abi.Lb4Service]> = [];
-    const slot6Deletes: abi.Lb6ServiceKey[] = [];
+    // IPv6 masters: a plain entry list (their numbers are small next to IPv4's).
+    const master6Writes: Array<[abi.Lb6FrontendKey, abi.Lb4Service]> = [];
     const updates: ProgrammedFrontend[] = [];
-    const slot: abi.Lb4Service = { backend_id: 0, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 };
     const unallocate = () => {
-      for (const [start, size] of newRanges) this.ranges.unallocate(start, size);
+      for (const [r, start, size] of newRanges) r.unallocate(start, size);
     };
     try {
       for (const f of frontends) {
@@ -604,28 +581,22 @@ export class LbProgrammer {
         const cur = this.frontends.get(id);
         const revNatId = this.revNats.get(revNatKeyOf(f))!;
         const update: ProgrammedFrontend = { id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, algorithm: algorithmOf(f), revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : NO_RANGES };
-        if (isIp6(f.address)) {
-          for (let i = 0; i < ids.length; i++) {
-            if (cur?.backendIds[i] !== ids[i]) slot6Writes.push([service6KeyOf(f, i + 1), { ...slot, backend_id: ids[i]! }]);
-          }
-          master6Writes.push([service6KeyOf(f, 0), masterEntry(update)]);
-          for (let s = ids.length + 1; s <= (cur?.backendIds.length ?? 0); s++) slot6Deletes.push(service6KeyOf(f, s));
-          updates.push(update);
-          continue;
-        }
+        const v6 = isIp6(f.address);
+        const ranges = v6 ? this.ranges6Of() : this.ranges;
         // The same backend set keeps its range (only the master changes);
         // another set gets a new range, never the one a reader may hold.
         if (cur?.rangeStart !== undefined && sameIds(cur.backendIds, ids)) {
           update.rangeStart = cur.rangeStart;
         } else {
           if (ids.length > 0) {
-            update.rangeStart = this.ranges.allocate(ids.length);
-            newRanges.push([update.rangeStart, ids.length]);
-            rangeWrites.add(update.rangeStart, ids);
+            update.rangeStart = ranges.allocate(ids.length);
+            newRanges.push([ranges, update.rangeStart, ids.length]);
+            (v6 ? range6Writes : rangeWrites).add(update.rangeStart, ids);
           }
-          if (cur?.rangeStart !== undefined) oldRanges.push([cur.rangeStart, cur.backendIds.length]);
+          if (cur?.rangeStart !== undefined) oldRanges.push([ranges, cur.rangeStart, cur.backendIds.length]);
         }
-        masterWrites.add(frontendKeyOf(f), masterEntry(update));
+        if (v6) master6Writes.push([service6KeyOf(f), masterEntry(update)]);
+        else masterWrites.add(frontendKeyOf(f), masterEntry(update));
         updates.push(update);
       }
     } catch (err) {
@@ -643,7 +614,7 @@ export class LbProgrammer {
       rangeWrites.writeTo(this.maps.ranges);
       masterWrites.writeTo(this.maps.services);
       if (master6Writes.length > 0) {
-        this.v6().services.setMany(slot6Writes);
+        range6Writes.writeTo(this.v6().ranges);
         this.v6().services.setMany(master6Writes);
       }
     } catch (err) {
@@ -651,21 +622,23 @@ export class LbProgrammer {
       // no master that a failed batch update left out, and go back to the
       // allocator (a master the batch did write keeps its range: the
       // frontend stays "changed" and is rewritten by the next attempt, and
-      // its range is released then). IPv6 slots this batch added beyond
-      // what a visible master covers are removed, and backends nobody
-      // references are collected at the end of apply().
+      // its range is released then). Backends nobody references are
+      // collected at the end of apply().
       const visible = new Set<number>();
+      const visible6 = new Set<number>();
       for (let i = 0; i < masterWrites.count; i++) {
         const v = this.maps.services.get(masterWrites.keyAt(i));
         if (v && v.count > 0) visible.add(v.backend_id);
       }
-      for (const [start, size] of newRanges) if (!visible.has(start)) this.ranges.unallocate(start, size);
-      this.maps.v6?.services.deleteMany(slot6Writes.map(([k]) => k).filter((k) => k.backend_slot > (this.frontends.get(frontendId(key6ToFrontend(k)))?.backendIds.length ?? 0)));
+      for (const [k] of master6Writes) {
+        const v = this.maps.v6?.services.get(k);
+        if (v && v.count > 0) visible6.add(v.backend_id);
+      }
+      for (const [r, start, size] of newRanges) if (!(r === this.ranges ? visible : visible6).has(start)) r.unallocate(start, size);
       for (const b of newBackends) this.orphans.add(b.id);
       throw err;
     }
-    for (const [start, size] of oldRanges) this.ranges.release(start, size);
-    this.maps.v6?.services.deleteMany(slot6Deletes);
+    for (const [r, start, size] of oldRanges) r.release(start, size);
     for (const u of updates) {
       if (u.algorithm !== abi.LB_ALG_MAGLEV && this.frontends.get(u.id)?.algorithm === abi.LB_ALG_MAGLEV) this.maglevTables()?.remove(u);
     }
@@ -692,15 +665,11 @@ export class LbProgrammer {
   private deleteFrontend(id: string): void {
     const cur = this.frontends.get(id);
     if (!cur) return;
-    // Master first: the frontend disappears at once, then its slots (IPv6) or range (IPv4).
-    if (isIp6(cur.address)) {
-      this.v6().services.delete(service6KeyOf(cur, 0));
-      for (let slot = 1; slot <= cur.backendIds.length; slot++) this.v6().services.delete(service6KeyOf(cur, slot));
-    } else {
-      this.maps.services.delete(frontendKeyOf(cur));
-      // Programs may still read the range through a copy of the master: reused after the grace period.
-      if (cur.rangeStart !== undefined) this.ranges.release(cur.rangeStart, cur.backendIds.length);
-    }
+    // Master first: the frontend disappears at once, then its range.
+    if (isIp6(cur.address)) this.v6().services.delete(service6KeyOf(cur));
+    else this.maps.services.delete(frontendKeyOf(cur));
+    // Programs may still read the range through a copy of the master: reused after the grace period.
+    if (cur.rangeStart !== undefined) (isIp6(cur.address) ? this.ranges6Of() : this.ranges).release(cur.rangeStart, cur.backendIds.length);
     if (cur.algorithm === abi.LB_ALG_MAGLEV) this.maglevTables()?.remove(cur); // deleted by flushRemovals() below the callers
     for (const b of cur.backendIds) this.ref(b, -1);
     this.forgetAffinity(cur, cur.backendIds);
@@ -765,14 +734,11 @@ export class LbProgrammer {
       const b = this.backendById(id);
       if (b) {
         const key = backendKeyOf(b);
-        if (isIp6(b.address)) {
-          this.v6().backends.delete(id);
-          this.backendIds.release(id);
-        } else if (this.backendGraceMs > 0) {
+        if (this.backendGraceMs > 0) {
           this.retiring.set(id, { key, at: now });
           this.retiringByKey.set(key, id);
         } else {
-          this.maps.backends.delete(id);
+          this.backendMapOf(key).delete(id);
           this.backendIds.release(id);
         }
         this.backends.deleteId(id);
@@ -800,6 +766,17 @@ export class LbProgrammer {
     }
   }
 
+  /** A backend's map by its key (backendKeyOf: a string for IPv6). */
+  private backendMapOf(key: number | string): TypedMap<number, unknown> {
+    return typeof key === 'string' ? this.v6().backends : this.maps.backends;
+  }
+
+  /** The IPv6 range allocator (the IPv6 maps exist: see v6()). */
+  private ranges6Of(): RangeAllocator {
+    this.v6();
+    return this.ranges6!;
+  }
+
   /** The IPv6 maps, or a clear error when the pinned maps predate them. */
   private v6(): SockLbMaps6 {
     if (!this.maps.v6) throw new Error('IPv6 frontend: the pinned maps have no IPv6 tables (sluice_svc6); reinstall the data path with this Sluice');
@@ -815,6 +792,20 @@ export class LbProgrammer {
     const refs = this.backendRefs[backendId]! + delta;
     this.backendRefs[backendId] = refs;
     if (refs <= 0) this.orphans.add(backendId);
+  }
+}
+
+/**
+ * IPv6 ids index sluice_be6 / sluice_revnat6, which a node that serves no
+ * IPv6 pins small while ids come from the pool both families share: an id
+ * beyond such an array is refused naming the map and the remedy.
+ */
+function checkIds6(table: TypedMap<number, unknown>, ids: Iterable<number>, what: string): void {
+  for (const id of ids) {
+    if (id >= table.map.maxEntries) {
+      throw new Error(`IPv6 ${what} id ${id} is beyond ${table.name} (${table.map.maxEntries} entries; ids are shared with IPv4): ` +
+        'this node\'s IPv6 tables are small (ipv6Maps: auto found no IPv6 on the Node); set ipv6Maps: full and restart the agent');
+    }
   }
 }
 
@@ -836,7 +827,7 @@ function sameRanges(a: string[], b: string[]): boolean {
   return a.every((x, i) => x === sorted[i]);
 }
 
-function keyToFrontend(k: abi.Lb4FrontendKey | abi.Lb6ServiceKey): { address: string; port: number; proto: ProtoName; scope: ScopeName } {
+function keyToFrontend(k: abi.Lb4FrontendKey | abi.Lb6FrontendKey): { address: string; port: number; proto: ProtoName; scope: ScopeName } {
   return {
     address: typeof k.address === 'number' ? numberToIp4(k.address) : bytesToIp6(k.address),
     port: k.port,
@@ -844,5 +835,3 @@ function keyToFrontend(k: abi.Lb4FrontendKey | abi.Lb6ServiceKey): { address: st
     scope: k.scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external',
   };
 }
-
-const key6ToFrontend = keyToFrontend;

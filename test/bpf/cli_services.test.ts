@@ -116,7 +116,9 @@ test('dual-stack: services, backends and status show both families, in text and 
   assert.match(sluice('backends'), /\[fd00:18:1::2\]:8053\/tcp/);
   const status = JSON.parse(sluice('status', '-o', 'json')) as { maps: Array<{ name: string; entries: number }> };
   const entries = (n: string) => status.maps.find((m) => m.name === n)?.entries;
-  assert.equal(entries('sluice_svc6'), 2, 'master and one slot');
-  assert.equal(entries('sluice_be6'), 1);
-  assert.match(sluice('status'), /^sluice_svc6\s+2\s+/m);
+  assert.equal(entries('sluice_svc6'), 1, 'one master per frontend');
+  assert.equal(entries('sluice_rng6'), 1, 'its range: one backend id');
+  assert.equal(entries('sluice_be6'), 1, 'backends in use, not the ARRAY\'s indices');
+  assert.equal(entries('sluice_revnat6'), 1);
+  assert.match(sluice('status'), /^sluice_svc6\s+1\s+/m);
 });

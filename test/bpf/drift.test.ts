@@ -85,6 +85,7 @@ test('IPv6 maps: changed, deleted and foreign entries are set right; IPv4 ones b
     services: v6.services.readAll().map(([k, v]) => JSON.stringify([k, v])).sort(),
     backends: v6.backends.readAll().map(([k, v]) => JSON.stringify([k, v])).sort(),
     revNat: v6.revNat.readAll().map(([k, v]) => JSON.stringify([k, v])).sort(),
+    ranges: p.programmedFrontends().filter((f) => f.address.includes(':')).map((f) => f.backendIds.map((_, i) => v6.ranges.get(f.rangeStart! + i))),
   });
   const p = LbProgrammer.adopt(maps);
   p.apply([fe('10.96.0.1', [1, 2]), fe6('fd00:96::1', [1, 2]), fe6('fd00:96::2', [2, 3])], { prune: true });
@@ -94,12 +95,12 @@ test('IPv6 maps: changed, deleted and foreign entries are set right; IPv4 ones b
   const want6 = dump6();
   const f1 = p.frontend('[fd00:96::1]:80/tcp')!;
   const f2 = p.frontend('[fd00:96::2]:80/tcp')!;
-  v6.services.set(service6KeyOf(f1, 0), { ...v6.services.get(service6KeyOf(f1, 0))!, count: 1 });
-  v6.services.delete(service6KeyOf(f2, 2));
+  v6.services.set(service6KeyOf(f1), { ...v6.services.get(service6KeyOf(f1))!, count: 1 });
+  v6.ranges.set(f2.rangeStart! + 1, 0);
   const b = f2.backendIds[1]!;
   v6.backends.set(b, { ...v6.backends.get(b)!, port: 9999 });
   v6.revNat.delete(f2.revNatId);
-  v6.services.set({ address: ip6ToBytes('fd00:96::99'), port: 53, proto: LB_PROTO_TCP, scope: LB_SCOPE_EXTERNAL, backend_slot: 0 },
+  v6.services.set({ address: ip6ToBytes('fd00:96::99'), port: 53, proto: LB_PROTO_TCP, scope: LB_SCOPE_EXTERNAL },
     { backend_id: 0, count: 0, flags: LB_SVC_FLAG_CLUSTER_IP, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 });
   v6.backends.set(999, { address: ip6ToBytes('fd00:18::99'), port: 1, proto: LB_PROTO_TCP, flags: 0, zone: 0 });
 

@@ -15,9 +15,8 @@ import { BpfLink } from '../../src/bpf/link';
 import { MapType } from '../../src/bpf/constants';
 import { installSockLb, linkDir, SOCK_LB_PROGRAMS } from '../../src/datapath/sockLb';
 import { recordLayouts, readLayouts, LAYOUT_MAP } from '../../src/datapath/migrate';
+import { assertSlotsMigrated, assertTrafficSurvived } from './slot_migration';
 import * as abi from '../../src/abi/generated';
-import { openSockLbMaps } from '../../src/datapath/maps';
-import { LbProgrammer } from '../../src/datapath/programmer';
 import { ip4ToNumber as ip4 } from '../../src/datapath/addr';
 
 const BACKEND_HOLD = '198.18.19.2';
@@ -59,8 +58,6 @@ async function startHoldBackends(sb: Sandbox): Promise<void> {
   await waitFor('backend servers', () => ready);
 }
 
-interface Held { backend?: string; peerStart?: string; peerEnd?: string; sent: number; echoed: number; error?: string }
-
 test('maxEntries raised on a running node: maps replaced at the new size, every entry carried, open connections keep their Service address, no connect fails', async () => {
   const sb = Sandbox.create('sluice-migr');
   try {
@@ -98,21 +95,11 @@ test('maxEntries raised on a running node: maps replaced at the new size, every 
     assert.deepEqual(result.replaced.sort(), Object.values(SOCK_LB_PROGRAMS).map((p) => p.hook).sort(), 'every socket hook swapped in place');
     assert.ok(!fs.readdirSync(sb.bpffs).some((f) => f.endsWith('_migrating')), 'old pins removed');
 
-    const held = (JSON.parse(await hold) as { results: Held[] }).results;
-    for (const c of held) {
-      assert.equal(c.error, undefined, `a long-lived connection broke across the migration: ${JSON.stringify(c)}`);
-      assert.equal(c.backend, `${BACKEND_HOLD}:8080`);
-      assert.equal(c.peerStart, `${HOLD_VIP}:80`);
-      assert.equal(c.peerEnd, `${HOLD_VIP}:80`, 'getpeername after the migration still shows the Service');
-      assert.ok(c.sent >= 15 && c.echoed === c.sent, JSON.stringify(c));
-    }
-    const looped = JSON.parse(await loop) as { ok: number; errors: Record<string, number> };
-    assert.deepEqual(looped.errors, {}, 'connects during the migration');
-    assert.ok(looped.ok > 10, `${looped.ok} connects`);
+    const { held, ok } = await assertTrafficSurvived(hold, loop, BACKEND_HOLD, HOLD_VIP);
 
     // The same config again: nothing to migrate.
     assert.deepEqual(installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup, maxEntries: bigger }).migrated, []);
-    process.stdout.write(`# capacity migration: ${carried.map((n) => `${n} ${before[n]!.length} entries`).join(', ')} carried; ${held.length} held connections (${held.map((c) => c.echoed).join('/')} lines echoed), ${looped.ok} connects, 0 failed\n`);
+    process.stdout.write(`# capacity migration: ${carried.map((n) => `${n} ${before[n]!.length} entries`).join(', ')} carried; ${held.length} held connections (${held.map((c) => c.echoed).join('/')} lines echoed), ${ok} connects, 0 failed\n`);
   } finally {
     sb.close();
   }
@@ -172,25 +159,8 @@ test('pins of the slot layout (sluice_svc4 layout 1: a master and one entry per 
     }
 
     const result = installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup });
-    const migrated = Object.fromEntries(result.migrated.map((m) => [m.map, [m.why, m.carried, m.dropped]]));
-    assert.deepEqual(migrated, {
-      [abi.SLUICE_MAP_SERVICES4]: ['layout', 2, 0],
-      [abi.SLUICE_MAP_BACKENDS4]: ['layout', 2, 0],
-      [abi.SLUICE_MAP_REVNAT4]: ['layout', 2, 0],
-    });
-    for (const name of [abi.SLUICE_MAP_SERVICES4, abi.SLUICE_MAP_BACKENDS4, abi.SLUICE_MAP_REVNAT4]) assert.equal(readLayouts(sb.bpffs).get(name), 2, `${name} layout recorded`);
-    // The agent adopts what the migration wrote: same frontends, same backend ids, in slot order.
-    const maps = openSockLbMaps(sb.bpffs);
-    try {
-      const p = LbProgrammer.adopt(maps);
-      assert.deepEqual(p.programmedFrontends().map((f) => [f.address, f.revNatId, f.backendIds]).sort(), frontends.map(([vip, revNat, ids]) => [vip, revNat, ids]).sort());
-      // ... and writes a new range next to them, not over them.
-      p.apply([{ address: '10.96.2.1', port: 80, proto: 'tcp', scope: 'external', flags: abi.LB_SVC_FLAG_CLUSTER_IP, affinityTimeout: 0, backends: [{ address: BACKEND_LOOP, port: 8080, proto: 'tcp' }] }], { prune: false });
-      const cells = p.programmedFrontends().flatMap((f) => f.backendIds.map((_, i) => f.rangeStart! + i)).sort((a, b) => a - b);
-      assert.deepEqual(cells, [0, 1, 2, 3], 'the migrated ranges fill 0-2 (in the old map\'s order), the new one follows at 3');
-    } finally {
-      maps.close();
-    }
+    assertSlotsMigrated(sb.bpffs, result.migrated, [abi.SLUICE_MAP_SERVICES4, abi.SLUICE_MAP_BACKENDS4, abi.SLUICE_MAP_REVNAT4], frontends,
+      { address: '10.96.2.1', port: 80, proto: 'tcp', scope: 'external', flags: abi.LB_SVC_FLAG_CLUSTER_IP, affinityTimeout: 0, backends: [{ address: BACKEND_LOOP, port: 8080, proto: 'tcp' }] });
     await startHoldBackends(sb);
     const loop = JSON.parse(await sb.runInCgroup(['node', labScript('lbClient'), 'loop', LOOP_VIPS[0]!, '80', '1500'], 20000)) as { ok: number; errors: Record<string, number> };
     assert.deepEqual(loop.errors, {}, 'connects through the migrated frontend');

@@ -9,7 +9,8 @@ import { randomBytes } from 'node:crypto';
 import { installSockLb, uninstall } from '../../src/datapath/sockLb';
 import { openSockLbMaps, type SockLbMaps } from '../../src/datapath/maps';
 import { LbProgrammer, type FrontendSpec } from '../../src/datapath/programmer';
-import { LB_SVC_FLAG_CLUSTER_IP, LB_SVC_FLAG_NODEPORT, SLUICE_MAP_SERVICES4, SLUICE_MAP_BACKENDS4, SLUICE_MAP_RANGES4 } from '../../src/abi/generated';
+import { LB_SVC_FLAG_CLUSTER_IP, LB_SVC_FLAG_NODEPORT, SLUICE_MAP_SERVICES4, SLUICE_MAP_BACKENDS4, SLUICE_MAP_BACKENDS6, SLUICE_MAP_RANGES4 } from '../../src/abi/generated';
+import { bytesToIp6, ip6ToBytes } from '../../src/datapath/addr';
 import { cgroup2Root, bpffsRoot } from '../helpers/sandbox';
 
 let bpffs: string;
@@ -188,4 +189,38 @@ test('the Service names of one apply go to the names map in one batched update, 
   p.apply(specs, { prune: true });
   assert.deepEqual(batches, [1]);
   assert.equal(single.length, 0);
+});
+
+test('IPv6 frontends get ranges of sluice_rng6 (make-before-break, a new range per backend-set change); an IPv6 id beyond a small sluice_be6 is refused naming the map, IPv4 unaffected', async () => {
+  maps.close();
+  uninstall(bpffs);
+  fs.rmdirSync(cgroup);
+  // A node whose IPv6 tables are small (mapSizing.ts): 8 IPv6 backend entries, ids shared with IPv4.
+  install({ [SLUICE_MAP_BACKENDS6]: 8 });
+  const p = LbProgrammer.adopt(maps);
+  p.setBackendGrace(100);
+  const backends6 = (...hosts: number[]) => hosts.map((h) => ({ address: `fd00:18::${h}`, port: 8080, proto: 'tcp' as const }));
+  let r = p.apply([fe('fd00:96::1', 80, backends6(1, 2, 3))], { prune: true });
+  assert.deepEqual(r.failures, []);
+  const v6 = maps.v6!;
+  const key = { address: ip6ToBytes('fd00:96::1'), port: 80, proto: 6, scope: 0 };
+  const first = v6.services.get(key)!;
+  const ids = [0, 1, 2].map((i) => v6.ranges.get(first.backend_id + i)!);
+  assert.deepEqual(ids.map((id) => v6.backends.get(id)?.address && bytesToIp6(v6.backends.get(id)!.address)), ['fd00:18::1', 'fd00:18::2', 'fd00:18::3']);
+  // Shrink: a new range, the old one intact for readers of the old master; the removed backend still readable.
+  p.apply([fe('fd00:96::1', 80, backends6(1))], { prune: true });
+  const second = v6.services.get(key)!;
+  assert.notEqual(second.backend_id, first.backend_id, 'a new range');
+  assert.equal(second.count, 1);
+  assert.deepEqual([0, 1, 2].map((i) => v6.ranges.get(first.backend_id + i)), ids, 'the old range is not rewritten before its grace period');
+  assert.equal(v6.backends.get(ids[2]!)?.port, 8080, 'a removed IPv6 backend stays readable during the grace period');
+  await new Promise((res) => setTimeout(res, 150));
+  p.apply([fe('fd00:96::1', 80, backends6(1))], { prune: true });
+  assert.equal(v6.backends.get(ids[2]!), undefined, 'then its entry is zeroed');
+  // IPv4 backends take ids 4..13; the next IPv6 backend's id is beyond sluice_be6's 8 entries.
+  r = p.apply([fe('fd00:96::1', 80, backends6(1)), fe('10.96.0.1', 80, backends(...Array.from({ length: 10 }, (_, i) => i + 1))), fe('fd00:96::2', 80, backends6(9))], { prune: true });
+  assert.deepEqual(r.failures.map((f) => f.frontend), ['[fd00:96::2]:80/tcp']);
+  assert.match(r.failures[0]!.error.message, /IPv6 backend id \d+ is beyond sluice_be6 \(8 entries; ids are shared with IPv4\).*ipv6Maps: full/);
+  assert.equal(p.frontend('10.96.0.1:80/tcp')?.backendIds.length, 10, 'IPv4 frontends are not limited by the small IPv6 table');
+  assert.equal(v6.services.get({ ...key, address: ip6ToBytes('fd00:96::2') }), undefined, 'no master without its backends');
 });

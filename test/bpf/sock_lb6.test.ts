@@ -9,6 +9,7 @@ import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
 import { openSockLbMaps, readCounter } from '../../src/datapath/maps';
 import { LbProgrammer, service6KeyOf } from '../../src/datapath/programmer';
 import * as abi from '../../src/abi/generated';
+import { ip6ToBytes } from '../../src/datapath/addr';
 
 const VIP6 = 'fd00:96::10';
 const BACKENDS6 = ['fd00:18::2', 'fd00:18::3', 'fd00:18::4'];
@@ -163,7 +164,7 @@ test('ClientIP affinity on an IPv6 frontend: every connection of one client (net
   }
 });
 
-test('a restarted programmer adopts IPv6 frontends from the pins; rev-NAT ids are one pool for both families; a stray IPv6 slot is repaired', () => {
+test('a restarted programmer adopts IPv6 frontends from the pins (master and range); rev-NAT ids are one pool for both families; a stray IPv6 rev-NAT entry is repaired', () => {
   const maps = openSockLbMaps(sb.bpffs);
   try {
     const adopted = LbProgrammer.adopt(maps);
@@ -174,12 +175,13 @@ test('a restarted programmer adopts IPv6 frontends from the pins; rev-NAT ids ar
     const udp4 = adopted.frontend(`${VIP4}:53/udp`);
     assert.notEqual(udp4?.revNatId, udp6.revNatId);
     assert.equal(new Set(revNats).size, new Set(adopted.programmedFrontends().map((f) => `${f.address}|${f.port}|${f.proto}`)).size, "one rev-NAT id per frontend address:port/proto, unique across both families");
-    // A crash left a slot beyond the master's count: adoptAndRepair removes it, nothing else.
-    const stray = service6KeyOf({ address: VIP6, port: 53, proto: 'udp', scope: 'external' }, 9);
-    maps.v6!.services.set(stray, { backend_id: udp6.backendIds[0]!, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 });
+    assert.equal(maps.v6!.services.get(service6KeyOf(udp6))?.backend_id, udp6.rangeStart, 'the master names its range');
+    // A crash left a rev-NAT entry no master names: adoptAndRepair removes it, nothing else.
+    const strayId = 4000;
+    maps.v6!.revNat.set(strayId, { address: ip6ToBytes('fd00:96::99'), port: 9 });
     const { programmer, repaired } = LbProgrammer.adoptAndRepair(maps);
-    assert.equal(repaired.slotsBeyondCount, 1);
-    assert.equal(maps.v6!.services.get(stray), undefined);
+    assert.equal(repaired.revNats, 1);
+    assert.equal(maps.v6!.revNat.get(strayId), undefined);
     assert.deepEqual(programmer.frontend(`[${VIP6}]:53/udp`)?.backendIds, udp6.backendIds);
   } finally {
     maps.close();

@@ -4,12 +4,15 @@
 import { after, before, beforeEach } from 'node:test';
 import * as abi from '../../src/abi/generated';
 import { bytesToIp6, ip6ToBytes } from '../../src/datapath/addr';
-import { TypedMap, u32Codec, u8Codec } from '../../src/datapath/typedMap';
+import { idTable, TypedMap, u32Codec, u8Codec } from '../../src/datapath/typedMap';
 import { writeTcConfig, writeTcConfig6 } from '../../src/datapath/tc/config';
 import { TcHarness, type TcFrontend } from './tc_harness';
 
 export class Tc6Maps {
-  readonly services: TypedMap<abi.Lb6ServiceKey, abi.Lb4Service>;
+  readonly services: TypedMap<abi.Lb6FrontendKey, abi.Lb4Service>;
+  readonly ranges: TypedMap<number, number>;
+  /** Next free index of the range array: each upsert writes a new range (as the agent does). */
+  private nextRange = 0;
   readonly backends: TypedMap<number, abi.Lb6Backend>;
   readonly revNat: TypedMap<number, abi.Lb6ReverseNat>;
   readonly sourceRanges: TypedMap<abi.Lb6SrcRangeKey, number>;
@@ -20,9 +23,10 @@ export class Tc6Maps {
 
   constructor(readonly h: TcHarness) {
     const m = (name: string) => h.obj.map(name);
-    this.services = new TypedMap(m(abi.SLUICE_MAP_SERVICES6), abi.lb6_service_keyCodec, abi.lb4_serviceCodec);
-    this.backends = new TypedMap(m(abi.SLUICE_MAP_BACKENDS6), u32Codec, abi.lb6_backendCodec);
-    this.revNat = new TypedMap(m(abi.SLUICE_MAP_REVNAT6), u32Codec, abi.lb6_reverse_natCodec);
+    this.services = new TypedMap(m(abi.SLUICE_MAP_SERVICES6), abi.lb6_frontend_keyCodec, abi.lb4_serviceCodec);
+    this.ranges = new TypedMap(m(abi.SLUICE_MAP_RANGES6), u32Codec, u32Codec);
+    this.backends = idTable(m(abi.SLUICE_MAP_BACKENDS6), abi.lb6_backendCodec);
+    this.revNat = idTable(m(abi.SLUICE_MAP_REVNAT6), abi.lb6_reverse_natCodec);
     this.sourceRanges = new TypedMap(m(abi.SLUICE_MAP_SRCRANGE6), abi.lb6_src_range_keyCodec, u8Codec);
     const has = (name: string) => { try { m(name); return true; } catch { return false; } };
     if (has(abi.SLUICE_MAP_CT6)) this.ct = new TypedMap(m(abi.SLUICE_MAP_CT6), abi.lb6_ct_keyCodec, abi.lb6_ct_entryCodec);
@@ -61,14 +65,16 @@ export class Tc6Maps {
 
   upsertFrontend(f: TcFrontend, scope = abi.LB_SCOPE_EXTERNAL): void {
     const proto = f.proto === 'tcp' ? abi.LB_PROTO_TCP : abi.LB_PROTO_UDP;
-    const key = (slot: number): abi.Lb6ServiceKey => ({ address: ip6ToBytes(f.address), port: f.port, proto, scope, backend_slot: slot });
+    const key: abi.Lb6FrontendKey = { address: ip6ToBytes(f.address), port: f.port, proto, scope };
     for (const b of f.backends) {
       this.backends.set(b.id, { address: ip6ToBytes(b.address), port: b.port, proto, flags: b.local ? abi.LB_BACKEND_FLAG_LOCAL : 0, zone: 0 });
     }
     this.revNat.set(f.revNatId, { address: ip6ToBytes(f.address), port: f.port });
-    f.backends.forEach((b, i) => this.services.set(key(i + 1), { backend_id: b.id, count: 0, flags: 0, rev_nat_id: 0, affinity_timeout: 0, algorithm: 0 }));
-    this.services.set(key(0), {
-      backend_id: 0, count: f.backends.length, flags: f.flags, rev_nat_id: f.revNatId,
+    const start = this.nextRange;
+    this.nextRange += f.backends.length;
+    f.backends.forEach((b, i) => this.ranges.set(start + i, b.id));
+    this.services.set(key, {
+      backend_id: start, count: f.backends.length, flags: f.flags, rev_nat_id: f.revNatId,
       affinity_timeout: f.affinityTimeout ?? 0, algorithm: f.algorithm ?? abi.LB_ALG_RANDOM,
     });
   }

@@ -14,7 +14,7 @@ import * as abi from '../../src/abi/generated';
 import { IPV6_SMALL_ENTRIES } from '../../src/agent/mapSizing';
 
 const NODE = 'node-a';
-const V6_MAPS = [abi.SLUICE_MAP_SERVICES6, abi.SLUICE_MAP_BACKENDS6, abi.SLUICE_MAP_REVNAT6, abi.SLUICE_MAP_AFFINITY6];
+const V6_MAPS = [abi.SLUICE_MAP_SERVICES6, abi.SLUICE_MAP_RANGES6, abi.SLUICE_MAP_BACKENDS6, abi.SLUICE_MAP_REVNAT6, abi.SLUICE_MAP_AFFINITY6];
 
 let cleanup: Array<() => Promise<void> | void> = [];
 afterEach(async () => {

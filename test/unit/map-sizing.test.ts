@@ -17,9 +17,12 @@ test('nodeHasIpv6: an IPv6 pod CIDR or address on the Node', () => {
 test('mapCapacities: small IPv6 tables only when IPv4-only, never over the config or an existing pin', () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mapsz-'));
   try {
-    assert.deepEqual(mapCapacities({ sluice_svc4: 1000 }, dir, true), { sluice_svc4: 1000 });
+    assert.deepEqual(mapCapacities({ sluice_svc4: 1000 }, dir, true), { sluice_svc4: 1000, sluice_be6: 262144, sluice_revnat6: 65536 });
+    assert.equal(mapCapacities({ sluice_be4: 5000 }, dir, true).sluice_be6, 5000, 'the IPv6 id arrays follow their IPv4 twins (ids from one pool)');
     const small = mapCapacities({ sluice_be6: 77 }, dir, false);
     assert.equal(small.sluice_be6, 77, 'maxEntries wins');
+    assert.equal(small.sluice_revnat6, IPV6_SMALL_ENTRIES.sluice_revnat6);
+    assert.equal(small.sluice_rng6, IPV6_SMALL_ENTRIES.sluice_rng6);
     assert.equal(small.sluice_svc6, IPV6_SMALL_ENTRIES.sluice_svc6);
     fs.writeFileSync(path.join(dir, 'sluice_affin6'), '');
     assert.equal(mapCapacities({}, dir, false).sluice_affin6, undefined, 'a pinned map keeps its size');
