@@ -12,7 +12,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
 import { ClusterState } from '../../src/agent/store';
-import { Syncer } from '../../src/agent/syncer';
+import { Syncer, type SyncerOptions } from '../../src/agent/syncer';
 import { AgentMetrics } from '../../src/agent/metrics';
 import { ProxyHealth } from '../../src/agent/health';
 import { openSockLbMaps, type SockLbMaps } from '../../src/datapath/maps';
@@ -55,18 +55,22 @@ function slice(name: string, family: 'IPv4' | 'IPv6', endpoints: Array<[string, 
   };
 }
 
-test('local and remote backends of IPv4 and IPv6 NodePorts are both in the external-backend index', async () => {
-  let syncer: Syncer | undefined;
-  const state = new ClusterState(() => syncer?.trigger());
-  let synced: () => void = () => undefined;
-  syncer = new Syncer(state, maps, {
+/** A Syncer over the test's maps for node NODE, both families, no periodic sync. */
+function newSyncer(state: ClusterState, opts: Pick<SyncerOptions, 'localAddresses' | 'onSyncDone' | 'onExternalBackends'>): Syncer {
+  return new Syncer(state, maps, {
     nodeName: NODE,
-    localAddresses: () => [NODE4, NODE6],
-    onSyncDone: () => synced(),
+    ...opts,
     translate: { maxEndpointsPerService: 1000, ipFamilies: ['IPv4', 'IPv6'] },
     minSyncPeriodMs: 0,
     syncPeriodMs: 3_600_000,
   }, new AgentMetrics(), new ProxyHealth(60_000), pino({ level: 'silent' }));
+}
+
+test('local and remote backends of IPv4 and IPv6 NodePorts are both in the external-backend index', async () => {
+  let syncer: Syncer | undefined;
+  const state = new ClusterState(() => syncer?.trigger());
+  let synced: () => void = () => undefined;
+  syncer = newSyncer(state, { localAddresses: () => [NODE4, NODE6], onSyncDone: () => synced() });
   try {
     state.setNode({ apiVersion: 'v1', kind: 'Node', metadata: { name: NODE },
       status: { addresses: [{ type: 'InternalIP', address: NODE4 }, { type: 'InternalIP', address: NODE6 }] } } as never);
@@ -106,17 +110,13 @@ test('the external backends reach the agent before the frontends that use them a
   let synced: () => void = () => undefined;
   const seen: Array<{ local: string[]; remote: string[]; nodePortWritten: boolean }> = [];
   const nodePortWritten = () => syncer!.programmed().programmedFrontends().some((f) => f.port === 30090);
-  syncer = new Syncer(state, maps, {
-    nodeName: NODE,
+  syncer = newSyncer(state, {
     localAddresses: () => [NODE4],
     onExternalBackends: ({ local, remote }) => {
       seen.push({ local: [...local ?? []].sort(), remote: [...remote ?? []].sort(), nodePortWritten: nodePortWritten() });
     },
     onSyncDone: () => synced(),
-    translate: { maxEndpointsPerService: 1000, ipFamilies: ['IPv4', 'IPv6'] },
-    minSyncPeriodMs: 0,
-    syncPeriodMs: 3_600_000,
-  }, new AgentMetrics(), new ProxyHealth(60_000), pino({ level: 'silent' }));
+  });
   try {
     state.setNode({ apiVersion: 'v1', kind: 'Node', metadata: { name: NODE },
       status: { addresses: [{ type: 'InternalIP', address: NODE4 }] } } as never);
