@@ -23,7 +23,8 @@ import { backends, Family, familyOf, hostPort, ServicePort } from './services';
 const DEFAULT_SERVICE_ENTRIES = 262144;
 const DEFAULT_RANGE_ENTRIES = 524288;
 /** SLUICE_MAX_SERVICE_ENTRIES: the IPv6 map's masters (one per service port, as IPv4). */
-const DEFAULT_SERVICE6_ENTRIES = 524288;
+// Masters only (the range layout, as IPv4): was 524 288 for the slot layout, which sized sluice_rng6 at 5 M ids (40 MiB).
+const DEFAULT_SERVICE6_ENTRIES = 262144;
 
 /**
  * The one setup path of both Sluice modes: sock_lb's maps attached by

@@ -29,8 +29,9 @@
  * rev-NAT ids end at the top of the rev-NAT array (IPv4's start at 1), so
  * both families filled into one bpffs directory never share an id (the agent
  * draws both from one pool) and every id indexes its ARRAY. attach sizes the
- * IPv6 service map with --service6-entries (masters), its range array at 10
- * per master (at least the default) and its rev-NAT map like IPv4's.
+ * IPv6 service map with --service6-entries (masters), its range array as
+ * IPv4's (--ranges; without it 10 per master, at least the default) and its
+ * rev-NAT map like IPv4's.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -99,7 +100,8 @@ static int cmd_attach(int argc, char **argv)
 		else if (!strcmp(name, STR(SLUICE_MAP_RANGES4)))
 			max = rng_max > 0 ? rng_max : (svc_max * 10 > SLUICE_MAX_RANGE4 ? svc_max * 10 : SLUICE_MAX_RANGE4);
 		else if (!strcmp(name, STR(SLUICE_MAP_RANGES6)))
-			max = svc6_max * 10 > SLUICE_MAX_RANGE6 ? svc6_max * 10 : 0;
+			/* As IPv4's: the bench's ten backend ids per master (svc6 is masters only since the range layout). */
+			max = rng_max > 0 ? rng_max : (svc6_max * 10 > SLUICE_MAX_RANGE6 ? svc6_max * 10 : 0);
 		if (max > 0 && bpf_map__set_max_entries(m, (__u32)max))
 			die(name, "set_max_entries failed");
 	}
