@@ -101,7 +101,8 @@ export async function startKubeProxy(bin: Binaries, node: ClusterNode, mode: Kub
       return { node, mode, process: proc, configPath };
     }
     await stopPid(proc.pid);
-    processes.splice(processes.indexOf(proc), 1);
+    const tracked = processes.indexOf(proc);
+    if (tracked >= 0) processes.splice(tracked, 1); // splice(-1) would drop another process's record
     await cleanupKubeProxyRules(bin, node);
     if (attempt >= START_ATTEMPTS) {
       throw new Error(`kube-proxy (${mode}) in ${node.netns} never learned the node's zone ${node.zone} in ${START_ATTEMPTS} starts ` +
