@@ -3,6 +3,7 @@ import type { Command } from '../cli/main';
 import { AGENT_FLAGS, resolveConfigWithNotes } from './config';
 import { makeLogger, startAgent } from './agent';
 import { installRejectionGuard } from './crashGuard';
+import { memorySettings } from './nodeFlags';
 
 export const commands: Record<string, Command> = {
   agent: {
@@ -14,7 +15,7 @@ export const commands: Record<string, Command> = {
       // Counted once the metrics exist; until then the log line is the record.
       let count: (reason: string) => void = () => undefined;
       installRejectionGuard(log, (reason) => count(reason));
-      log.info({ config: { ...config } }, 'starting');
+      log.info({ config: { ...config }, memory: memorySettings() }, 'starting');
       if (ignored.length > 0) {
         log.info({ ignored }, `KubeProxyConfiguration: ${ignored.length} fields have no meaning for Sluice and are ignored: ${ignored.map((f) => f.field).join(', ')}`);
       }

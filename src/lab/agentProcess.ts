@@ -5,7 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import { sluiceBin } from './sandbox';
-import { AGENT_NODE_FLAGS } from '../agent/nodeFlags';
+import { AGENT_ENV, AGENT_NODE_FLAGS } from '../agent/nodeFlags';
 
 export interface AgentLine {
   level: number;
@@ -59,7 +59,8 @@ export class AgentProcess {
     const agent = [process.execPath, ...(opts.nodeFlags ?? agentNodeFlags()), sluiceBin, 'agent', ...args];
     const argv = [...(opts.prefix ?? []), ...(opts.caps ? withCaps(opts.caps, agent) : agent)];
     this.startedAt = Date.now();
-    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    // The caller's environment wins, so a bench can measure another MALLOC_ARENA_MAX.
+    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], env: { ...AGENT_ENV, ...process.env } });
     let buf = '';
     this.child.stdout!.setEncoding('utf8').on('data', (d: string) => {
       buf += d;

@@ -11,6 +11,8 @@ import { startApiServer, type ApiServerHandle } from '../../src/k8s/apiserver';
 import { Sandbox, sh, sluiceBin, waitFor, labScript } from '../helpers/sandbox';
 import { startBackends } from '../helpers/backends';
 import { AgentProcess } from '../helpers/agentProcess';
+import { mallocArenaHeaps } from '../helpers/procMaps';
+import { AGENT_ENV, AGENT_NODE_FLAGS } from '../../src/agent/nodeFlags';
 
 const NODE = 'node-a';
 const BACKENDS = ['198.18.10.2', '198.18.10.3', '198.18.10.4', '198.18.10.5'];
@@ -102,6 +104,16 @@ after(async () => {
   await api?.close();
   sb?.close();
   if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+test('the agent runs with its memory settings: node flags and at most two malloc arenas', () => {
+  const starting = agent.find(/^starting$/)!;
+  const memory = starting.memory as { nodeFlags: string[]; mallocArenaMax: unknown };
+  for (const f of AGENT_NODE_FLAGS) assert.ok(memory.nodeFlags.includes(f), `starting line: node flags ${memory.nodeFlags.join(' ')} lack ${f}`);
+  assert.equal(memory.mallocArenaMax, AGENT_ENV['MALLOC_ARENA_MAX']);
+  // The limit in force, read from the process: at most one arena besides the main one.
+  const heaps = mallocArenaHeaps(agent.pid);
+  assert.ok(heaps <= Number(AGENT_ENV['MALLOC_ARENA_MAX']) - 1, `the agent has ${heaps} thread arenas`);
 });
 
 test('Services and EndpointSlices become frontends; traffic follows creates, updates and deletes', async () => {
