@@ -130,6 +130,12 @@ export interface SyncReport {
   deleted: number;
   failures: number;
   durationMs: number;
+  /**
+   * When the pass's map writes returned, process.hrtime (CLOCK_MONOTONIC,
+   * ns: one clock for every process on the machine), so a bench can time
+   * an API write -> map entry without its own poll's wake-up in the figure.
+   */
+  mapsWrittenAtNs?: number;
 }
 
 export class Syncer {
@@ -478,6 +484,7 @@ export class Syncer {
     const report: SyncReport = { kind, services: keys.size, written: 0, deleted: 0, failures: 0, durationMs: 0 };
     try {
       const failures = work();
+      report.mapsWrittenAtNs = Number(process.hrtime.bigint());
       // Backends really gone (not re-added by the same pass): end the sockets still on them.
       const gone = this.programmer.takeDeletedBackends();
       if (gone.length > 0) {

@@ -127,19 +127,34 @@ function isV4Mapped(bytes: Uint8Array): boolean {
   return bytes[10] === 0xff && bytes[11] === 0xff;
 }
 
+/**
+ * Four dot-separated octets of 1-3 ASCII digits, each <= 255. One scan over
+ * the characters: a split and a regular expression per octet were a third
+ * of translating one Service of 10 endpoints (every endpoint is parsed on
+ * every change of its Service).
+ */
 function parseIPv4(text: string, sloppy: boolean): Uint8Array | undefined {
-  const parts = text.split('.');
-  if (parts.length !== 4) return undefined;
   const out = new Uint8Array(4);
-  for (let i = 0; i < 4; i++) {
-    const p = parts[i] as string;
-    if (!/^\d{1,3}$/.test(p)) return undefined;
-    if (!sloppy && p.length > 1 && p[0] === '0') return undefined;
-    const v = Number(p);
-    if (v > 255) return undefined;
-    out[i] = v;
+  let octet = 0;
+  let value = 0;
+  let digits = 0;
+  let leadingZero = false;
+  for (let i = 0; i <= text.length; i++) {
+    const c = i < text.length ? text.charCodeAt(i) : 0x2e; // the end closes the last octet like a '.'
+    if (c === 0x2e) {
+      if (digits === 0 || octet > 3 || value > 255) return undefined;
+      if (!sloppy && leadingZero && digits > 1) return undefined;
+      out[octet++] = value;
+      value = 0;
+      digits = 0;
+      continue;
+    }
+    if (c < 0x30 || c > 0x39 || digits === 3) return undefined;
+    if (digits === 0) leadingZero = c === 0x30;
+    value = value * 10 + (c - 0x30);
+    digits++;
   }
-  return out;
+  return octet === 4 ? out : undefined;
 }
 
 function parseIPv6(text: string, sloppy: boolean): Uint8Array | undefined {

@@ -259,6 +259,17 @@ const ipRows: [string, string | undefined, string?][] = [
   ['010.000.000.001', '10.0.0.1', 'IPv4'],
   ['256.0.0.1', undefined],
   ['1.2.3', undefined],
+  ['1.2.3.4.', undefined],
+  ['.1.2.3', undefined],
+  ['1..2.3', undefined],
+  ['1.2.3.4.5', undefined],
+  ['1.2.3.0004', undefined],
+  ['1.2.3.+4', undefined],
+  ['1.2.3. 4', undefined],
+  ['1.2.3.4\n', undefined],
+  ['１.2.3.4', undefined],
+  ['255.255.255.255', '255.255.255.255', 'IPv4'],
+  ['0.0.0.0', '0.0.0.0', 'IPv4'],
   ['fd00::1', 'fd00::1', 'IPv6'],
   ['FD00:0000:0000:0000:0000:0000:0000:0001', 'fd00::1', 'IPv6'],
   ['2001:db8:0:0:1:0:0:1', '2001:db8::1:0:0:1', 'IPv6'],
@@ -279,6 +290,13 @@ for (const [input, want, family] of ipRows) {
     assert.equal(ip?.family, family);
   });
 }
+
+test('parseIP: IPv4 parsed as one pass of digits and dots, leading zeros only when sloppy', () => {
+  assert.equal(parseIP('10.0.0.01', false), undefined);
+  assert.equal(parseIP('10.0.0.0', false)?.text, '10.0.0.0');
+  assert.equal(parseIP('10.0.0.01', true)?.text, '10.0.0.1');
+  assert.equal(parseIP('10.0.0.256', true), undefined);
+});
 
 test('parseCIDR: network masked, invalid rejected', () => {
   assert.equal(parseCIDR('198.51.100.77/24')?.text, '198.51.100.0/24');
