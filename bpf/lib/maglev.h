@@ -28,8 +28,8 @@ struct lb_maglev_inner {
  * The outer map is an ARRAY indexed by lb_maglev_index (rev-NAT id and
  * scope), not a hash keyed by them: the JIT inlines an array-of-maps lookup
  * as a bounds check and one load, where a hash lookup of one frontend among
- * thousands is two dependent cache misses (bucket head, element), the cost
- * that made a Maglev connect ~450 ns dearer than a random one at 10 000
+ * thousands is two dependent cache misses (bucket head, element), most of
+ * what made a Maglev connect ~540 ns dearer than a random one at 10 000
  * Services (docs/socket-path.md). The agent sizes it to twice the rev-NAT
  * capacity (src/agent/mapSizing.ts).
  */
