@@ -5,7 +5,7 @@
 //   kernel memory of 10 000 tables at the default M, plus the other
 //   candidate sizes (the numbers that chose the default; docs/algorithms.md).
 //   Built by the agent's writer (src/datapath/maglev.ts) into a scratch
-//   HASH_OF_MAPS of our own: no data path, no traffic.
+//   ARRAY_OF_MAPS of our own: no data path, no traffic.
 // * Socket connect latency per algorithm at the bench's tax scale
 //   (measureAlgorithmConnect): Maglev tables are written once, then every
 //   round visits every algorithm (order reversed on odd rounds), re-marking
@@ -89,7 +89,7 @@ export interface AlgorithmBenchResult {
 function scratchOuter(): BpfMap {
   const inner = BpfMap.create({ type: MapType.ARRAY, name: 'sl_bench_mg_in', keySize: 4, valueSize: abi.LB_MAGLEV_ROW * 4, maxEntries: 1, flags: 1 << 12 });
   try {
-    return BpfMap.create({ type: MapType.HASH_OF_MAPS, name: 'sl_bench_mg', keySize: 8, valueSize: 4, maxEntries: abi.SLUICE_MAX_MAGLEV4, flags: 1, innerMapFd: inner.fd });
+    return BpfMap.create({ type: MapType.ARRAY_OF_MAPS, name: 'sl_bench_mg', keySize: 4, valueSize: 4, maxEntries: abi.SLUICE_MAX_MAGLEV4, innerMapFd: inner.fd });
   } finally {
     inner.close();
   }

@@ -92,22 +92,17 @@
 /* ---- end h-alg ---- */
 /* ---- h-maglev: Maglev consistent hashing (issue 15; table in SLUICE_MAP_MAGLEV4) ---- */
 #define LB_ALG_MAGLEV      3 /* table[hash % M]: flow 5-tuple on TC, socket cookie on the socket path */
-#define SLUICE_MAP_MAGLEV4 sluice_maglev4 /* lb4_maglev_key -> inner ARRAY of lb_maglev_row (HASH_OF_MAPS) */
-#define SLUICE_MAX_MAGLEV4 131072 /* frontends with a table (both scopes) */
+#define SLUICE_MAP_MAGLEV4 sluice_maglev4 /* rev_nat_id * 2 + (scope internal) -> inner ARRAY of lb_maglev_row (ARRAY_OF_MAPS) */
+#define SLUICE_MAX_MAGLEV4 131072 /* twice the rev-NAT ids (two scopes each); the agent sizes it to twice sluice_revnat4 */
 #define LB_MAGLEV_ROW      8      /* table entries per inner-array element (32 bytes: no per-entry padding) */
 /* Row 0 of a table: backend_id[0] = M (entries), [1] = backends; entry e is
  * row 1 + e / LB_MAGLEV_ROW, column e % LB_MAGLEV_ROW, a backend id. */
 #define LB_CNT_MAGLEV_PICKED   118 /* a new connection/flow took its backend from a Maglev table */
 #define LB_CNT_MAGLEV_FALLBACK 119 /* maglev frontend without a usable table (entry or backend missing): random slot */
 
-/* Keyed like the frontend it serves: scopes and protocols differ in backends. */
-struct lb4_maglev_key {
-	__u32 rev_nat_id; /* the frontend's rev-NAT id */
-	__u8  proto;      /* LB_PROTO_* */
-	__u8  scope;      /* LB_SCOPE_* */
-	__u8  pad[2];
-};
-
+/* Indexed by the frontend it serves (rev-NAT id and scope: lb_maglev_index in
+ * bpf/lib/maglev.h); scopes and protocols differ in backends, and a rev-NAT id
+ * names one address, port and protocol. */
 struct lb_maglev_row {
 	__u32 backend_id[LB_MAGLEV_ROW];
 };
@@ -878,7 +873,6 @@ struct lb_event {
 };
 
 _Static_assert(sizeof(struct lb_svc_name_key) == 8, "lb_svc_name_key layout");
-_Static_assert(sizeof(struct lb4_maglev_key) == 8, "lb4_maglev_key layout");
 _Static_assert(sizeof(struct lb_maglev_row) == 32, "lb_maglev_row layout");
 _Static_assert(sizeof(struct lb_svc_name) == 144, "lb_svc_name layout");
 _Static_assert(sizeof(struct lb_events_ctl) == 4, "lb_events_ctl layout");

@@ -106,25 +106,21 @@ lb6_maglev_flow_hash(const __u8 *saddr, const __u8 *daddr, __be16 sport, __be16 
 /*
  * Maglev for an IPv6 frontend (issue 15): lb4_maglev_select's walk of the
  * frontend's table, with the backend in the IPv6 backends map. The table is
- * in the same outer map as IPv4's (SLUICE_MAP_MAGLEV4, keyed by rev-NAT id,
- * protocol and scope): rev-NAT ids come from one pool for both families, so
- * a key names one frontend of either. NULL (counted) when the table or its
+ * in the same outer map as IPv4's (SLUICE_MAP_MAGLEV4, at lb_maglev_index of
+ * rev-NAT id and scope): rev-NAT ids come from one pool for both families,
+ * so an index names one frontend of either. NULL (counted) when the table or its
  * backend is missing: the caller falls back to a random slot.
  */
 static __always_inline struct lb6_backend *
 lb6_maglev_select(const struct lb6_service_key *key, const struct lb4_service *svc, __u64 hash, __u32 *backend_id)
 {
-	struct lb4_maglev_key mkey = {
-		.rev_nat_id = svc->rev_nat_id,
-		.proto = key->proto,
-		.scope = key->scope,
-	};
+	__u32 index = lb_maglev_index(svc->rev_nat_id, key->scope), m, entry, id = 0;
 	struct lb_maglev_row *row;
 	struct lb6_backend *backend = NULL;
-	__u32 index = 0, m, entry, id = 0;
 	void *table;
 
-	table = bpf_map_lookup_elem(&SLUICE_MAP_MAGLEV4, &mkey);
+	table = bpf_map_lookup_elem(&SLUICE_MAP_MAGLEV4, &index);
+	index = 0;
 	row = table ? bpf_map_lookup_elem(table, &index) : NULL;
 	m = row ? row->backend_id[0] : 0;
 	if (m) {

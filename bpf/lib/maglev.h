@@ -3,7 +3,7 @@
  * maglev.h: Maglev consistent hashing (issue 15). The agent builds one lookup
  * table of M entries per frontend (src/datapath/maglevTable.ts, the
  * permutation fill of the Maglev paper) and swaps it in whole: the outer map
- * is keyed like the frontend, its value is an inner array the agent creates,
+ * has an entry per frontend (lb_maglev_index), its value is an inner array the agent creates,
  * fills, and then installs with one update, so a pick sees either the old
  * table or the new one, never a mix. Included by lb.h (needs lb_hash64).
  */
@@ -24,13 +24,30 @@ struct lb_maglev_inner {
 	__uint(max_entries, 1);
 };
 
+/*
+ * The outer map is an ARRAY indexed by lb_maglev_index (rev-NAT id and
+ * scope), not a hash keyed by them: the JIT inlines an array-of-maps lookup
+ * as a bounds check and one load, where a hash lookup of one frontend among
+ * thousands is two dependent cache misses (bucket head, element), most of
+ * what made a Maglev connect ~540 ns dearer than a random one at 10 000
+ * Services (docs/socket-path.md). The agent sizes it to twice the rev-NAT
+ * capacity (src/agent/mapSizing.ts).
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
-	__type(key, struct lb4_maglev_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__type(key, __u32);
 	__uint(max_entries, SLUICE_MAX_MAGLEV4);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__array(values, struct lb_maglev_inner);
 } SLUICE_MAP_MAGLEV4 SEC(".maps");
+
+/* A frontend's entry in SLUICE_MAP_MAGLEV4: rev-NAT ids come from one pool
+ * for both families and each names one address, port and protocol, so the
+ * id and the scope name one frontend. Mirrored in maglevIndexOf
+ * (src/datapath/maglev.ts). */
+static __always_inline __u32 lb_maglev_index(__u32 rev_nat_id, __u8 scope)
+{
+	return rev_nat_id * 2 + (scope == LB_SCOPE_INTERNAL);
+}
 
 /*
  * The hash of a flow: its 5-tuple and nothing node-local, so every node that
@@ -67,17 +84,13 @@ lb4_maglev_tc_client(const struct lb4_service *svc, __be32 saddr, __be32 daddr, 
 static __always_inline struct lb4_backend *
 lb4_maglev_select(const struct lb4_service_key *key, const struct lb4_service *svc, __u64 hash, __u32 *backend_id)
 {
-	struct lb4_maglev_key mkey = {
-		.rev_nat_id = svc->rev_nat_id,
-		.proto = key->proto,
-		.scope = key->scope,
-	};
+	__u32 index = lb_maglev_index(svc->rev_nat_id, key->scope), m, entry, id;
 	struct lb_maglev_row *row;
 	struct lb4_backend *backend;
-	__u32 index = 0, m, entry, id;
 	void *table;
 
-	table = bpf_map_lookup_elem(&SLUICE_MAP_MAGLEV4, &mkey);
+	table = bpf_map_lookup_elem(&SLUICE_MAP_MAGLEV4, &index);
+	index = 0;
 	if (!table)
 		goto fallback;
 	row = bpf_map_lookup_elem(table, &index);

@@ -528,30 +528,6 @@ export function decodeLb4FrontendKey(buf: Buffer, off = 0): Lb4FrontendKey {
 }
 export const lb4_frontend_keyCodec: Codec<Lb4FrontendKey> = { size: 8, encode: encodeLb4FrontendKey, decode: decodeLb4FrontendKey };
 
-/** struct lb4_maglev_key (8 bytes) */
-export interface Lb4MaglevKey {
-  rev_nat_id: number;
-  proto: number;
-  scope: number;
-}
-export const LB4_MAGLEV_KEY_SIZE = 8;
-export const lb4_maglev_keyLayout: StructLayout = {"name":"lb4_maglev_key","size":8,"fields":[{"name":"rev_nat_id","kind":"int","offset":0,"size":4,"bigEndian":false},{"name":"proto","kind":"int","offset":4,"size":1,"bigEndian":false},{"name":"scope","kind":"int","offset":5,"size":1,"bigEndian":false},{"name":"pad","kind":"bytes","offset":6,"size":2}]};
-export function encodeLb4MaglevKey(v: Lb4MaglevKey, buf: Buffer = Buffer.alloc(8), off = 0): Buffer {
-  buf.fill(0, off, off + 8);
-  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 0);
-  buf.writeUInt8(v.proto & 0xff, off + 4);
-  buf.writeUInt8(v.scope & 0xff, off + 5);
-  return buf;
-}
-export function decodeLb4MaglevKey(buf: Buffer, off = 0): Lb4MaglevKey {
-  return {
-    rev_nat_id: buf.readUInt32LE(off + 0),
-    proto: buf.readUInt8(off + 4),
-    scope: buf.readUInt8(off + 5),
-  };
-}
-export const lb4_maglev_keyCodec: Codec<Lb4MaglevKey> = { size: 8, encode: encodeLb4MaglevKey, decode: decodeLb4MaglevKey };
-
 /** struct lb4_reverse_nat (8 bytes) */
 export interface Lb4ReverseNat {
   address: number; // network byte order in the map
@@ -2025,7 +2001,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_lc_flow4: {"name":"sluice_lc_flow4","type":1,"keyType":"lb4_ct_key","keySize":16,"valueType":"lb_lc_flow","valueSize":8,"maxEntries":131072,"flags":1},
   sluice_lc_flow6: {"name":"sluice_lc_flow6","type":1,"keyType":"lb6_ct_key","keySize":40,"valueType":"lb_lc_flow","valueSize":8,"maxEntries":32768,"flags":1},
   sluice_lc_sock4: {"name":"sluice_lc_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb_lc_sock","valueSize":8,"maxEntries":0},
-  sluice_maglev4: {"name":"sluice_maglev4","type":13,"keyType":"lb4_maglev_key","keySize":8,"maxEntries":131072,"flags":1},
+  sluice_maglev4: {"name":"sluice_maglev4","type":12,"keyType":"u32","keySize":4,"maxEntries":131072},
   sluice_nodeip4: {"name":"sluice_nodeip4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_nodeip6: {"name":"sluice_nodeip6","type":1,"keyType":"lb6_node_ip","keySize":16,"valueType":"u8","valueSize":1,"maxEntries":256,"flags":1},
   sluice_podaddr: {"name":"sluice_podaddr","type":1,"keyType":"u64","keySize":8,"valueType":"lb_pod_addr","valueSize":32,"maxEntries":16384,"flags":1},

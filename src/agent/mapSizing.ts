@@ -27,6 +27,9 @@
 // they cost 96 KiB and 24 KiB instead of 6 MiB and 1.5 MiB, and an IPv6
 // frontend whose backend or rev-NAT id falls beyond them is refused by the
 // programmer naming the map (the node was said to serve no IPv6).
+//
+// sluice_maglev4 is an ARRAY_OF_MAPS indexed by rev-NAT id and scope: with
+// a rev-NAT capacity in maxEntries it is asked for at twice that.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as abi from '../abi/generated';
@@ -69,6 +72,9 @@ export function nodeHasIpv6(node: NodeLike): boolean {
  */
 export function mapCapacities(maxEntries: Record<string, number>, bpffs: string, ipv6: boolean): Record<string, number> {
   const out = { ...maxEntries };
+  // Maglev tables are indexed by rev-NAT id and scope (bpf/lib/maglev.h): two entries per rev-NAT id.
+  const revNats = maxEntries[abi.SLUICE_MAP_REVNAT4];
+  if (revNats !== undefined) out[abi.SLUICE_MAP_MAGLEV4] ??= 2 * revNats;
   if (ipv6) {
     for (const [v6, v4] of IPV6_ID_ARRAYS) out[v6] ??= maxEntries[v4] ?? abi.MAP_SPECS[v4]!.maxEntries;
     return out;

@@ -2,10 +2,16 @@
 // swap, free. Owned by the programmer, called for frontends whose algorithm
 // is maglev.
 //
-// Layout (native/sluice_abi.h, bpf/lib/maglev.h): the pinned HASH_OF_MAPS
-// sluice_maglev4 maps a frontend (rev-NAT id, protocol, scope) to an inner
-// ARRAY of lb_maglev_row: row 0 holds M and the number of backends, entry e
-// of the table is row 1 + e/8, column e%8, a backend id.
+// Layout (native/sluice_abi.h, bpf/lib/maglev.h): the pinned ARRAY_OF_MAPS
+// sluice_maglev4 holds, at a frontend's index (maglevIndexOf: rev-NAT id and
+// scope), an inner ARRAY of lb_maglev_row: row 0 holds M and the number of
+// backends, entry e of the table is row 1 + e/8, column e%8, a backend id.
+// An array, not a hash keyed by the frontend: the data path's lookup is one
+// inlined load instead of a hash lookup's two cache misses. Array entries
+// cannot be deleted in a batch (ENOTSUPP), and one delete of a map-in-map
+// waits an RCU grace period, so a frontend's table is removed by pointing
+// its entry at one shared empty table (M 0: the data path falls back to a
+// random slot, as for a missing entry) in one batch update.
 //
 // Make-before-break: a new table is a new inner array, created and filled
 // completely before one update of the outer entry installs it. A pick that
@@ -21,7 +27,7 @@ import { BpfMap } from '../bpf/map';
 import { MapType } from '../bpf/constants';
 import { libbpf } from '../bpf/libbpf';
 import { buildMaglevTable, maglevBackendName, DEFAULT_MAGLEV_TABLE_SIZE } from './maglevTable';
-import { ip4ToNumber, ip6ToBytes, protoName, protoNumber } from './addr';
+import { ip4ToNumber, ip6ToBytes, protoNumber } from './addr';
 
 const ROW = abi.LB_MAGLEV_ROW;
 const ROW_BYTES = ROW * 4;
@@ -76,10 +82,23 @@ interface Table {
   digest?: string;
 }
 
-/** The outer map's key for a frontend. */
-export function maglevKeyOf(f: MaglevFrontend): abi.Lb4MaglevKey {
-  return { rev_nat_id: f.revNatId, proto: protoNumber(f.proto), scope: f.scope === 'internal' ? abi.LB_SCOPE_INTERNAL : abi.LB_SCOPE_EXTERNAL };
+/**
+ * The outer map's index of a frontend (lb_maglev_index in bpf/lib/maglev.h):
+ * rev-NAT ids come from one pool for both families and each names one
+ * address, port and protocol, so the id and the scope name one frontend.
+ */
+export function maglevIndexOf(f: Pick<MaglevFrontend, 'revNatId' | 'scope'>): number {
+  return f.revNatId * 2 + (f.scope === 'internal' ? 1 : 0);
 }
+
+/** The outer map's key (a little-endian __u32 index) of a frontend. */
+export function maglevKeyOf(f: Pick<MaglevFrontend, 'revNatId' | 'scope'>): Buffer {
+  const key = Buffer.alloc(KEY_SIZE);
+  key.writeUInt32LE(maglevIndexOf(f), 0);
+  return key;
+}
+
+const KEY_SIZE = 4;
 
 const keyText = (f: MaglevFrontend) => `${f.revNatId}/${f.proto}/${f.scope}`;
 
@@ -88,9 +107,8 @@ function frontendOfKeyText(k: string): MaglevFrontend {
   return { revNatId: Number(revNatId), proto: proto!, scope: scope === 'internal' ? 'internal' : 'external' };
 }
 
-function frontendOfKey(k: abi.Lb4MaglevKey): MaglevFrontend {
-  return { revNatId: k.rev_nat_id, proto: protoName(k.proto), scope: k.scope === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' };
-}
+/** Index -> keyText of the frontends these keyTexts name (the index has no protocol). */
+const indexTexts = (texts: Iterable<string>) => new Map([...texts].map((k) => [maglevIndexOf(frontendOfKeyText(k)), k]));
 
 /** Digest of a table's encoded rows (drift repair compares tables by it; kept instead of the rows). */
 const digestOf = (rows: Buffer) => createHash('sha1').update(rows).digest('base64');
@@ -167,11 +185,12 @@ export function decodeMaglevRows(buf: Buffer): { m: number; backends: number; id
 
 /** Read one frontend's table from the pinned outer map; undefined when it has none. */
 export function readMaglevTable(outer: BpfMap, f: MaglevFrontend): { m: number; backends: number; ids: Uint32Array; mapId: number } | undefined {
-  const raw = outer.lookup(abi.lb4_maglev_keyCodec.encode(maglevKeyOf(f)));
+  const raw = outer.lookup(maglevKeyOf(f));
   if (!raw) return undefined;
   const mapId = raw.readUInt32LE(0);
   const inner = BpfMap.fromId(mapId);
   try {
+    if (inner.maxEntries < 2) return undefined; // the shared empty table: a removed one
     const all = Buffer.alloc(inner.maxEntries * ROW_BYTES);
     const key = Buffer.alloc(4);
     const row = Buffer.alloc(ROW_BYTES);
@@ -219,6 +238,10 @@ export class MaglevTables {
   /** Frontends whose outer entry flushRemovals() deletes. */
   private readonly removals = new Map<string, MaglevFrontend>();
   private btf?: { fd: number; keyTypeId: number; valueTypeId: number } | null;
+  /** What a removed frontend's entry names (created on first use): one row of zeros, M 0. */
+  private empty?: BpfMap;
+  /** Ids of empty tables found in the pins (an earlier agent's). */
+  private readonly emptyIds = new Set<number>();
   private builds = 0;
   private readonly buildSeconds: number[] = [];
   private readonly outerBytes: number;
@@ -250,6 +273,9 @@ export class MaglevTables {
    */
   queue(f: MaglevFrontend, backends: readonly MaglevBackend[]): boolean {
     const k = keyText(f);
+    if (maglevIndexOf(f) >= this.outer.maxEntries) {
+      throw new Error(`maglev frontend rev-NAT id ${f.revNatId} (${f.proto}, ${f.scope}): index ${maglevIndexOf(f)} is beyond the ${this.outer.maxEntries} entries of ${abi.SLUICE_MAP_MAGLEV4} (twice the rev-NAT capacity: raise sluice_revnat4's maxEntries and restart)`);
+    }
     const sorted = [...backends].sort((a, b) => cmp(maglevBackendName(a), maglevBackendName(b)));
     const sig = `${this.tableSize}|${sorted.map((b) => `${maglevBackendName(b)}=${b.id}`).join(',')}`;
     const pending = this.pending.get(k);
@@ -273,10 +299,10 @@ export class MaglevTables {
     if (this.pending.size === 0) return;
     const items = [...this.pending.values()];
     this.pending.clear();
-    const keys = Buffer.alloc(items.length * abi.lb4_maglev_keyCodec.size);
+    const keys = Buffer.alloc(items.length * KEY_SIZE);
     const fds = Buffer.alloc(items.length * 4);
     items.forEach((it, i) => {
-      abi.lb4_maglev_keyCodec.encode(maglevKeyOf(it.f), keys, i * abi.lb4_maglev_keyCodec.size);
+      keys.writeUInt32LE(maglevIndexOf(it.f), i * KEY_SIZE);
       fds.writeUInt32LE(this.tables.get(it.sig)!.map!.fd, i * 4);
     });
     try {
@@ -304,14 +330,12 @@ export class MaglevTables {
     this.removals.set(k, f);
   }
 
-  /** Delete the queued frontends' outer entries (one batch; missing ones are skipped). */
+  /** Point the queued frontends' outer entries at the empty table (one batch). */
   flushRemovals(): void {
     if (this.removals.size === 0) return;
     const items = [...this.removals];
     this.removals.clear();
-    const keys = Buffer.alloc(items.length * abi.lb4_maglev_keyCodec.size);
-    items.forEach(([, f], i) => abi.lb4_maglev_keyCodec.encode(maglevKeyOf(f), keys, i * abi.lb4_maglev_keyCodec.size));
-    this.outer.deleteBatch(keys, items.length);
+    this.emptyEntries(items.map(([, f]) => maglevIndexOf(f)));
     for (const [k] of items) {
       this.release(this.frontends.get(k));
       this.frontends.delete(k);
@@ -326,16 +350,17 @@ export class MaglevTables {
    * memory. Returns how many were deleted.
    */
   adopt(owned: readonly MaglevFrontend[]): number {
-    const want = new Set(owned.map(keyText));
-    const stale: Buffer[] = [];
-    for (const [raw, value] of this.outer.entries()) {
-      const f = frontendOfKey(abi.lb4_maglev_keyCodec.decode(raw));
-      const kt = keyText(f);
-      if (!want.has(kt)) {
-        stale.push(Buffer.from(raw));
+    const want = indexTexts(owned.map(keyText));
+    const stale: number[] = [];
+    const all = this.outer.lookupBatch();
+    for (let i = 0; i < all.count; i++) {
+      const index = all.keys.readUInt32LE(i * KEY_SIZE);
+      const mapId = all.values.readUInt32LE(i * 4);
+      const kt = want.get(index);
+      if (kt === undefined) {
+        if (!this.isEmpty(mapId)) stale.push(index);
         continue;
       }
-      const mapId = value.readUInt32LE(0);
       const sig = `adopted:${mapId}`; // content unknown: never shared, replaced on the next change
       let table = this.tables.get(sig);
       if (!table) {
@@ -345,7 +370,7 @@ export class MaglevTables {
       table.refs++;
       this.frontends.set(kt, sig);
     }
-    if (stale.length) this.outer.deleteBatch(Buffer.concat(stale), stale.length);
+    this.emptyEntries(stale);
     return stale.length;
   }
 
@@ -367,8 +392,7 @@ export class MaglevTables {
    * them from the programmer's backends (their content is unknown here).
    */
   repairChunk(frontends: readonly MaglevFrontend[], seen: Set<string>, drift: MaglevDrift): { checked: number; adopted: MaglevFrontend[] } {
-    const keySize = abi.lb4_maglev_keyCodec.size;
-    const key = Buffer.alloc(keySize);
+    const key = Buffer.alloc(KEY_SIZE);
     const value = Buffer.alloc(4);
     const outerKeys: Buffer[] = [];
     const outerFds: number[] = [];
@@ -382,7 +406,7 @@ export class MaglevTables {
         adopted.push(f);
         continue;
       }
-      abi.lb4_maglev_keyCodec.encode(maglevKeyOf(f), key, 0);
+      key.writeUInt32LE(maglevIndexOf(f), 0);
       checked++;
       if (!this.outer.lookupInto(key, value) || value.readUInt32LE(0) !== t.mapId) {
         outerKeys.push(Buffer.from(key));
@@ -410,22 +434,58 @@ export class MaglevTables {
     return { checked, adopted };
   }
 
-  /** Drift repair: delete outer entries no frontend with a table owns (bpftool, a crashed agent). */
+  /** Drift repair: empty the outer entries no frontend with a table owns (bpftool, a crashed agent). */
   deleteForeign(drift: MaglevDrift): void {
-    const keySize = abi.lb4_maglev_keyCodec.size;
     const all = this.outer.lookupBatch();
-    if (all.count === this.frontends.size) return;
-    const stale: Buffer[] = [];
+    const owned = indexTexts([...this.frontends.keys(), ...this.pending.keys()]);
+    const stale: number[] = [];
     for (let i = 0; i < all.count; i++) {
-      const raw = all.keys.subarray(i * keySize, (i + 1) * keySize);
-      const kt = keyText(frontendOfKey(abi.lb4_maglev_keyCodec.decode(raw)));
-      if (!this.frontends.has(kt) && !this.pending.has(kt)) stale.push(Buffer.from(raw));
+      const index = all.keys.readUInt32LE(i * KEY_SIZE);
+      if (!owned.has(index) && !this.isEmpty(all.values.readUInt32LE(i * 4))) stale.push(index);
     }
-    if (stale.length) drift.extra += this.outer.deleteBatch(Buffer.concat(stale), stale.length);
+    this.emptyEntries(stale);
+    drift.extra += stale.length;
+  }
+
+  /** Point these outer entries at the shared empty table, in one batch (see the header). */
+  private emptyEntries(indices: readonly number[]): void {
+    if (indices.length === 0) return;
+    const empty = (this.empty ??= this.createEmpty());
+    const keys = Buffer.alloc(indices.length * KEY_SIZE);
+    const fds = Buffer.alloc(indices.length * 4);
+    indices.forEach((index, i) => {
+      keys.writeUInt32LE(index, i * KEY_SIZE);
+      fds.writeUInt32LE(empty.fd, i * 4);
+    });
+    this.outer.updateBatch(keys, fds, indices.length);
+  }
+
+  /** The empty table: one row of zeros (M 0). */
+  private createEmpty(): BpfMap {
+    return BpfMap.create({ type: MapType.ARRAY, name: 'sluice_maglev0', keySize: 4, valueSize: ROW_BYTES, maxEntries: 1, flags: BPF_F_INNER_MAP, btf: this.btfTypes() ?? undefined });
+  }
+
+  /** An inner array id that is an empty table (ours, or one of one row left by an earlier agent). */
+  private isEmpty(mapId: number): boolean {
+    if (this.empty && mapId === this.empty.id) return true;
+    if (this.emptyIds.has(mapId)) return true;
+    try {
+      const inner = BpfMap.fromId(mapId);
+      try {
+        if (inner.maxEntries < 2) this.emptyIds.add(mapId);
+        return inner.maxEntries < 2;
+      } finally {
+        inner.close();
+      }
+    } catch {
+      return false; // cannot open it (no CAP_SYS_ADMIN): treated as a table
+    }
   }
 
   /** Close the fds this object holds (the tables live on in the outer map's entries). */
   close(): void {
+    this.empty?.close();
+    this.empty = undefined;
     for (const t of this.tables.values()) t.map?.close();
     this.tables.clear();
     this.frontends.clear();
@@ -520,4 +580,54 @@ function maglevRowBtf(): { fd: number; keyTypeId: number; valueTypeId: number } 
 
 function cmp(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** Bytes of a layout-1 outer key (struct lb4_maglev_key: rev_nat_id u32, proto u8, scope u8, pad[2]). */
+const LAYOUT1_KEY_SIZE = 8;
+
+/**
+ * Live migration of sluice_maglev4 (src/datapath/migrate.ts). Layout 1 was a
+ * HASH_OF_MAPS keyed by {rev-NAT id, protocol, scope}; layout 2 is the
+ * ARRAY_OF_MAPS at maglevIndexOf. The inner tables themselves are unchanged,
+ * so the new outer map is pointed at the same inner arrays (opened by id:
+ * an outer map reads back inner ids, updates take fds): every frontend keeps
+ * its table, and so its flows' backends, across the upgrade. The same copy
+ * serves a capacity change of layout 2. Indices beyond the new map, and
+ * removed frontends' empty tables, are skipped.
+ */
+export function refillMaglevOuter(from: BpfMap, to: BpfMap, fromLayout: number): { copied: number; skipped: number } {
+  const all = from.lookupBatch();
+  const keySize = fromLayout === 1 ? LAYOUT1_KEY_SIZE : KEY_SIZE;
+  if (from.keySize !== keySize) throw new Error(`${from.name}: no translation from layout ${fromLayout} (key ${from.keySize} bytes)`);
+  const opened: BpfMap[] = [];
+  const keys = Buffer.alloc(all.count * KEY_SIZE);
+  const fds = Buffer.alloc(all.count * 4);
+  let copied = 0;
+  let skipped = 0;
+  try {
+    for (let i = 0; i < all.count; i++) {
+      const raw = all.keys.subarray(i * keySize, (i + 1) * keySize);
+      const index = fromLayout === 1 ? maglevIndexOf({ revNatId: raw.readUInt32LE(0), scope: raw.readUInt8(5) === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' }) : raw.readUInt32LE(0);
+      let inner: BpfMap;
+      try {
+        inner = BpfMap.fromId(all.values.readUInt32LE(i * from.valueBufferSize));
+      } catch {
+        skipped++; // freed since the read (the old agent replaced it)
+        continue;
+      }
+      opened.push(inner);
+      if (index >= to.maxEntries || inner.maxEntries < 2) {
+        skipped++;
+        continue;
+      }
+      keys.writeUInt32LE(index, copied * KEY_SIZE);
+      fds.writeUInt32LE(inner.fd, copied * 4);
+      copied++;
+    }
+    // One batch: each single update of a map-in-map waits an RCU grace period (see MaglevTables.queue).
+    to.updateBatch(keys, fds, copied);
+  } finally {
+    for (const inner of opened) inner.close();
+  }
+  return { copied, skipped };
 }

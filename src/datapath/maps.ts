@@ -31,7 +31,7 @@ export interface SockLbMaps {
   agent?: TypedMap<number, abi.SluiceAgentStatus>;
   /** Which Service owns each frontend (the CLI's view); absent in pins made by an older Sluice. */
   serviceNames?: ServiceNameMap;
-  /** h-maglev: frontend -> Maglev table (HASH_OF_MAPS); absent in pins made by an older Sluice. */
+  /** h-maglev: frontend (rev-NAT id, scope) -> Maglev table (ARRAY_OF_MAPS); absent in pins made by an older Sluice. */
   maglev?: BpfMap;
   /** h-maglev: M for tables built from now on (the agent sets it from its config). */
   maglevTableSize?: number;

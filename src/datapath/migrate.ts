@@ -30,6 +30,7 @@ import { BpfMap, kernelAddedMapFlags, mapInfo, type MapDescription } from '../bp
 import { BpfError, check, libbpf } from '../bpf/libbpf';
 import { BPF_ANY, BPF_NOEXIST, MapType, mapTypeName } from '../bpf/constants';
 import * as abi from '../abi/generated';
+import { refillMaglevOuter } from './maglev';
 
 /**
  * Turns one old entry into the new layout (key and value as the old map holds
@@ -110,10 +111,12 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_LC_FLOW4]: { kind: 'carry' },
   [abi.SLUICE_MAP_LC_FLOW6]: { kind: 'carry' },
   [abi.SLUICE_MAP_LC_SOCK4]: { kind: 'drop', reason: 'per-socket state cannot be copied from user space: sockets open across a layout change would never give their counts back (keep lb_lc_sock compatible instead)' },
-  // Maglev: the outer map holds inner-map references that user space cannot
-  // copy between map families; tables are rebuilt when the frontend's
-  // backends next change, random slots meanwhile (counted as maglev_fallback).
-  [abi.SLUICE_MAP_MAGLEV4]: { kind: 'rebuild' },
+  // Maglev: layout 2 (issue 12) is an ARRAY_OF_MAPS indexed by rev-NAT id
+  // and scope instead of a HASH_OF_MAPS keyed by them. The outer entries
+  // name inner tables by id, which an update cannot take: refilled by
+  // pointing the new map at the same tables, so every Maglev frontend keeps
+  // its backends for its flows across the upgrade (and across a capacity change).
+  [abi.SLUICE_MAP_MAGLEV4]: { kind: 'carry', layout: 2, refill: (from, obj, layout) => refillMaglevOuter(from, obj.map(abi.SLUICE_MAP_MAGLEV4), layout) },
   // IPv6 (issue 14): the same policies as their IPv4 twins, layout 2 too
   // (one master per frontend naming a range of sluice_rng6; backends and
   // rev-NAT entries in ARRAYs indexed by the same ids as the hashes' keys).
@@ -194,6 +197,8 @@ export interface MigratedMap extends MapChange {
 export class MigrationRefused extends Error {}
 
 const ARRAY_TYPES = new Set<number>([MapType.ARRAY, MapType.PERCPU_ARRAY]);
+/** Types whose values read back as inner map ids but are written as fds: copyEntries cannot copy them, a refill must. */
+const MAP_IN_MAP = new Set<number>([MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS]);
 /** Types whose entries user space cannot list or whose size is not a capacity. */
 const NO_ENTRIES = new Set<number>([MapType.SK_STORAGE, MapType.RINGBUF]);
 
@@ -272,7 +277,7 @@ export class MapMigration {
         result.note = policy.reason;
       } else if (NO_ENTRIES.has(c.from.type)) {
         result.note = `${mapTypeName(c.from.type)} entries cannot be copied from user space`;
-      } else if (c.why === 'layout' && refill) {
+      } else if (refill && (c.why === 'layout' || MAP_IN_MAP.has(c.from.type))) {
         const n = refill(from, obj, c.from.layout);
         result.carried = n.copied;
         result.dropped = n.skipped;
@@ -505,7 +510,7 @@ function finishInterrupted(bpffs: string, policies: Record<string, MapPolicy>): 
     const to = BpfMap.fromPinned(pin);
     try {
       const sameLayout = from.type === to.type && from.keySize === to.keySize && from.valueSize === to.valueSize;
-      if (policy.kind !== 'drop' && !NO_ENTRIES.has(from.type) && !ARRAY_TYPES.has(from.type) && sameLayout) copyEntries(from, to, BPF_NOEXIST);
+      if (policy.kind !== 'drop' && !NO_ENTRIES.has(from.type) && !ARRAY_TYPES.has(from.type) && !MAP_IN_MAP.has(from.type) && sameLayout) copyEntries(from, to, BPF_NOEXIST);
     } finally {
       from.close();
       to.close();

@@ -8,7 +8,7 @@ import type { SockLbMaps } from '../../src/datapath/maps';
 import { LbProgrammer, frontendKeyOf, service6KeyOf, type FrontendSpec } from '../../src/datapath/programmer';
 import { repairDrift } from '../../src/datapath/drift';
 import { ip4ToNumber, ip6ToBytes } from '../../src/datapath/addr';
-import { LB_SVC_FLAG_CLUSTER_IP, LB_PROTO_TCP, LB_SCOPE_EXTERNAL, LB_ALG_MAGLEV, SLUICE_MAP_MAGLEV4, lb4_maglev_keyCodec } from '../../src/abi/generated';
+import { LB_SVC_FLAG_CLUSTER_IP, LB_PROTO_TCP, LB_SCOPE_EXTERNAL, LB_ALG_MAGLEV, SLUICE_MAP_MAGLEV4 } from '../../src/abi/generated';
 import { execFileSync } from 'node:child_process';
 import { maglevKeyOf, readMaglevTable, type MaglevFrontend } from '../../src/datapath/maglev';
 import { sockLbEachTest } from '../helpers/sockLbEachTest';
@@ -130,11 +130,11 @@ test('Maglev: a table rewritten, an outer entry deleted or re-pointed, and a for
   bpftool('map', 'update', 'id', String(t1.mapId), 'key', '2', '0', '0', '0', 'value', ...hex(Buffer.alloc(32, 0xe7)));
   bpftool('map', 'update', 'id', String(t1.mapId), 'key', '0', '0', '0', '0', 'value', ...hex(Buffer.from([7, 0, 0, 0, 3, 0, 0, 0, ...new Array(24).fill(0)])));
   // 2. 10.96.0.2's outer entry is deleted: its picks would fall back to random.
-  bpftool('map', 'delete', 'pinned', outerPin, 'key', ...hex(lb4_maglev_keyCodec.encode(maglevKeyOf(key('10.96.0.2')))));
+  bpftool('map', 'delete', 'pinned', outerPin, 'key', ...hex(maglevKeyOf(key('10.96.0.2'))));
   // 3. 10.96.0.3's outer entry names 10.96.0.1's table.
-  bpftool('map', 'update', 'pinned', outerPin, 'key', ...hex(lb4_maglev_keyCodec.encode(maglevKeyOf(key('10.96.0.3')))), 'value', 'id', String(t1.mapId));
+  bpftool('map', 'update', 'pinned', outerPin, 'key', ...hex(maglevKeyOf(key('10.96.0.3'))), 'value', 'id', String(t1.mapId));
   // 4. An outer entry no frontend owns.
-  bpftool('map', 'update', 'pinned', outerPin, 'key', ...hex(lb4_maglev_keyCodec.encode({ rev_nat_id: 60000, proto: LB_PROTO_TCP, scope: LB_SCOPE_EXTERNAL })), 'value', 'id', String(t1.mapId));
+  bpftool('map', 'update', 'pinned', outerPin, 'key', ...hex(maglevKeyOf({ revNatId: 60000, scope: 'external' })), 'value', 'id', String(t1.mapId));
   assert.notDeepEqual(table('10.96.0.1')!.ids, want[0]!.ids);
   assert.equal(table('10.96.0.2'), undefined);
 

@@ -40,3 +40,14 @@ test('nodeServesIpv6: the config decides when not auto; unknown counts as IPv6',
   assert.equal(r.ipv6, true);
   assert.match(r.why, /refused/);
 });
+
+test('mapCapacities: the Maglev array of maps (indexed by rev-NAT id and scope) follows sluice_revnat4 at twice its size, unless asked for', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mapsz-'));
+  try {
+    assert.equal(mapCapacities({ sluice_revnat4: 200000 }, dir, true).sluice_maglev4, 400000);
+    assert.equal(mapCapacities({ sluice_revnat4: 200000, sluice_maglev4: 1024 }, dir, true).sluice_maglev4, 1024, 'maxEntries wins');
+    assert.equal(mapCapacities({}, dir, true).sluice_maglev4, undefined, 'the object\'s default (twice SLUICE_MAX_REVNAT)');
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
