@@ -127,19 +127,36 @@ function isV4Mapped(bytes: Uint8Array): boolean {
   return bytes[10] === 0xff && bytes[11] === 0xff;
 }
 
+/**
+ * Four dot-separated groups of 1-3 ASCII digits, each <= 255 (a leading zero
+ * only when sloppy). A scan, not split() and a regex per group: a full sync
+ * parses every frontend address to sort it, and at 10k Services the split
+ * and the regexes were ~20% of translating a Service.
+ */
 function parseIPv4(text: string, sloppy: boolean): Uint8Array | undefined {
-  const parts = text.split('.');
-  if (parts.length !== 4) return undefined;
   const out = new Uint8Array(4);
-  for (let i = 0; i < 4; i++) {
-    const p = parts[i] as string;
-    if (!/^\d{1,3}$/.test(p)) return undefined;
-    if (!sloppy && p.length > 1 && p[0] === '0') return undefined;
-    const v = Number(p);
-    if (v > 255) return undefined;
-    out[i] = v;
+  let group = 0;
+  let value = 0;
+  let digits = 0;
+  let leadingZero = false;
+  // One step past the end, read as the dot that closes the last group.
+  for (let i = 0; i <= text.length; i++) {
+    const c = i < text.length ? text.charCodeAt(i) : 46; /* . */
+    if (c === 46) {
+      if (digits === 0 || group === 4 || value > 255 || (!sloppy && leadingZero && digits > 1)) return undefined;
+      out[group++] = value;
+      value = 0;
+      digits = 0;
+    } else if (c >= 48 && c <= 57) {
+      if (digits === 3) return undefined;
+      if (digits === 0) leadingZero = c === 48;
+      value = value * 10 + (c - 48);
+      digits++;
+    } else {
+      return undefined;
+    }
   }
-  return out;
+  return group === 4 ? out : undefined;
 }
 
 function parseIPv6(text: string, sloppy: boolean): Uint8Array | undefined {
