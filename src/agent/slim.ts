@@ -133,8 +133,7 @@ const ZONE_LIMIT = 1 << 9;
  * The address as a number when `text` is a canonical dotted quad (what
  * unpacking prints back: no leading zeros), else undefined (the text is
  * kept). A scan, not a regular expression: it runs once per endpoint of
- * every listed slice, and a regex's match array per call was ~2% of a cold
- * start's allocations (docs/bench.md).
+ * every listed slice (100k at 10k x 10), and a scan allocates nothing.
  */
 export function ip4Exact(text: string): number | undefined {
   let n = 0;

@@ -127,8 +127,8 @@ export type PackedIPv4Visitor = (
  * A slice that keeps its IPv4 endpoints as integers (the agent's slim
  * records, src/agent/slim.ts: canonical addresses, one address each, no
  * hints). Read through this, the translation builds no endpoint objects and
- * parses no address text: at 10k Services that unpacking and parsing was a
- * tenth of a cold start's allocations (docs/bench.md).
+ * parses no address text again: every full sync translates every Service,
+ * and unpacking then parsing 100k endpoints (10k x 10) was a large part of it.
  */
 export interface PackedIPv4Endpoints {
   forEachPackedIPv4(visit: PackedIPv4Visitor): void;

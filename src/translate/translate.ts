@@ -140,8 +140,8 @@ export function groupSlicesByService(slices: readonly V1EndpointSlice[]): Map<st
 /**
  * The node's addresses parsed once per address list, not once per Service
  * and family: a full sync translates every Service against the same node
- * context (at 10k Services this parsing was ~3% of a cold start's
- * allocations). Keyed by the list itself, so a new context parses again.
+ * context, so the same few addresses were parsed 10k times per pass. Keyed
+ * by the list itself, so a new context parses again.
  */
 const nodeAddressCache = new WeakMap<readonly string[], readonly ParsedIP[]>();
 function parsedNodeAddresses(addresses: readonly string[]): readonly ParsedIP[] {
