@@ -5,7 +5,7 @@
 
 import type { V1EndpointSlice } from '@kubernetes/client-node';
 import type { IPFamily, L4Proto, TranslateProblem } from '../model/frontend';
-import { ipSortKey, parseIP } from './ip';
+import { HEX_BYTE, ipSortKey, parseIP } from './ip';
 import { objectKey, shouldSkipEndpointSlice } from './skip';
 
 export interface EndpointInfo {
@@ -144,7 +144,7 @@ function ipv4Text(a: number): string {
 
 /** ipSortKey of the IPv4 address `a` (the family digit, then the four bytes in hex). */
 function ipv4SortKey(a: number): string {
-  return '4' + a.toString(16).padStart(8, '0');
+  return '4' + HEX_BYTE[a >>> 24]! + HEX_BYTE[(a >>> 16) & 255]! + HEX_BYTE[(a >>> 8) & 255]! + HEX_BYTE[a & 255]!;
 }
 
 /** parseSliceEndpoints for a packed IPv4 slice: the same endpoints, read from the integers. */

@@ -96,10 +96,13 @@ export function compareIP(a: ParsedIP, b: ParsedIP): number {
   return compareBytes(a.bytes, b.bytes);
 }
 
+/** Two hex digits per byte value, made once: sort keys are built per endpoint and frontend on every pass. */
+export const HEX_BYTE: readonly string[] = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, '0'));
+
 /** Sort key for canonical address text: compares like compareIP when used with plain string comparison. */
 export function ipSortKey(ip: ParsedIP): string {
   let key = ip.family === 'IPv4' ? '4' : '6';
-  for (const b of ip.bytes) key += b.toString(16).padStart(2, '0');
+  for (const b of ip.bytes) key += HEX_BYTE[b]!;
   return key;
 }
 
