@@ -137,6 +137,22 @@ export function groupSlicesByService(slices: readonly V1EndpointSlice[]): Map<st
   return out;
 }
 
+/**
+ * The node's addresses parsed once per address list, not once per Service
+ * and family: a full sync translates every Service against the same node
+ * context, so the same few addresses were parsed 10k times per pass. Keyed
+ * by the list itself, so a new context parses again.
+ */
+const nodeAddressCache = new WeakMap<readonly string[], readonly ParsedIP[]>();
+function parsedNodeAddresses(addresses: readonly string[]): readonly ParsedIP[] {
+  let parsed = nodeAddressCache.get(addresses);
+  if (!parsed) {
+    parsed = addresses.map((a) => parseIP(a)).filter((ip): ip is ParsedIP => ip !== undefined);
+    nodeAddressCache.set(addresses, parsed);
+  }
+  return parsed;
+}
+
 function familyFrontends(
   service: string,
   family: IPFamily,
@@ -144,11 +160,11 @@ function familyFrontends(
   endpoints: EndpointsByServicePort,
   node: NodeContext,
 ): Frontend[] {
-  const ofFamily = (ips: ParsedIP[]): ParsedIP[] => ips.filter((ip) => ip.family === family);
+  const ofFamily = (ips: readonly ParsedIP[]): ParsedIP[] => ips.filter((ip) => ip.family === family);
   const clusterIP = spec.clusterIPs.get(family);
   const externalIPs = ofFamily(spec.externalIPs);
   const lbVIPs = ofFamily(spec.loadBalancerVIPs);
-  const nodeAddrs = ofFamily(node.addresses.map((a) => parseIP(a)).filter((ip): ip is ParsedIP => ip !== undefined));
+  const nodeAddrs = ofFamily(parsedNodeAddresses(node.addresses));
   const sourceRanges = spec.sourceRanges.filter((c) => c.family === family).map((c) => c.text);
 
   const out: Frontend[] = [];
