@@ -364,11 +364,14 @@ lb4_sock_udp_sticky(struct bpf_sock_addr *ctx, struct lb4_sock_udp *u, struct lb
 		    const struct lb4_service *svc, __u32 *backend_id)
 {
 	struct lb4_service_key fkey = { .address = frontend, .port = key->port };
+	/* A socket without a cookie yet (its first datagram) holds no slot:
+	 * its slot is not read. */
+	bool had_cookie = lb_sock_cookie_set(ctx->sk);
 	struct lb4_sock_uslot copy;
 
 	u->cookie = bpf_get_socket_cookie(ctx);
 	u->slot = lb4_sock_uslot(u->cookie);
-	u->own = lb4_sock_uslot_read(u->slot, u->cookie, &copy);
+	u->own = had_cookie && lb4_sock_uslot_read(u->slot, u->cookie, &copy);
 	if (u->own) {
 		if (sock_pair_is_frontend(&copy.pair, &fkey))
 			return lb4_sock_pair_backend(&copy.pair, key, svc, backend_id);

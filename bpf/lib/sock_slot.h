@@ -73,6 +73,10 @@ static __always_inline bool lb_sock_slot_read(void *value, __u64 cookie, void *o
 	bool found = false;
 	__u32 i;
 
+	/* Only this socket writes its cookie into a slot: another cookie seen
+	 * without the lock is not this socket's (a lock spared per lookup). */
+	if (*(volatile __u64 *)&slot->cookie != cookie)
+		return false;
 	bpf_spin_lock(&slot->lock);
 	if (slot->cookie == cookie) {
 		o->cookie = cookie;
@@ -92,7 +96,7 @@ static __always_inline bool lb_sock_slot_release(void *value, __u64 cookie)
 	struct lb_sock_slot_head *slot = value;
 	bool freed = false;
 
-	if (!slot)
+	if (!slot || *(volatile __u64 *)&slot->cookie != cookie) /* not its own (see lb_sock_slot_read) */
 		return false;
 	bpf_spin_lock(&slot->lock);
 	if (slot->cookie == cookie) {
