@@ -545,6 +545,8 @@ _Static_assert(sizeof(struct lb4_snat_device) == 4, "lb4_snat_device layout");
 #define LB_CNT_SOCK_NS_SKIPPED   36 /* not translated: the socket's netns is excluded by the socketLB mode */
 #define LB_CNT_SOCK_EXTIP_PASSED 37 /* not translated: ExternalIP that is not this node's address (CVE-2020-8554) */
 #define LB_CNT_SOCK_BIND_REFUSED 38 /* bind() to a NodePort/ExternalIP/LoadBalancer address:port refused */
+#define LB_CNT_SOCK_UDP_SLOT     39 /* a UDP socket's first frontend pair written into its slot (lb4_sock_uslot), no socket storage created */
+#define LB_CNT_SOCK_UDP_STORAGE  40 /* a UDP socket's pair went to socket storage: a second frontend, or its slot held by another socket */
 #define LB_CNT_SOCK6_SLOT_HELD   41 /* an IPv6 TCP connect's slot (lb6_sock_slot) held by another socket: its pair went to socket storage */
 
 /* One frontend a socket was sent to and the backend it got. */
@@ -636,6 +638,31 @@ _Static_assert(sizeof(struct lb4_sock_slot) == 32, "lb4_sock_slot layout");
 
 #define SLUICE_MAP_SOCK_SLOT4 sluice_sk_pair4 /* cookie & (SLUICE_SOCK_SLOTS4 - 1) -> lb4_sock_slot (ARRAY) */
 #define SLUICE_SOCK_SLOTS4 131072 /* a power of two (the index is masked); 4 MiB */
+
+/*
+ * A UDP socket's first frontend pair (docs/socket-path.md, "UDP: slot
+ * first"): creating socket storage (SLUICE_MAP_SOCK4) was about 1.2 us of
+ * the 1.6 us sendmsg4 cost on a fresh socket (bench/sockprogstats.sh). The
+ * slot at cookie & (SLUICE_SOCK_USLOTS4 - 1) holds the socket's pair for its
+ * first frontend under sluice_sk_pair4's rules (lb_sock_slot_head: claimed
+ * when free or the socket's own, read under the lock against the cookie,
+ * freed at sock_release). A socket that sends to a second frontend, or whose
+ * slot another live socket holds, keeps its pairs in its storage as before;
+ * the slot's pair moves there (storage written first, then the slot freed),
+ * so a socket with storage holds no slot and replies never have two places
+ * to be looked up in. rev_nat_id repeats pair.rev_nat_id (the shared head).
+ */
+struct lb4_sock_uslot {
+	struct bpf_spin_lock lock; /* guards everything below */
+	__u32  rev_nat_id;         /* pair.rev_nat_id */
+	__u64  cookie;             /* the socket holding the slot; 0: free */
+	struct lb4_sock_pair pair; /* sticky backend and reverse pair, as in lb4_sock_state */
+};
+
+_Static_assert(sizeof(struct lb4_sock_uslot) == 40, "lb4_sock_uslot layout");
+
+#define SLUICE_MAP_SOCK_USLOT4 sluice_sk_udp4 /* cookie & (SLUICE_SOCK_USLOTS4 - 1) -> lb4_sock_uslot (ARRAY) */
+#define SLUICE_SOCK_USLOTS4 65536 /* a power of two (the index is masked); 2.5 MiB */
 
 /*
  * The IPv6 twin (issue 12): an AF_INET6 TCP socket connected to an IPv6

@@ -77,6 +77,16 @@ struct {
 	__uint(max_entries, SLUICE_SOCK_SLOTS4);
 } SLUICE_MAP_SOCK_SLOT4 SEC(".maps");
 
+/* A UDP socket's first frontend pair (see lb4_sock_uslot): a slot instead of
+ * creating socket storage on every fresh socket's first datagram; storage
+ * (SLUICE_MAP_SOCK4) takes a second frontend and pairs whose slot is held. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lb4_sock_uslot);
+	__uint(max_entries, SLUICE_SOCK_USLOTS4);
+} SLUICE_MAP_SOCK_USLOT4 SEC(".maps");
+
 /* The IPv6 twin (see lb6_sock_slot): an AF_INET6 TCP socket's pair when it
  * connected to an IPv6 frontend; its socket storage (SLUICE_MAP_SOCK6) takes
  * the pairs whose slot is held. */

@@ -173,6 +173,15 @@ static __always_inline bool lb_sock_has_cookie(struct bpf_sock *sk)
 	return tp->inet_conn.icsk_inet.sk.__sk_common.skc_cookie.counter != 0;
 }
 
+/* The same for any socket (a UDP one included): the kernel's struct sock
+ * behind the socket, read only. */
+static __always_inline bool lb_sock_cookie_set(struct bpf_sock *sk)
+{
+	struct sock *s = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct sock));
+
+	return !s || s->__sk_common.skc_cookie.counter != 0;
+}
+
 /* ---- Per-socket pairs (lb4_sock_state; the caller holds st->lock) --------- */
 
 static __always_inline bool sock_pair_is_frontend(const struct lb4_sock_pair *p, const struct lb4_service_key *key)
@@ -245,60 +254,155 @@ static __always_inline __u32 sock_pair_index(struct lb4_sock_state *st, const st
  * its backend the same way, until the backend goes). NULL: pick again.
  */
 static __always_inline struct lb4_backend *
+lb4_sock_pair_backend(const struct lb4_sock_pair *pair, struct lb4_service_key *key, const struct lb4_service *svc,
+		      __u32 *backend_id)
+{
+	struct lb4_backend *backend;
+
+	if (pair->scope != key->scope || pair->rev_nat_id != svc->rev_nat_id ||
+	    pair->backend_slot == 0 || pair->backend_slot > svc->count)
+		return NULL;
+	key->backend_slot = pair->backend_slot;
+	if (lb4_range_backend_id(svc, pair->backend_slot - 1) != pair->backend_id)
+		return NULL;
+	backend = lb4_lookup_backend(pair->backend_id);
+	if (!backend || backend->address != pair->backend_address || backend->port != pair->backend_port)
+		return NULL;
+	*backend_id = pair->backend_id;
+	lb_count(LB_CNT_SOCK_STICKY);
+	return backend;
+}
+
+/* The same, for the pair of this frontend in the socket's storage. */
+static __always_inline struct lb4_backend *
 lb4_sock_sticky_backend(struct lb4_sock_state *st, struct lb4_service_key *key, __be32 frontend,
 			const struct lb4_service *svc, __u32 *backend_id)
 {
 	struct lb4_service_key fkey = *key;
 	struct lb4_sock_pair pair = {};
-	struct lb4_backend *backend;
 	bool found;
 
 	fkey.address = frontend; /* the address the socket used (key: a NodePort's wildcard) */
 	bpf_spin_lock(&st->lock);
 	found = sock_pair_of_frontend(st, &fkey, &pair);
 	bpf_spin_unlock(&st->lock);
-	if (!found || pair.scope != key->scope || pair.rev_nat_id != svc->rev_nat_id ||
-	    pair.backend_slot == 0 || pair.backend_slot > svc->count)
+	if (!found)
 		return NULL;
-	key->backend_slot = pair.backend_slot;
-	if (lb4_range_backend_id(svc, pair.backend_slot - 1) != pair.backend_id)
-		return NULL;
-	backend = lb4_lookup_backend(pair.backend_id);
-	if (!backend || backend->address != pair.backend_address || backend->port != pair.backend_port)
-		return NULL;
-	*backend_id = pair.backend_id;
-	lb_count(LB_CNT_SOCK_STICKY);
-	return backend;
+	return lb4_sock_pair_backend(&pair, key, svc, backend_id);
 }
 
-/* Keep the choice: key->backend_slot is the slot it came from (0: affinity). */
+/* The choice as a pair: key->backend_slot is the slot it came from (0: affinity). */
 static __always_inline void
-lb4_sock_remember(struct lb4_sock_state *st, const struct lb4_service_key *key, __be32 frontend,
-		  const struct lb4_service *svc, const struct lb4_backend *backend, __u32 backend_id)
+lb4_sock_pair_fill(struct lb4_sock_pair *pair, const struct lb4_service_key *key, __be32 frontend,
+		   const struct lb4_service *svc, const struct lb4_backend *backend, __u32 backend_id)
 {
-	struct lb4_service_key fkey = *key;
-	struct lb4_sock_pair pair = {
-		.frontend_address = frontend,
-		.frontend_port = key->port,
-		.scope = key->scope,
-		.used = 1,
-		.backend_address = backend->address,
-		.backend_port = backend->port,
-		.backend_slot = key->backend_slot,
-		.backend_id = backend_id,
-		.rev_nat_id = svc->rev_nat_id,
+	pair->frontend_address = frontend;
+	pair->frontend_port = key->port;
+	pair->scope = key->scope;
+	pair->used = 1;
+	pair->backend_address = backend->address;
+	pair->backend_port = backend->port;
+	pair->backend_slot = key->backend_slot;
+	pair->backend_id = backend_id;
+	pair->rev_nat_id = svc->rev_nat_id;
+}
+
+/* Keep a pair in the socket's storage (replacing its frontend's old pair),
+ * as the one last sent to. */
+static __always_inline void lb4_sock_remember(struct lb4_sock_state *st, const struct lb4_sock_pair *pair)
+{
+	struct lb4_service_key fkey = {
+		.address = pair->frontend_address,
+		.port = pair->frontend_port,
 	};
 	bool evicted = false;
 	__u32 at;
 
 	bpf_spin_lock(&st->lock);
-	fkey.address = frontend;
 	at = sock_pair_index(st, &fkey, &evicted) & (SLUICE_SOCK_PAIRS - 1);
-	st->pairs[at] = pair;
+	st->pairs[at] = *pair;
 	st->last = at;
 	bpf_spin_unlock(&st->lock);
 	if (evicted)
 		lb_count(LB_CNT_SOCK_PAIR_EVICTED);
+}
+
+/* ---- UDP: the first frontend in a slot, more in socket storage ------------ */
+
+/* Where a UDP socket's pairs are: its slot (own: the slot holds its one
+ * pair) or its storage (st), or neither yet. */
+struct lb4_sock_udp {
+	__u64 cookie;
+	struct lb4_sock_uslot *slot;
+	struct lb4_sock_state *st;
+	bool own;
+};
+
+/* A socket that had its first frontend in its slot now sends to another:
+ * create its storage, copy the slot's pair there, then free the slot (in that
+ * order, so a reply finds the pair in one of them). NULL: no storage (the
+ * slot keeps being used, for the newest frontend only). */
+static __always_inline struct lb4_sock_state *
+lb4_sock_udp_to_storage(struct bpf_sock_addr *ctx, struct lb4_sock_udp *u, const struct lb4_sock_pair *first)
+{
+	struct lb4_sock_state *st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+
+	if (!st) {
+		lb_count(LB_CNT_SOCK_STATE_FAILED);
+		return NULL;
+	}
+	lb4_sock_remember(st, first);
+	lb4_sock_uslot_free(u->cookie);
+	u->own = false;
+	return st;
+}
+
+/* The backend this UDP socket already uses for this frontend (NULL: pick),
+ * from its slot, else from its storage (found without creating it). */
+static __always_inline struct lb4_backend *
+lb4_sock_udp_sticky(struct bpf_sock_addr *ctx, struct lb4_sock_udp *u, struct lb4_service_key *key, __be32 frontend,
+		    const struct lb4_service *svc, __u32 *backend_id)
+{
+	struct lb4_service_key fkey = { .address = frontend, .port = key->port };
+	/* A socket without a cookie yet (its first datagram) holds no slot:
+	 * its slot is not read. */
+	bool had_cookie = lb_sock_cookie_set(ctx->sk);
+	struct lb4_sock_uslot copy;
+
+	u->cookie = bpf_get_socket_cookie(ctx);
+	u->slot = lb4_sock_uslot(u->cookie);
+	u->own = had_cookie && lb4_sock_uslot_read(u->slot, u->cookie, &copy);
+	if (u->own) {
+		if (sock_pair_is_frontend(&copy.pair, &fkey))
+			return lb4_sock_pair_backend(&copy.pair, key, svc, backend_id);
+		if (copy.pair.used)
+			u->st = lb4_sock_udp_to_storage(ctx, u, &copy.pair);
+		return NULL;
+	}
+	u->st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, 0);
+	return u->st ? lb4_sock_sticky_backend(u->st, key, frontend, svc, backend_id) : NULL;
+}
+
+/* Keep a UDP socket's choice: in its slot while it has no storage and the
+ * slot is free or its own, else in its storage (created here). */
+static __always_inline void lb4_sock_udp_remember(struct bpf_sock_addr *ctx, struct lb4_sock_udp *u,
+						  const struct lb4_sock_pair *pair)
+{
+	struct lb4_sock_uslot want = { .rev_nat_id = pair->rev_nat_id, .cookie = u->cookie, .pair = *pair };
+
+	if (!u->st) {
+		if (lb4_sock_uslot_claim(u->slot, &want)) {
+			lb_count(LB_CNT_SOCK_UDP_SLOT);
+			return;
+		}
+		u->st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!u->st) {
+			lb_count(LB_CNT_SOCK_STATE_FAILED);
+			return;
+		}
+	}
+	lb4_sock_remember(u->st, pair);
+	lb_count(LB_CNT_SOCK_UDP_STORAGE);
 }
 
 /* A TCP connect's reverse pair: its slot when the slot is free or already
@@ -365,7 +469,8 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx, __be32 
 	};
 	struct lb4_affinity_key akey = {};
 	struct lb4_backend *backend = NULL;
-	struct lb4_sock_state *st;
+	struct lb4_sock_udp udp = {};
+	struct lb4_sock_pair pair = {};
 	__be32 frontend = *address; /* key.address becomes 0 for a NodePort (nodeport.h) */
 	struct lb4_service svc;
 	__u32 backend_id = 0, lc_old = 0;
@@ -399,19 +504,12 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx, __be32 
 		 * (Cilium's answer) instead of "refused". */
 		return (svc.flags & LB_SVC_FLAG_DROP_NO_BACKEND) ? -EHOSTUNREACH : -ECONNREFUSED;
 	}
-	/* UDP keeps its backend per frontend, in the socket's storage. TCP has
-	 * no storage (its pair goes into the LRU below); a TCP socket that
-	 * connects again (its first attempt failed) picks again, as a new socket
-	 * would. */
-	if (key.proto == LB_PROTO_UDP) {
-		st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-		if (!st)
-			lb_count(LB_CNT_SOCK_STATE_FAILED);
-		else
-			backend = lb4_sock_sticky_backend(st, &key, frontend, &svc, &backend_id);
-	} else {
-		st = NULL;
-	}
+	/* UDP keeps its backend per frontend: in its slot, or its storage. TCP
+	 * has no storage (its pair goes into its slot or the LRU below); a TCP
+	 * socket that connects again (its first attempt failed) picks again, as
+	 * a new socket would. */
+	if (key.proto == LB_PROTO_UDP)
+		backend = lb4_sock_udp_sticky(ctx, &udp, &key, frontend, &svc, &backend_id);
 	if (!backend) {
 		/* The client, as far as a socket hook knows it: its network
 		 * namespace (a pod). Source-hash uses it too. */
@@ -432,11 +530,13 @@ static __always_inline int lb4_sock_xlate_fwd(struct bpf_sock_addr *ctx, __be32 
 			lb_count(LB_CNT_SOCK_SLOT_MISSING);
 			return -ECONNREFUSED;
 		}
-		if (st)
-			lb4_sock_remember(st, &key, frontend, &svc, backend, backend_id);
-		else if (key.proto == LB_PROTO_TCP)
+		if (key.proto == LB_PROTO_UDP) {
+			lb4_sock_pair_fill(&pair, &key, frontend, &svc, backend, backend_id);
+			lb4_sock_udp_remember(ctx, &udp, &pair);
+		} else {
 			in_slot = lb4_sock_tcp_remember(ctx, &key, frontend, &svc, backend,
 							svc.algorithm == LB_ALG_LEAST_CONN ? backend_id : 0, &lc_old);
+		}
 	}
 	/* least-connection: a TCP socket with a slot holds its count there
 	 * (noted above); any other socket in a storage of its own. */
@@ -520,6 +620,39 @@ static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __b
 	return 1;
 }
 
+/* UDP: the pair in this socket's slot (*address, the peer, in and out). 1:
+ * rewritten to the frontend; 0: the slot is the socket's but names another
+ * peer or a frontend that is gone (left alone: a socket with its slot has no
+ * storage); -1: not its slot (look in its storage). A socket without a
+ * cookie has no slot: no cookie created, no slot looked up. */
+static __always_inline int lb4_sock_udp_xlate_rev(struct bpf_sock_addr *ctx, __be32 *address)
+{
+	struct lb4_sock_uslot copy;
+	__u64 cookie;
+
+	if (!lb_sock_cookie_set(ctx->sk))
+		return -1; /* storage only: sockets sent before the slots existed */
+	cookie = bpf_get_socket_cookie(ctx);
+	if (!lb4_sock_uslot_read(lb4_sock_uslot(cookie), cookie, &copy))
+		return -1;
+	if (!sock_pair_is_backend(&copy.pair, *address, sock4_dst_port(ctx)) ||
+	    !lb4_sock_frontend_current(copy.pair.rev_nat_id, copy.pair.frontend_address, copy.pair.frontend_port))
+		return 0;
+	*address = copy.pair.frontend_address;
+	ctx->user_port = (__u32)copy.pair.frontend_port;
+	lb_count(LB_CNT_SOCK_REV_XLATED);
+	return 1;
+}
+
+/* sock_release: a UDP socket's slot is freed, if it holds it (a socket
+ * never sent to a Service has no cookie: nothing looked up). */
+static __always_inline void lb4_sock_udp_forget(struct bpf_sock *sk)
+{
+	if (sk->protocol != LB_PROTO_UDP || !lb_sock_cookie_set(sk))
+		return;
+	lb4_sock_uslot_free(bpf_get_socket_cookie(sk));
+}
+
 /* sock_release: a TCP socket's pair goes with the socket (its slot freed, or
  * its LRU entry deleted), so both hold live connections only (the LRU would
  * otherwise keep every closed socket's pair until recycled). The hook runs
@@ -568,11 +701,12 @@ static __always_inline bool lb4_sock_xlate_rev_addr(struct bpf_sock_addr *ctx, _
 	struct lb4_sock_state *st;
 	bool found;
 
-	if (ctx->protocol == LB_PROTO_TCP) {
-		int tcp = lb4_sock_tcp_xlate_rev(ctx, address);
+	if (ctx->protocol == LB_PROTO_TCP || ctx->protocol == LB_PROTO_UDP) {
+		int r = ctx->protocol == LB_PROTO_TCP ? lb4_sock_tcp_xlate_rev(ctx, address)
+						      : lb4_sock_udp_xlate_rev(ctx, address);
 
-		if (tcp >= 0)
-			return tcp == 1;
+		if (r >= 0)
+			return r == 1;
 	}
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, ctx->sk, 0, 0);
 	if (!st)

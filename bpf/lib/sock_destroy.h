@@ -52,7 +52,8 @@ struct lb6_sock_term_event lb6_last_sock_term;
 /* The socket LB sent this socket to the backend: a TCP socket's pair in its
  * slot (SLUICE_MAP_SOCK_SLOT4) or in SLUICE_MAP_SOCK_TCP4 (keyed by its
  * cookie and the backend), or one of the
- * pairs in its socket-local storage (UDP; and TCP sockets connected before an
+ * pairs in its socket-local storage (UDP, whose first frontend is in its slot
+ * of SLUICE_MAP_SOCK_USLOT4; and TCP sockets connected before an
  * upgrade to the LRU layout) names it (lib/sock.h). A socket never
  * translated has neither. A TCP pair the LRU recycled is not found: that
  * socket is left alone, as one that dialled the backend itself would be. */
@@ -74,6 +75,13 @@ static __always_inline bool lb4_sock_was_translated(struct sock_common *skc, __b
 		if (lb4_sock_slot_pair(tkey.cookie, address, port, &pair) ||
 		    bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey))
 			return true;
+	}
+	if (proto == LB_PROTO_UDP) {
+		__u64 cookie = bpf_get_socket_cookie(skc);
+		struct lb4_sock_uslot copy;
+
+		if (lb4_sock_uslot_read(lb4_sock_uslot(cookie), cookie, &copy))
+			return copy.pair.used && copy.pair.backend_address == address && copy.pair.backend_port == port;
 	}
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK4, skc, 0, 0);
 	if (!st)

@@ -17,6 +17,7 @@
 
 _Static_assert((SLUICE_SOCK_SLOTS4 & (SLUICE_SOCK_SLOTS4 - 1)) == 0, "SLUICE_SOCK_SLOTS4 is a power of two (the slot index is masked)");
 _Static_assert((SLUICE_SOCK_SLOTS6 & (SLUICE_SOCK_SLOTS6 - 1)) == 0, "SLUICE_SOCK_SLOTS6 is a power of two (the slot index is masked)");
+_Static_assert((SLUICE_SOCK_USLOTS4 & (SLUICE_SOCK_USLOTS4 - 1)) == 0, "SLUICE_SOCK_USLOTS4 is a power of two (the slot index is masked)");
 
 /* What every slot starts with; the pair follows in 8-byte words. */
 struct lb_sock_slot_head {
@@ -31,6 +32,7 @@ struct lb_sock_slot_head {
 		       sizeof(struct type) % 8 == 0, #type " starts with lb_sock_slot_head")
 LB_SOCK_SLOT_HEAD_OF(lb4_sock_slot);
 LB_SOCK_SLOT_HEAD_OF(lb6_sock_slot);
+LB_SOCK_SLOT_HEAD_OF(lb4_sock_uslot);
 
 /* The words of the pair after the head. */
 #define LB_SOCK_SLOT_WORDS(type) ((sizeof(struct type) - sizeof(struct lb_sock_slot_head)) / 8)
@@ -71,6 +73,10 @@ static __always_inline bool lb_sock_slot_read(void *value, __u64 cookie, void *o
 	bool found = false;
 	__u32 i;
 
+	/* Only this socket writes its cookie into a slot: another cookie seen
+	 * without the lock is not this socket's (a lock spared per lookup). */
+	if (*(volatile __u64 *)&slot->cookie != cookie)
+		return false;
 	bpf_spin_lock(&slot->lock);
 	if (slot->cookie == cookie) {
 		o->cookie = cookie;
@@ -90,7 +96,7 @@ static __always_inline bool lb_sock_slot_release(void *value, __u64 cookie)
 	struct lb_sock_slot_head *slot = value;
 	bool freed = false;
 
-	if (!slot)
+	if (!slot || *(volatile __u64 *)&slot->cookie != cookie) /* not its own (see lb_sock_slot_read) */
 		return false;
 	bpf_spin_lock(&slot->lock);
 	if (slot->cookie == cookie) {
@@ -197,6 +203,34 @@ static __always_inline void lb4_sock_slot_unpair(__u64 cookie)
 			slot->cookie = 0;
 	}
 	bpf_spin_unlock(&slot->lock);
+}
+
+/* ---- IPv4 UDP (lb4_sock_uslot): a UDP socket's first frontend ------------- */
+
+static __always_inline struct lb4_sock_uslot *lb4_sock_uslot(__u64 cookie)
+{
+	__u32 at = (__u32)cookie & (SLUICE_SOCK_USLOTS4 - 1);
+
+	return bpf_map_lookup_elem(&SLUICE_MAP_SOCK_USLOT4, &at);
+}
+
+/* *out: a copy of this socket's UDP slot (taken under the lock), when the
+ * slot is its own. */
+static __always_inline bool lb4_sock_uslot_read(struct lb4_sock_uslot *slot, __u64 cookie, struct lb4_sock_uslot *out)
+{
+	return slot && lb_sock_slot_read(slot, cookie, out, LB_SOCK_SLOT_WORDS(lb4_sock_uslot));
+}
+
+/* Write want (cookie, rev-NAT id, pair) into the slot when it is free or
+ * already want's socket's. */
+static __always_inline bool lb4_sock_uslot_claim(struct lb4_sock_uslot *slot, const struct lb4_sock_uslot *want)
+{
+	return slot && lb_sock_slot_claim(slot, want, LB_SOCK_SLOT_WORDS(lb4_sock_uslot));
+}
+
+static __always_inline bool lb4_sock_uslot_free(__u64 cookie)
+{
+	return lb_sock_slot_release(lb4_sock_uslot(cookie), cookie);
 }
 
 #endif /* SLUICE_BPF_SOCK_SLOT_H */

@@ -38,6 +38,8 @@ export const LB_CNT_SOCK_SRC_RANGE_UNKNOWN = 113;
 export const LB_CNT_SOCK_STATE_FAILED = 32;
 export const LB_CNT_SOCK_STICKY = 34;
 export const LB_CNT_SOCK_TRANSLATED = 0;
+export const LB_CNT_SOCK_UDP_SLOT = 39;
+export const LB_CNT_SOCK_UDP_STORAGE = 40;
 export const LB_CNT_TC6_EXTHDR_PASSED = 126;
 export const LB_CNT_TC6_FRAG_FOUND = 55;
 export const LB_CNT_TC6_FRAG_PASSED = 125;
@@ -165,6 +167,7 @@ export const SLUICE_MAP_SOCK_CFG = "sluice_sock_cfg";
 export const SLUICE_MAP_SOCK_SLOT4 = "sluice_sk_pair4";
 export const SLUICE_MAP_SOCK_SLOT6 = "sluice_sk_pair6";
 export const SLUICE_MAP_SOCK_TCP4 = "sluice_sk_tcp4";
+export const SLUICE_MAP_SOCK_USLOT4 = "sluice_sk_udp4";
 export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
 export const SLUICE_MAP_SRCRANGE6 = "sluice_srcrng6";
 export const SLUICE_MAP_SVC_NAMES = "sluice_svcname";
@@ -226,6 +229,7 @@ export const SLUICE_PROG_XDP_PASS = "sluice_xdp_pass";
 export const SLUICE_SOCK_PAIRS = 4;
 export const SLUICE_SOCK_SLOTS4 = 131072;
 export const SLUICE_SOCK_SLOTS6 = 32768;
+export const SLUICE_SOCK_USLOTS4 = 65536;
 export const SLUICE_XDP_FC_SLOTS = 256;
 export const SLUICE_XDP_FC_SLOTS_LOG2 = 8;
 export const SLUICE_XDP_FC_TTL_NS = 50000000;
@@ -809,6 +813,33 @@ export function decodeLb4SockTermKey(buf: Buffer, off = 0): Lb4SockTermKey {
   };
 }
 export const lb4_sock_term_keyCodec: Codec<Lb4SockTermKey> = { size: 8, encode: encodeLb4SockTermKey, decode: decodeLb4SockTermKey };
+
+/** struct lb4_sock_uslot (40 bytes) */
+export interface Lb4SockUslot {
+  lock: BpfSpinLock;
+  rev_nat_id: number;
+  cookie: bigint;
+  pair: Lb4SockPair;
+}
+export const LB4_SOCK_USLOT_SIZE = 40;
+export const lb4_sock_uslotLayout: StructLayout = {"name":"lb4_sock_uslot","size":40,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"rev_nat_id","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"pair","kind":"struct","offset":16,"size":24,"struct":"lb4_sock_pair"}]};
+export function encodeLb4SockUslot(v: Lb4SockUslot, buf: Buffer = Buffer.alloc(40), off = 0): Buffer {
+  buf.fill(0, off, off + 40);
+  encodeBpfSpinLock(v.lock, buf, off + 0);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 4);
+  buf.writeBigUInt64LE(v.cookie, off + 8);
+  encodeLb4SockPair(v.pair, buf, off + 16);
+  return buf;
+}
+export function decodeLb4SockUslot(buf: Buffer, off = 0): Lb4SockUslot {
+  return {
+    lock: decodeBpfSpinLock(buf, off + 0),
+    rev_nat_id: buf.readUInt32LE(off + 4),
+    cookie: buf.readBigUInt64LE(off + 8),
+    pair: decodeLb4SockPair(buf, off + 16),
+  };
+}
+export const lb4_sock_uslotCodec: Codec<Lb4SockUslot> = { size: 40, encode: encodeLb4SockUslot, decode: decodeLb4SockUslot };
 
 /** struct lb4_src_probe (8 bytes) */
 export interface Lb4SrcProbe {
@@ -2016,6 +2047,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_sk_tcp4: {"name":"sluice_sk_tcp4","type":9,"keyType":"lb4_sock_tcp_key","keySize":16,"valueType":"lb4_sock_tcp","valueSize":12,"maxEntries":131072},
   sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
   sluice_sk_term6: {"name":"sluice_sk_term6","type":1,"keyType":"lb6_sock_term_key","keySize":20,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
+  sluice_sk_udp4: {"name":"sluice_sk_udp4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_sock_uslot","valueSize":40,"maxEntries":65536},
   sluice_snatdev4: {"name":"sluice_snatdev4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_snat_device","valueSize":4,"maxEntries":256,"flags":1},
   sluice_snatdev6: {"name":"sluice_snatdev6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_snat_device","valueSize":16,"maxEntries":256,"flags":1},
   sluice_sock4: {"name":"sluice_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb4_sock_state","valueSize":104,"maxEntries":0},

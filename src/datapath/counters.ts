@@ -28,6 +28,8 @@ const SOCKET: Row[] = [
   [abi.LB_CNT_SOCK_REV_XLATED, 'reverse_translated', 'reply'],
   [abi.LB_CNT_SOCK_STATE_FAILED, 'state_store_failed', 'original'],
   [abi.LB_CNT_SOCK_PAIR_EVICTED, 'pair_evicted', 'original'],
+  [abi.LB_CNT_SOCK_UDP_SLOT, 'udp_slot', 'original'],
+  [abi.LB_CNT_SOCK_UDP_STORAGE, 'udp_storage', 'original'],
   [abi.LB_CNT_SOCK_STICKY, 'sticky', 'original'],
   // Also counted by the TC paths' selection (one shared index).
   [abi.LB_CNT_SELECT_RETRY, 'select_retry', 'original'],

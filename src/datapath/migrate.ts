@@ -102,6 +102,9 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // IPv6 TCP sockets' slots (same reason; before them, every IPv6 pair lived
   // in sluice_sock6, which the hooks still read when a slot does not name the socket).
   [abi.SLUICE_MAP_SOCK_SLOT6]: { kind: 'carry' },
+  // UDP sockets' first-frontend slots (same reason: open sockets keep their
+  // sticky backend and recvmsg's Service address; cookies are never reused).
+  [abi.SLUICE_MAP_SOCK_USLOT4]: { kind: 'carry' },
   // Pod netns cookie -> pod addresses: written by the CNI plugin at ADD only,
   // so the agent cannot rebuild it: carried (loadBalancerSourceRanges).
   [abi.SLUICE_MAP_POD_ADDR]: { kind: 'carry' },

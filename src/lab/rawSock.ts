@@ -5,6 +5,12 @@
 //                                    until one's cookie equals S's modulo SLOTS, which
 //                                    connects to A2:P2; prints S's peer before and after, and
 //                                    the other socket's peer (otherPeer)
+//   udpalias A1 P1 A2 P2 SLOTS MAXITER  unconnected UDP: socket S exchanges with A1:P1; a socket
+//                                    O whose cookie equals S's modulo SLOTS (S holds that slot)
+//                                    exchanges with A2:P2 and A1:P1; S again with A1:P1; S
+//                                    closes, and a socket R in the same slot exchanges with
+//                                    A2:P2, then A1:P1 and A2:P2; O again with both. Prints each
+//                                    exchange's backend and the reply's source, per socket
 //   stress ADDR PORT MS MAXCOUNT [tcp]  connected-UDP (tcp: TCP) loop: socket, connect, getpeername, close;
 //                                    counts refusals and peers other than ADDR:PORT
 // Every ADDR may be IPv6 (an AF_INET6 socket; peers print as [addr]:port).
@@ -17,6 +23,7 @@
 //                                    with BPFFS BACKEND:PORT, first moves the socket's pair from
 //                                    sluice_sk_pair4 or sluice_sk_tcp4 into its socket storage (sluice_sock4), where
 //                                    an object from before the LRU layout kept TCP pairs
+import * as koffi from 'koffi';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { BpfMap } from '../bpf/map';
@@ -29,6 +36,12 @@ const AF_INET6 = 10;
 const SOCK_STREAM = 1;
 const SOCK_DGRAM = 2;
 const c = libcSockets();
+const libc = koffi.load('libc.so.6');
+const sendto = libc.func('intptr_t sendto(int fd, void *buf, size_t len, int flags, void *addr, uint32_t alen)');
+const recvfrom = libc.func('intptr_t recvfrom(int fd, _Out_ void *buf, size_t len, int flags, _Out_ void *addr, _Inout_ uint32_t *alen)');
+const setsockopt = libc.func('int setsockopt(int fd, int level, int name, void *val, uint32_t len)');
+const SOL_SOCKET = 1;
+const SO_RCVTIMEO = 20;
 
 /** sockaddr_in, or sockaddr_in6 (28 bytes) for an IPv6 address. */
 function sockaddr(address: string, port: number): Buffer {
@@ -93,6 +106,58 @@ function alias(a1: string, p1: number, a2: string, p2: number, slots: bigint, ma
   const out = { cookie: String(cookie), other: other === undefined ? undefined : String(other), otherPeer, iterations, peerBefore, peerAfter: peer(s) };
   c.close(s);
   return out;
+}
+
+/** A UDP socket whose replies time out after a second (no test waits forever). */
+function openUdp(address: string): number {
+  const fd = open(SOCK_DGRAM, address);
+  const tv = Buffer.alloc(16);
+  tv.writeBigInt64LE(1n, 0);
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, tv, 16) < 0) throw new Error(`setsockopt: ${lastError()}`);
+  return fd;
+}
+
+/** One unconnected sendto/recvfrom: the backend (the reply's first word) and
+ * the reply's source address, or the errno name. */
+function exchange(fd: number, address: string, port: number): { backend?: string; from?: string; error?: string } {
+  const sa = sockaddr(address, port);
+  const req = Buffer.from('udpalias');
+  if (Number(sendto(fd, req, req.length, 0, sa, sa.length)) < 0) return { error: lastError() };
+  const buf = Buffer.alloc(256);
+  const from = Buffer.alloc(28);
+  const n = Number(recvfrom(fd, buf, buf.length, 0, from, [28]));
+  if (n < 0) return { error: lastError() };
+  return { backend: buf.subarray(0, n).toString().trim().split(' ')[0], from: `${[...from.subarray(4, 8)].join('.')}:${from.readUInt16BE(2)}` };
+}
+
+/** A new UDP socket whose cookie is another than `not` but the same modulo slots. */
+function udpInSlotOf(address: string, not: bigint, slots: bigint, maxIterations: number): { fd: number; cookie: bigint; iterations: number } {
+  for (let iterations = 1; iterations <= maxIterations; iterations++) {
+    const fd = openUdp(address);
+    const k = u64Option(fd, SO_COOKIE);
+    if (k !== not && k % slots === not % slots) return { fd, cookie: k, iterations };
+    c.close(fd);
+  }
+  throw new Error(`no UDP socket in the slot of cookie ${not} within ${maxIterations} sockets`);
+}
+
+function udpAlias(a1: string, p1: number, a2: string, p2: number, slots: bigint, maxIterations: number) {
+  const s = openUdp(a1);
+  const sFirst = [exchange(s, a1, p1), exchange(s, a1, p1)];
+  const cookie = u64Option(s, SO_COOKIE);
+  const o = udpInSlotOf(a1, cookie, slots, maxIterations);
+  const oHeld = [exchange(o.fd, a2, p2), exchange(o.fd, a2, p2), exchange(o.fd, a1, p1), exchange(o.fd, a2, p2)];
+  const sAgain = [exchange(s, a1, p1), exchange(s, a1, p1)];
+  c.close(s);
+  const r = udpInSlotOf(a1, cookie, slots, maxIterations);
+  const rReused = [exchange(r.fd, a2, p2), exchange(r.fd, a2, p2), exchange(r.fd, a1, p1), exchange(r.fd, a2, p2), exchange(r.fd, a1, p1)];
+  const oAfter = [exchange(o.fd, a2, p2), exchange(o.fd, a1, p1)];
+  c.close(r.fd);
+  c.close(o.fd);
+  return {
+    cookie: String(cookie), other: String(o.cookie), reused: String(r.cookie), iterations: o.iterations + r.iterations,
+    sFirst, oHeld, sAgain, rReused, oAfter,
+  };
 }
 
 function stress(address: string, port: number, ms: number, maxCount: number, tcp = false) {
@@ -208,6 +273,8 @@ function main(): unknown {
   switch (mode) {
     case 'alias':
       return alias(a[0]!, Number(a[1]), a[2]!, Number(a[3]), BigInt(a[4]!), Number(a[5]));
+    case 'udpalias':
+      return udpAlias(a[0]!, Number(a[1]), a[2]!, Number(a[3]), BigInt(a[4]!), Number(a[5]));
     case 'stress':
       return stress(a[0]!, Number(a[1]), Number(a[2]), Number(a[3]), a[4] === 'tcp');
     case 'bind':
@@ -217,7 +284,7 @@ function main(): unknown {
     case 'hold':
       return hold(a[0]!, Number(a[1]), a[2]!, Number(a[3]), a[4], a[5]);
     default:
-      throw new Error('usage: rawSock alias|stress|bind|from|hold ...');
+      throw new Error('usage: rawSock alias|udpalias|stress|bind|from|hold ...');
   }
 }
 

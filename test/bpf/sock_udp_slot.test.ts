@@ -1,0 +1,104 @@
+// An unconnected UDP socket's first frontend pair in its slot of
+// sluice_sk_udp4 (issue 12: no socket storage created on a fresh socket's
+// first datagram), its storage (sluice_sock4) for a second frontend or when
+// another live socket holds the slot. Whichever holds the pair, the socket
+// stays on one backend per frontend and every reply shows the frontend it
+// was sent to (issue 10 items 1-2). Throwaway cgroup + netns, real sockets.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import * as path from 'node:path';
+import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
+import { BpfMap } from '../../src/bpf/map';
+import { TypedMap, u32Codec } from '../../src/datapath/typedMap';
+import { readCounter } from '../../src/datapath/maps';
+import * as abi from '../../src/abi/generated';
+
+// Two Services on the same pods: a pair read from the wrong socket or the
+// wrong frontend would show the other VIP.
+const VIP = '10.96.0.60';
+const VIP2 = '10.96.0.61';
+const BACKENDS = ['198.18.17.2', '198.18.17.3', '198.18.17.4', '198.18.17.5'];
+
+let sb: Sandbox;
+
+function sluice(args: string[]): string {
+  return sh(sluiceBin, [...args, '--bpffs', sb.bpffs]);
+}
+
+function counter(index: number): bigint {
+  const m = BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_COUNTERS));
+  try {
+    return readCounter(m, index);
+  } finally {
+    m.close();
+  }
+}
+
+type Exchange = { backend?: string; from?: string; error?: string };
+
+/** Every exchange answered, from `frontend`, by one backend; that backend. */
+function oneBackend(what: string, exchanges: Exchange[], frontend: string): string {
+  assert.deepEqual(exchanges.filter((e) => e.error), [], `${what}: errors`);
+  assert.deepEqual(exchanges.map((e) => e.from), exchanges.map(() => frontend), `${what}: reply sources`);
+  const used = new Set(exchanges.map((e) => e.backend));
+  assert.equal(used.size, 1, `${what}: backends ${[...used].join(',')}`);
+  return exchanges[0]!.backend!;
+}
+
+before(async () => {
+  sb = Sandbox.create('sluice-udpslot');
+  await sb.startBackends(BACKENDS, [5353]);
+  sluice(['attach', '--cgroup', sb.cgroup]);
+  const backends = BACKENDS.map((b) => `${b}:5353`).join(',');
+  sluice(['service', 'upsert', '--frontend', `${VIP}:53/udp`, '--backends', backends]);
+  sluice(['service', 'upsert', '--frontend', `${VIP2}:54/udp`, '--backends', backends]);
+});
+
+after(() => {
+  sb?.close();
+});
+
+test('UDP: the first frontend\'s pair in the socket\'s slot; a socket whose slot is held, a socket on two frontends and a socket reusing a closed socket\'s slot each keep one backend per frontend and see their own frontend', async () => {
+  const inSlot = counter(abi.LB_CNT_SOCK_UDP_SLOT);
+  const inStorage = counter(abi.LB_CNT_SOCK_UDP_STORAGE);
+  const r = JSON.parse(await sb.runInCgroup(
+    ['node', labScript('rawSock'), 'udpalias', VIP, '53', VIP2, '54', String(abi.SLUICE_SOCK_USLOTS4), String(3 * abi.SLUICE_SOCK_USLOTS4)],
+    120000)) as Record<string, Exchange[]> & { cookie: string; other: string; reused: string };
+  const [s, o, reused] = [r.sFirst!, r.oHeld!, r.rReused!];
+  const at = (list: Exchange[], idx: number[]) => idx.map((i) => list[i]!);
+  // S: its slot, before and after another socket used the same slot.
+  assert.equal(oneBackend('S', [...s, ...r.sAgain!], `${VIP}:53`), s[0]!.backend);
+  // O: S held its slot, so its pairs (two frontends) are in its storage.
+  const oFirst = oneBackend('O to VIP2', [...at(o, [0, 1, 3]), r.oAfter![0]!], `${VIP2}:54`);
+  const oSecond = oneBackend('O to VIP', [o[2]!, r.oAfter![1]!], `${VIP}:53`);
+  // R: the slot S left at close (its pair to VIP still in it), then a
+  // second frontend (the slot's pair moved to R's storage).
+  oneBackend('R to VIP2', at(reused, [0, 1, 3]), `${VIP2}:54`);
+  oneBackend('R to VIP', at(reused, [2, 4]), `${VIP}:53`);
+  assert.ok(oFirst && oSecond);
+  // S and R took the slot; O (twice: held slot, second frontend) and R (its
+  // second frontend) went to storage.
+  assert.ok(counter(abi.LB_CNT_SOCK_UDP_SLOT) - inSlot >= 2n, 'S and R wrote their first pair into the slot');
+  assert.ok(counter(abi.LB_CNT_SOCK_UDP_STORAGE) - inStorage >= 3n, 'O and R wrote pairs into socket storage');
+  // Every socket closed: the slot is free again (sock_release, or R's move to storage).
+  const slots = new TypedMap(BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_SOCK_USLOT4)), u32Codec, abi.lb4_sock_uslotCodec);
+  try {
+    assert.equal(slots.get(Number(BigInt(r.cookie) % BigInt(abi.SLUICE_SOCK_USLOTS4)))?.cookie, 0n);
+  } finally {
+    slots.map.close();
+  }
+});
+
+test('UDP: a socket closed while holding its slot frees it', async () => {
+  const before = counter(abi.LB_CNT_SOCK_UDP_SLOT);
+  const out = JSON.parse(await sb.runInCgroup(['node', labScript('lbClient'), 'udp', VIP, '53', '3'])) as { results: Exchange[] };
+  assert.equal(new Set(out.results.map((x) => x.backend)).size, 1);
+  assert.equal(counter(abi.LB_CNT_SOCK_UDP_SLOT) - before, 1n, 'one slot claim, then sticky from the slot');
+  const slots = new TypedMap(BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_SOCK_USLOT4)), u32Codec, abi.lb4_sock_uslotCodec);
+  try {
+    const held = [...Array(abi.SLUICE_SOCK_USLOTS4).keys()].filter((i) => (slots.get(i)?.cookie ?? 0n) !== 0n);
+    assert.deepEqual(held, [], 'no slot held once every socket closed');
+  } finally {
+    slots.map.close();
+  }
+});
