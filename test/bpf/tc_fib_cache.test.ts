@@ -13,6 +13,7 @@ import { ip4ToNumber } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { TC_ACT_REDIRECT, diffHex, frame, type L4Spec } from './tc_packet';
 import { XdpHarness } from './xdp_harness';
+import { fibCacheSlotsOf, writeFibCacheSlot } from './fib_cache_slots';
 
 const CLIENT = '198.18.0.10';
 const NODE = '198.18.0.1';
@@ -50,28 +51,8 @@ function expectPacket(actual: Buffer, expected: Buffer, what: string): void {
   assert.ok(actual.equals(expected), `${what}: output differs from the expected packet\n${diffHex(actual, expected)}`);
 }
 
-/** Every CPU's copy of the slots holding `backend` (the program runs on any CPU). */
-function slotsOf(backend: string): Array<{ slot: number; perCpu: abi.Lb4XdpFibCache[] }> {
-  const fc = h.tc.obj.map(abi.SLUICE_MAP_TC_FC);
-  const key = Buffer.alloc(4);
-  const found = [];
-  for (let slot = 0; slot < abi.SLUICE_XDP_FC_SLOTS; slot++) {
-    key.writeUInt32LE(slot);
-    const perCpu = fc.lookupPerCpu(key)!.map((b) => abi.decodeLb4XdpFibCache(b));
-    if (perCpu.some((c) => c.expires_ns !== 0n && c.daddr === ip4ToNumber(backend))) found.push({ slot, perCpu });
-  }
-  return found;
-}
-
-/** Put `entry` in `slot` on every CPU. */
-function writeSlot(slot: number, entry: abi.Lb4XdpFibCache): void {
-  const fc = h.tc.obj.map(abi.SLUICE_MAP_TC_FC);
-  const key = Buffer.alloc(4);
-  key.writeUInt32LE(slot);
-  const n = fc.splitPerCpu(Buffer.alloc(fc.valueBufferSize)).length;
-  fc.updatePerCpu(key, Array.from({ length: n }, () => abi.encodeLb4XdpFibCache(entry)));
-}
-
+const slotsOf = (backend: string) => fibCacheSlotsOf(h.tc.obj.map(abi.SLUICE_MAP_TC_FC), backend);
+const writeSlot = (slot: number, entry: abi.Lb4XdpFibCache) => writeFibCacheSlot(h.tc.obj.map(abi.SLUICE_MAP_TC_FC), slot, entry);
 const lookups = () => h.tc.counter(abi.LB_CNT_TC_FIB_LOOKUP);
 const cachedSends = () => h.tc.counter(abi.LB_CNT_TC_FIB_CACHED);
 
@@ -161,7 +142,8 @@ describe('the FIB cache of TC\'s redirect (sluice_tc_fc, bpf/lib/tc_fc.h)', () =
     writeSlot(slot, { ...filled, expires_ns: process.hrtime.bigint() - 1n });
     expectPacket(h.runTc(frame(spec), ext0).out, sent(spec, BACKEND, GW_MAC2), 'the neighbour\'s new MAC');
     const [refilled] = slotsOf(BACKEND.address);
-    assert.equal(refilled!.perCpu.find((c) => c.expires_ns > filled.expires_ns)?.dmac.toString('hex'), mac(GW_MAC2).toString('hex'), 'refilled with the new answer');
+    const newest = refilled!.perCpu.reduce((a, b) => (b.expires_ns > a.expires_ns ? b : a));
+    assert.equal(newest.dmac.toString('hex'), mac(GW_MAC2).toString('hex'), 'refilled with the new answer');
 
     h.ip('route', 'replace', '198.18.2.0/24', 'via', INT_GW, 'dev', 'int0');
     writeSlot(slot, { ...filled, expires_ns: process.hrtime.bigint() - 1n });
