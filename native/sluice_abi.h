@@ -1095,6 +1095,7 @@ _Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6
 #define SLUICE_MAP_XDP_PF    sluice_xdp_pf   /* __u32 word -> __u64 64 bits of the frontend-address prefilter (array, written by the agent; see below) */
 #define SLUICE_MAP_XDP_FC    sluice_xdp_fc   /* __u32 slot -> lb4_xdp_fib_cache (per-CPU array: FIB results of known IPv4 flows; see below) */
 #define SLUICE_MAP_XDP_FC6   sluice_xdp_fc6  /* __u32 slot -> lb6_xdp_fib_cache (per-CPU array: FIB results of known IPv6 flows; see below) */
+#define SLUICE_MAP_TC_FC     sluice_tc_fc    /* __u32 slot -> lb4_xdp_fib_cache (per-CPU array: FIB results of TC's IPv4 redirects; see below) */
 
 #define SLUICE_PROG_XDP      sluice_xdp      /* the XDP entry point on the external devices */
 #define SLUICE_PROG_XDP_PASS sluice_xdp_pass /* XDP_PASS only: on a veth peer it enables the NAPI XDP_TX/REDIRECT need */
@@ -1150,6 +1151,12 @@ static inline __u32 sluice_bit_slot(__u32 h, __u32 log2)
  * arrival device, and the largest IPv6 packet length (40 + payload) the MTU
  * check passed. wi: the four 32-bit words of an address, as loaded:
  *   slot = ((s0 ^ s1 ^ s2 ^ s3 ^ d0 ^ d1 ^ d2 ^ d3 ^ ports ^ ifindex) * SLUICE_XDP_PF_MULT mod 2^32) >> (32 - SLUICE_XDP_FC_SLOTS_LOG2)
+ *
+ * SLUICE_MAP_TC_FC is the same cache for TC's redirect of a packet it
+ * rewrote to a local source (bpf/lib/tc_fc.h: SNATed original packets,
+ * replies at ingress): same layout, slot function, slot count and TTL; its
+ * lookup has no TOS (tos 0 in the tag) and `action` is TC_ACT_REDIRECT.
+ * Its own map: an XDP slot's answer was judged for XDP (lb_xdp_fib_action).
  */
 #define SLUICE_XDP_FC_SLOTS_LOG2 8
 #define SLUICE_XDP_FC_SLOTS  256 /* 2^SLUICE_XDP_FC_SLOTS_LOG2 */
@@ -1158,6 +1165,10 @@ static inline __u32 sluice_bit_slot(__u32 h, __u32 log2)
 /* Counters of the known-flow path's sending (rows 57-58). */
 #define LB_CNT_XDP_FIB_LOOKUP 57 /* known flow at XDP, either family: full bpf_fib_lookup (no fresh SLUICE_MAP_XDP_FC/FC6 slot for it) */
 #define LB_CNT_XDP_FIB_CACHED 58 /* known flow at XDP, either family: sent with the cached FIB answer */
+
+/* Counters of TC's IPv4 redirect (rows 60-61, SLUICE_MAP_TC_FC). */
+#define LB_CNT_TC_FIB_LOOKUP 60 /* TC, IPv4: a rewritten packet routed by a full bpf_fib_lookup (no fresh SLUICE_MAP_TC_FC slot for it) */
+#define LB_CNT_TC_FIB_CACHED 61 /* TC, IPv4: a rewritten packet redirected with the cached FIB answer */
 
 /* SLUICE_MAP_XDP_STATS value: what XDP did with the packets of one device. */
 struct lb_xdp_stats {

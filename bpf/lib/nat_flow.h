@@ -19,6 +19,7 @@
 #include "frag.h"
 #include "pmtu.h"
 #include "egress.h"
+#include "tc_fc.h" /* issue 12: TC's FIB cache */
 
 /*
  * Where a program runs. It decides which conntrack entries are the path's
@@ -66,6 +67,16 @@ static __always_inline int lb4_dec_ttl(struct __sk_buff *skb)
 	return bpf_skb_store_bytes(skb, LB_ETH_HLEN + 8, ttl_proto, 1, 0);
 }
 
+/* The next hop's MACs into the frame: destination first, one store. */
+static __always_inline int lb_set_macs(struct __sk_buff *skb, const __u8 *smac, const __u8 *dmac)
+{
+	__u8 macs[12];
+
+	__builtin_memcpy(macs, dmac, 6);
+	__builtin_memcpy(macs + 6, smac, 6);
+	return bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0);
+}
+
 /*
  * Send a packet the FIB found a way for (rc SUCCESS or NO_NEIGH): with the
  * next hop's MACs, or through the kernel's neighbour resolution when it has
@@ -76,8 +87,7 @@ static __always_inline int lb_fib_redirect(struct __sk_buff *skb, const struct b
 {
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
 		return bpf_redirect_neigh(fib->ifindex, NULL, 0, 0);
-	if (bpf_skb_store_bytes(skb, 0, fib->dmac, 6, 0) < 0 ||
-	    bpf_skb_store_bytes(skb, 6, fib->smac, 6, 0) < 0)
+	if (lb_set_macs(skb, fib->smac, fib->dmac) < 0)
 		return TC_ACT_SHOT;
 	return bpf_redirect(fib->ifindex, 0);
 }
@@ -88,22 +98,36 @@ static __always_inline int lb_fib_redirect(struct __sk_buff *skb, const struct b
  * route (or the TTL is spent) the stack gets the packet and decides.
  * `arrived` is the packet as it came in (NULL: an ICMP error), `to` the tuple
  * it was rewritten to; a packet too big for the next hop is answered with
- * ICMP "fragmentation needed" (pmtu.h).
+ * ICMP "fragmentation needed" (pmtu.h). A fresh answer of the same lookup
+ * comes from the FIB cache (tc_fc.h) instead; a successful full lookup
+ * fills its slot.
  */
 static __always_inline int
 lb4_tc_redirect(struct __sk_buff *skb, const struct lb4_packet *arrived, const struct lb4_tuple *to)
 {
 	struct bpf_fib_lookup fib = {};
-	int rc;
-
-	fib.family = AF_INET;
-	fib.ipv4_src = to->saddr;
-	fib.ipv4_dst = to->daddr;
-	fib.ifindex = skb->ingress_ifindex;
+	__u32 in = skb->ingress_ifindex;
 	/* The IP length, so the FIB checks the route's MTU before the
 	 * neighbour (a GSO packet is checked per segment by the device: 0
 	 * asks for that). */
-	fib.tot_len = skb->gso_size ? 0 : skb->len - LB_ETH_HLEN;
+	__u16 tot_len = skb->gso_size ? 0 : skb->len - LB_ETH_HLEN;
+	__u64 now = bpf_ktime_get_ns();
+	struct lb4_xdp_fib_cache *c = lb4_tc_fc_slot(to, in);
+	int rc;
+
+	if (c && lb4_fc_hit(c, to, in, 0, tot_len, now)) {
+		if (lb4_dec_ttl(skb) < 0)
+			return TC_ACT_OK;
+		lb_count(LB_CNT_TC_FIB_CACHED);
+		if (lb_set_macs(skb, c->smac, c->dmac) < 0)
+			return TC_ACT_SHOT;
+		return bpf_redirect(c->out_ifindex, 0);
+	}
+	fib.family = AF_INET;
+	fib.ipv4_src = to->saddr;
+	fib.ipv4_dst = to->daddr;
+	fib.ifindex = in;
+	fib.tot_len = tot_len;
 	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return lb4_pmtu_too_big(skb, arrived, to, fib.mtu_result);
@@ -111,6 +135,9 @@ lb4_tc_redirect(struct __sk_buff *skb, const struct lb4_packet *arrived, const s
 		lb_count(LB_CNT_TC_FIB_FAILED);
 		return TC_ACT_OK;
 	}
+	lb_count(LB_CNT_TC_FIB_LOOKUP);
+	if (c && rc == BPF_FIB_LKUP_RET_SUCCESS)
+		lb4_fc_fill(c, &fib, to, in, 0, tot_len, TC_ACT_REDIRECT, now);
 	if (lb4_dec_ttl(skb) < 0)
 		return TC_ACT_OK;
 	return lb_fib_redirect(skb, &fib, rc);

@@ -1,30 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * xdp_fc.h: the FIB cache of XDP's known-flow path (SLUICE_MAP_XDP_FC,
- * native/sluice_abi.h has the layout and the slot function).
- *
- * bpf_fib_lookup is the largest single step of a known flow's packet (a
- * route lookup and a neighbour lookup, every packet, for the same answer).
- * The answer depends only on the lookup's inputs, so a slot keeps it tagged
- * with all of them (arrival device, addresses, ports, protocol, TOS) and the
- * largest total length the MTU check passed: a hit gives exactly what the
- * lookup gave then. What the tag cannot see is the kernel's tables changing
- * (a route, a neighbour's MAC or its loss, a device's MTU): a slot answers
- * for SLUICE_XDP_FC_TTL_NS only, so such a change reaches XDP within that
- * time (the agent does not flush it: the kernel's tables are not its).
- *
- * Per CPU: no two CPUs write one slot, and a slot is filled and read by the
- * same packet's program (XDP does not nest on a CPU). Direct-mapped: the
- * slot index is computed, and the verifier inlines the array lookup (no
- * hashing call). Two flows in one slot alternate full lookups, as before.
- *
+ * xdp_fc.h: the FIB cache of XDP's known-flow path (SLUICE_MAP_XDP_FC; the
+ * cache itself: fib_cache.h). Its slots' `action` is XDP_TX or XDP_REDIRECT.
  * Only successful lookups are cached: NO_NEIGH, no route, MTU, and devices
  * without XDP still pass the packet to TC every time (lb_xdp_fib_action).
  */
 #ifndef SLUICE_BPF_XDP_FC_H
 #define SLUICE_BPF_XDP_FC_H
 
-#include "maps.h"
+#include "fib_cache.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -33,45 +17,9 @@ struct {
 	__uint(max_entries, SLUICE_XDP_FC_SLOTS);
 } SLUICE_MAP_XDP_FC SEC(".maps");
 
-_Static_assert(SLUICE_XDP_FC_SLOTS == 1 << SLUICE_XDP_FC_SLOTS_LOG2, "FIB cache size");
-
-/* The slot of a lookup's inputs (`to`: the packet as it will be sent). */
 static __always_inline struct lb4_xdp_fib_cache *lb4_xdp_fc_slot(const struct lb4_tuple *to, __u32 ifindex)
 {
-	__u32 ports = ((__u32)to->sport << 16) | to->dport;
-	__u32 slot = sluice_bit_slot(to->saddr ^ to->daddr ^ ports ^ ifindex, SLUICE_XDP_FC_SLOTS_LOG2);
-
-	return bpf_map_lookup_elem(&SLUICE_MAP_XDP_FC, &slot);
-}
-
-/* Does slot `c` hold a fresh answer for exactly these inputs and this length? */
-static __always_inline bool
-lb4_xdp_fc_hit(const struct lb4_xdp_fib_cache *c, const struct lb4_tuple *to, __u32 ifindex, __u8 tos,
-	       __u16 tot_len, __u64 now)
-{
-	return c->expires_ns > now && c->daddr == to->daddr && c->saddr == to->saddr &&
-	       c->sport == to->sport && c->dport == to->dport && c->in_ifindex == ifindex &&
-	       c->proto == to->proto && c->tos == tos && tot_len <= c->max_len;
-}
-
-/* Keep a successful lookup's answer (`action`: XDP_TX or XDP_REDIRECT). */
-static __always_inline void
-lb4_xdp_fc_fill(struct lb4_xdp_fib_cache *c, const struct bpf_fib_lookup *fib, const struct lb4_tuple *to,
-		__u32 ifindex, __u8 tos, __u16 tot_len, int action, __u64 now)
-{
-	c->expires_ns = now + SLUICE_XDP_FC_TTL_NS;
-	c->saddr = to->saddr;
-	c->daddr = to->daddr;
-	c->sport = to->sport;
-	c->dport = to->dport;
-	c->in_ifindex = ifindex;
-	c->out_ifindex = fib->ifindex;
-	c->max_len = tot_len;
-	c->proto = to->proto;
-	c->tos = tos;
-	__builtin_memcpy(c->smac, fib->smac, 6);
-	__builtin_memcpy(c->dmac, fib->dmac, 6);
-	c->action = action;
+	return lb4_fc_slot(&SLUICE_MAP_XDP_FC, to, ifindex);
 }
 
 #endif /* SLUICE_BPF_XDP_FC_H */

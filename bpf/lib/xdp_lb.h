@@ -419,7 +419,7 @@ lb4_xdp_known_flow(struct xdp_md *ctx, const struct lb4_xdp_packet *p, struct lb
 	if (!c)
 		return XDP_PASS;
 	tot_len = bpf_ntohs(p->ip->tot_len);
-	if (lb4_xdp_fc_hit(c, &to, in, p->ip->tos, tot_len, now)) {
+	if (lb4_fc_hit(c, &to, in, p->ip->tos, tot_len, now)) {
 		if (!lb_xdp_fc_usable(c->out_ifindex, c->action))
 			return XDP_PASS;
 	} else {
@@ -432,7 +432,7 @@ lb4_xdp_known_flow(struct xdp_md *ctx, const struct lb4_xdp_packet *p, struct lb
 		if (action == XDP_PASS)
 			return XDP_PASS;
 		lb_count(LB_CNT_XDP_FIB_LOOKUP);
-		lb4_xdp_fc_fill(c, fib, &to, in, p->ip->tos, tot_len, action, now);
+		lb4_fc_fill(c, fib, &to, in, p->ip->tos, tot_len, action, now);
 	}
 	if (lb4_ct_touch_at(e, cfg, &p->tuple, p->len, now) < 0)
 		return XDP_PASS; /* its peer entry was lost: TC balances it again */

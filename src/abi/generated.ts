@@ -52,7 +52,9 @@ export const LB_CNT_TC_CT_RESTORED_ORIG = 24;
 export const LB_CNT_TC_CT_RESTORED_REPLY = 25;
 export const LB_CNT_TC_DSR_DECAP = 29;
 export const LB_CNT_TC_DSR_ENCAP = 28;
+export const LB_CNT_TC_FIB_CACHED = 61;
 export const LB_CNT_TC_FIB_FAILED = 23;
+export const LB_CNT_TC_FIB_LOOKUP = 60;
 export const LB_CNT_TC_FRAG_FOUND = 49;
 export const LB_CNT_TC_FRAG_NEEDED_SENT = 51;
 export const LB_CNT_TC_FRAG_TRACKED = 48;
@@ -173,6 +175,7 @@ export const SLUICE_MAP_SRCRANGE6 = "sluice_srcrng6";
 export const SLUICE_MAP_SVC_NAMES = "sluice_svcname";
 export const SLUICE_MAP_TC_CONFIG = "sluice_tc_cfg";
 export const SLUICE_MAP_TC_CONFIG6 = "sluice_tc_cfg6";
+export const SLUICE_MAP_TC_FC = "sluice_tc_fc";
 export const SLUICE_MAP_XDP_FC = "sluice_xdp_fc";
 export const SLUICE_MAP_XDP_FC6 = "sluice_xdp_fc6";
 export const SLUICE_MAP_XDP_FE4 = "sluice_xdp_fe4";
@@ -2060,6 +2063,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_svcname: {"name":"sluice_svcname","type":1,"keyType":"lb_svc_name_key","keySize":8,"valueType":"lb_svc_name","valueSize":144,"maxEntries":131072,"flags":1},
   sluice_tc_cfg: {"name":"sluice_tc_cfg","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_tc_config","valueSize":24,"maxEntries":1},
   sluice_tc_cfg6: {"name":"sluice_tc_cfg6","type":2,"keyType":"u32","keySize":4,"valueType":"lb6_tc_config","valueSize":16,"maxEntries":1},
+  sluice_tc_fc: {"name":"sluice_tc_fc","type":6,"keyType":"u32","keySize":4,"valueType":"lb4_xdp_fib_cache","valueSize":48,"maxEntries":256},
   sluice_xdp_fc: {"name":"sluice_xdp_fc","type":6,"keyType":"u32","keySize":4,"valueType":"lb4_xdp_fib_cache","valueSize":48,"maxEntries":256},
   sluice_xdp_fc6: {"name":"sluice_xdp_fc6","type":6,"keyType":"u32","keySize":4,"valueType":"lb6_xdp_fib_cache","valueSize":72,"maxEntries":256},
   sluice_xdp_fe4: {"name":"sluice_xdp_fe4","type":1,"keyType":"u32","keySize":4,"valueType":"u8","valueSize":1,"maxEntries":65536,"flags":1},

@@ -78,6 +78,9 @@ const NORTH_SOUTH: Row[] = [
   // XDP's known-flow sending, both families (bpf/lib/xdp_fc.h, xdp_fc6.h): a full FIB lookup, or the cached answer.
   [abi.LB_CNT_XDP_FIB_LOOKUP, 'xdp_fib_lookup', 'original'],
   [abi.LB_CNT_XDP_FIB_CACHED, 'xdp_fib_cached', 'original'],
+  // TC's IPv4 redirect of a rewritten packet, either direction (bpf/lib/tc_fc.h): a full FIB lookup, or the cached answer.
+  [abi.LB_CNT_TC_FIB_LOOKUP, 'tc_fib_lookup', 'none'],
+  [abi.LB_CNT_TC_FIB_CACHED, 'tc_fib_cached', 'none'],
 ];
 
 /** Per-packet flow reasons: counted at these indices on the north-south path, LB_CNT_POD_OFFSET above on pod veths. */

@@ -151,6 +151,7 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   [abi.SLUICE_MAP_XDP_S6]: { kind: 'drop', reason: 'scratch space of one IPv6 packet: nothing lives in it between packets' },
   [abi.SLUICE_MAP_XDP_FC]: { kind: 'drop', reason: 'FIB answers cached for 50 ms: the first packets after the load look the routes up again' },
   [abi.SLUICE_MAP_XDP_FC6]: { kind: 'drop', reason: 'IPv6 FIB answers cached for 50 ms: the first packets after the load look the routes up again' },
+  [abi.SLUICE_MAP_TC_FC]: { kind: 'drop', reason: 'FIB answers of TC redirects cached for 50 ms: the first packets after the load look the routes up again' },
   // Pod veths (issue 12): the frontend-address bitmap is its maintainer's; copied
   // as it is (marker word included), so a maintained bitmap stays complete across an upgrade.
   [abi.SLUICE_MAP_POD_PF4]: { kind: 'rebuild' },

@@ -14,7 +14,7 @@ import { readCounter } from '../../src/datapath/maps';
 import { openTcMaps, type TcMaps } from '../../src/datapath/tc/maps';
 import { gcConntrack } from '../../src/datapath/tc/conntrack';
 
-export const TC_OBJECT = path.resolve(__dirname, '../../../build/tc_lb.bpf.o');
+export const TC_OBJECT = process.env.SLUICE_TC_OBJECT ?? path.resolve(__dirname, '../../../build/tc_lb.bpf.o');
 const ATTACH_MAIN = path.resolve(__dirname, '../../src/datapath/tc/attachMain.js');
 
 /** Attach tc_lb to `devices` of a network namespace (attachMain run there), links pinned under `pinDir`. */
@@ -90,6 +90,19 @@ export class TcHarness {
     }
     this.tc.dsr?.set(0, { mode: abi.LB_NODEPORT_MODE_SNAT });
     this.tc.config.set(0, { snat_address: 0, snat_port_min: 0, snat_port_max: 0, tcp_established_timeout: 0, tcp_closing_timeout: 0, udp_timeout: 0, tcp_syn_timeout: 0 });
+    this.clearFibCache();
+  }
+
+  /** Empty TC's FIB cache on every CPU: a slot outlives a test's routes and neighbours (a build without it: nothing to do). */
+  clearFibCache(): void {
+    if (!this.obj.mapNames().includes(abi.SLUICE_MAP_TC_FC)) return;
+    const fc = this.obj.map(abi.SLUICE_MAP_TC_FC);
+    const empty = fc.splitPerCpu(Buffer.alloc(fc.valueBufferSize));
+    const key = Buffer.alloc(4);
+    for (let slot = 0; slot < abi.SLUICE_XDP_FC_SLOTS; slot++) {
+      key.writeUInt32LE(slot);
+      fc.updatePerCpu(key, empty);
+    }
   }
 
   upsertFrontend(f: TcFrontend, scope = abi.LB_SCOPE_EXTERNAL): void {

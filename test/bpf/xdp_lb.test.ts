@@ -14,6 +14,7 @@ import { attachXdp, detachXdp, listXdp, syncFrontendAddresses } from '../../src/
 import { xdpStatus } from '../../src/datapath/xdp/status';
 import { TCP_ACK, TCP_PSH, TCP_SYN, TC_ACT_REDIRECT, diffHex, frame, type L4Spec } from './tc_packet';
 import { XDP_DROP, XDP_PASS, XDP_REDIRECT, XDP_TX, XdpHarness } from './xdp_harness';
+import { fibCacheSlotsOf, writeFibCacheSlot } from './fib_cache_slots';
 
 const CLIENT = '198.18.0.10';
 const NODE = '198.18.0.1';
@@ -240,27 +241,8 @@ describe('the FIB cache of known flows (sluice_xdp_fc, bpf/lib/xdp_fc.h)', () =>
   const CACHED_BE_MAC = '02:00:00:00:00:40';
   const BOGUS_MAC = '02:00:00:00:0b:ad';
 
-  /** Every CPU's copy of the slots holding `backend` (the program runs on any CPU). */
-  function slotsOf(backend: string): Array<{ slot: number; perCpu: abi.Lb4XdpFibCache[] }> {
-    const fc = h.xdp.map(abi.SLUICE_MAP_XDP_FC);
-    const key = Buffer.alloc(4);
-    const found = [];
-    for (let slot = 0; slot < abi.SLUICE_XDP_FC_SLOTS; slot++) {
-      key.writeUInt32LE(slot);
-      const perCpu = fc.lookupPerCpu(key)!.map((b) => abi.decodeLb4XdpFibCache(b));
-      if (perCpu.some((c) => c.expires_ns !== 0n && c.daddr === ip4ToNumber(backend))) found.push({ slot, perCpu });
-    }
-    return found;
-  }
-
-  /** Put `entry` in `slot` on every CPU. */
-  function writeSlot(slot: number, entry: abi.Lb4XdpFibCache): void {
-    const fc = h.xdp.map(abi.SLUICE_MAP_XDP_FC);
-    const key = Buffer.alloc(4);
-    key.writeUInt32LE(slot);
-    const n = fc.valueBufferSize / 48;
-    fc.updatePerCpu(key, Array.from({ length: n }, () => abi.encodeLb4XdpFibCache(entry)));
-  }
+  const slotsOf = (backend: string) => fibCacheSlotsOf(h.xdp.map(abi.SLUICE_MAP_XDP_FC), backend);
+  const writeSlot = (slot: number, entry: abi.Lb4XdpFibCache) => writeFibCacheSlot(h.xdp.map(abi.SLUICE_MAP_XDP_FC), slot, entry);
 
   /** A UDP flow to CACHED_BE opened at XDP, one known-flow packet sent (the slot filled, between `filledAfter` and `filledBefore`, CLOCK_MONOTONIC as bpf_ktime_get_ns). */
   let filledAfter = 0n;
