@@ -76,14 +76,7 @@ function openFlow(sport: number): { spec: L4Spec; slot: number; filled: abi.Lb4X
 
 before(() => {
   h = new XdpHarness();
-  h.ip('link', 'add', 'ext0', 'address', EXT_MAC, 'type', 'veth', 'peer', 'name', 'ext0p');
-  h.ip('link', 'add', 'int0', 'address', INT_MAC, 'type', 'veth', 'peer', 'name', 'int0p');
-  h.ip('link', 'set', 'ext0p', 'up');
-  h.ip('link', 'set', 'int0p', 'up');
-  h.ip('addr', 'add', `${NODE}/24`, 'dev', 'ext0');
-  h.ip('addr', 'add', '198.18.3.1/24', 'dev', 'int0');
-  h.ip('link', 'set', 'ext0', 'up');
-  h.ip('link', 'set', 'int0', 'up');
+  h.addNodeDevices(EXT_MAC, INT_MAC, NODE);
   h.ip('neigh', 'add', INT_GW, 'lladdr', INT_GW_MAC, 'dev', 'int0', 'nud', 'permanent');
   ext0 = h.ifindex('ext0');
   int0 = h.ifindex('int0');

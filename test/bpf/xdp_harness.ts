@@ -61,6 +61,22 @@ export class XdpHarness {
     execFileSync('ip', ['-n', this.netns, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
   }
 
+  /**
+   * The node of the north-south tests: `ext0` (client side, `nodeAddress`/24)
+   * and `int0` (backend side, 198.18.3.1/24), veth pairs (this kernel has no
+   * dummy devices) whose peers only carry the link up.
+   */
+  addNodeDevices(extMac: string, intMac: string, nodeAddress: string): void {
+    this.ip('link', 'add', 'ext0', 'address', extMac, 'type', 'veth', 'peer', 'name', 'ext0p');
+    this.ip('link', 'add', 'int0', 'address', intMac, 'type', 'veth', 'peer', 'name', 'int0p');
+    this.ip('link', 'set', 'ext0p', 'up');
+    this.ip('link', 'set', 'int0p', 'up');
+    this.ip('addr', 'add', `${nodeAddress}/24`, 'dev', 'ext0');
+    this.ip('addr', 'add', '198.18.3.1/24', 'dev', 'int0');
+    this.ip('link', 'set', 'ext0', 'up');
+    this.ip('link', 'set', 'int0', 'up');
+  }
+
   ifindex(device: string): number {
     const [link] = JSON.parse(execFileSync('ip', ['-n', this.netns, '-j', 'link', 'show', 'dev', device], { encoding: 'utf8' })) as Array<{ ifindex: number }>;
     return link!.ifindex;

@@ -54,15 +54,7 @@ function nodePort(backends: typeof REMOTE_BE[], proto: 'tcp' | 'udp' = 'tcp', fl
 
 before(() => {
   h = new XdpHarness();
-  // veth pairs (this kernel has no dummy devices); the peers only carry the link up.
-  h.ip('link', 'add', 'ext0', 'address', EXT_MAC, 'type', 'veth', 'peer', 'name', 'ext0p');
-  h.ip('link', 'add', 'int0', 'address', INT_MAC, 'type', 'veth', 'peer', 'name', 'int0p');
-  h.ip('link', 'set', 'ext0p', 'up');
-  h.ip('link', 'set', 'int0p', 'up');
-  h.ip('addr', 'add', `${NODE}/24`, 'dev', 'ext0');
-  h.ip('addr', 'add', '198.18.3.1/24', 'dev', 'int0');
-  h.ip('link', 'set', 'ext0', 'up');
-  h.ip('link', 'set', 'int0', 'up');
+  h.addNodeDevices(EXT_MAC, INT_MAC, NODE);
   h.ip('neigh', 'add', GW, 'lladdr', GW_MAC, 'dev', 'ext0', 'nud', 'permanent');
   h.ip('neigh', 'add', INT_BE.address, 'lladdr', BE_INT_MAC, 'dev', 'int0', 'nud', 'permanent');
   h.ip('route', 'add', '198.18.2.0/24', 'via', GW, 'dev', 'ext0');
