@@ -158,24 +158,12 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 
 /*
  * Whether the socket already has a cookie, read without creating one
- * (bpf_get_socket_cookie() allocates it on first use). false only when it
- * surely has none; a socket that is not TCP, or any doubt: true (look).
+ * (bpf_get_socket_cookie() allocates it on first use): the kernel's struct
+ * sock behind any socket (TCP or UDP, a sock_addr or a sock_release
+ * context), read only. false only when it surely has none; any doubt: true
+ * (look).
  */
 static __always_inline bool lb_sock_has_cookie(struct bpf_sock *sk)
-{
-	struct tcp_sock *tp;
-
-	if (!sk)
-		return true;
-	tp = bpf_skc_to_tcp_sock(sk);
-	if (!tp)
-		return true;
-	return tp->inet_conn.icsk_inet.sk.__sk_common.skc_cookie.counter != 0;
-}
-
-/* The same for any socket (a UDP one included): the kernel's struct sock
- * behind the socket, read only. */
-static __always_inline bool lb_sock_cookie_set(struct bpf_sock *sk)
 {
 	struct sock *s = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct sock));
 
@@ -366,7 +354,7 @@ lb4_sock_udp_sticky(struct bpf_sock_addr *ctx, struct lb4_sock_udp *u, struct lb
 	struct lb4_service_key fkey = { .address = frontend, .port = key->port };
 	/* A socket without a cookie yet (its first datagram) holds no slot:
 	 * its slot is not read. */
-	bool had_cookie = lb_sock_cookie_set(ctx->sk);
+	bool had_cookie = lb_sock_has_cookie(ctx->sk);
 	struct lb4_sock_uslot copy;
 
 	u->cookie = bpf_get_socket_cookie(ctx);
@@ -630,7 +618,7 @@ static __always_inline int lb4_sock_udp_xlate_rev(struct bpf_sock_addr *ctx, __b
 	struct lb4_sock_uslot copy;
 	__u64 cookie;
 
-	if (!lb_sock_cookie_set(ctx->sk))
+	if (!lb_sock_has_cookie(ctx->sk))
 		return -1; /* storage only: sockets sent before the slots existed */
 	cookie = bpf_get_socket_cookie(ctx);
 	if (!lb4_sock_uslot_read(lb4_sock_uslot(cookie), cookie, &copy))
@@ -648,7 +636,7 @@ static __always_inline int lb4_sock_udp_xlate_rev(struct bpf_sock_addr *ctx, __b
  * never sent to a Service has no cookie: nothing looked up). */
 static __always_inline void lb4_sock_udp_forget(struct bpf_sock *sk)
 {
-	if (sk->protocol != LB_PROTO_UDP || !lb_sock_cookie_set(sk))
+	if (sk->protocol != LB_PROTO_UDP || !lb_sock_has_cookie(sk))
 		return;
 	lb4_sock_uslot_free(bpf_get_socket_cookie(sk));
 }
@@ -661,15 +649,12 @@ static __always_inline void lb4_sock_udp_forget(struct bpf_sock *sk)
 static __always_inline void lb4_sock_tcp_forget(struct bpf_sock *sk)
 {
 	struct lb4_sock_tcp_key tkey = {};
-	struct sock *s;
 	__u32 lc_id;
 
 	if (sk->protocol != LB_PROTO_TCP)
 		return;
-	/* No cookie: never translated (see lb_sock_has_cookie); the context
-	 * of a sock_release program is the kernel's struct sock. */
-	s = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct sock));
-	if (s && s->__sk_common.skc_cookie.counter == 0)
+	/* No cookie: never translated. */
+	if (!lb_sock_has_cookie(sk))
 		return;
 	tkey.cookie = bpf_get_socket_cookie(sk);
 	/* An AF_INET6 socket sent to an IPv6 frontend: its IPv6 slot (if it
