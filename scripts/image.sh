@@ -92,6 +92,7 @@ umoci config --image "$oci:$tag" --created "$created" --no-history \
   --config.env SLUICE_BPF_DIR=/opt/sluice/bpf \
   --config.env PATH=/opt/sluice/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --config.env NODE_ENV=production \
+  --config.env MALLOC_ARENA_MAX=2 \
   --config.env NODE_OPTIONS=--max-semi-space-size=1 \
   --config.entrypoint sluice \
   --config.cmd agent --config.cmd --config --config.cmd /etc/sluice/config.yaml \
