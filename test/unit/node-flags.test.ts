@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { AGENT_ENV, AGENT_NODE_FLAGS } from '../../src/agent/nodeFlags';
 import { agentNodeFlags } from '../../src/lab/agentProcess';
+import { parseDockerfile } from '../node/dockerfile';
 
 const ROOT = path.resolve(__dirname, '..', '..', '..');
 
@@ -18,6 +19,17 @@ test("the image's NODE_OPTIONS are the agent's node flags, its ENV has the agent
   for (const [k, v] of Object.entries(AGENT_ENV)) {
     assert.match(dockerfile, new RegExp(`^\\s+${k}=${v} \\\\$`, 'm'), `deploy/Dockerfile: no ENV ${k}=${v}`);
   }
+});
+
+// scripts/image.sh writes the image config by hand (umoci, no Docker engine):
+// its environment must be the Dockerfile's, checked here on every machine, not
+// only where the node tier's cached image build runs (it drifted once: the
+// image lacked MALLOC_ARENA_MAX).
+test("scripts/image.sh gives the image exactly the Dockerfile's ENV", () => {
+  const stage = parseDockerfile(fs.readFileSync(path.join(ROOT, 'deploy', 'Dockerfile'), 'utf8'));
+  const script = fs.readFileSync(path.join(ROOT, 'scripts', 'image.sh'), 'utf8');
+  const env = Object.fromEntries([...script.matchAll(/--config\.env (\w+)=(\S+)/g)].map((m) => [m[1]!, m[2]!]));
+  assert.deepEqual(env, stage.env);
 });
 
 test('bin/sluice starts node with the same environment and flags', () => {
