@@ -136,7 +136,14 @@ export interface SyncReport {
    * an API write -> map entry without its own poll's wake-up in the figure.
    */
   mapsWrittenAtNs?: number;
+  /** The pass took a Node update (whatever it changed): a test waits for the pass that handled one. */
+  nodeChanged: boolean;
+  /** The pass re-translated every Service (a full pass, or the derived node context changed). */
+  everyService: boolean;
 }
+
+/** What a pass covered: SyncReport's nodeChanged and everyService. */
+type PassScope = Pick<SyncReport, 'nodeChanged' | 'everyService'>;
 
 export class Syncer {
   private programmer: LbProgrammer;
@@ -381,7 +388,7 @@ export class Syncer {
   }
 
   /** Which Services a pass translates: the changed ones, or all when the derived node context changed. */
-  private collect(full: boolean): { keys: Set<string>; triggerTimes: Map<string, number>; node: NodeContext } {
+  private collect(full: boolean): { keys: Set<string>; triggerTimes: Map<string, number>; node: NodeContext; scope: PassScope } {
     const { keys, nodeChanged, triggerTimes } = this.state.takeDirty();
     const before = this.lastNode;
     const node = this.node(full);
@@ -393,7 +400,8 @@ export class Syncer {
       if (fingerprint !== this.nodeFingerprint) all = true;
       this.nodeFingerprint = fingerprint;
     }
-    return { keys: all ? new Set([...this.state.services.keys(), ...this.desired.keys(), ...keys]) : keys, triggerTimes, node };
+    const scope = { nodeChanged, everyService: all };
+    return { keys: all ? new Set([...this.state.services.keys(), ...this.desired.keys(), ...keys]) : keys, triggerTimes, node, scope };
   }
 
   /** Translate one Service into the pass's upserts and removals. */
@@ -411,10 +419,10 @@ export class Syncer {
   /** A partial pass: the changed Services. Never throws: failures are logged, counted and retried. */
   syncOnce(): SyncReport {
     const start = process.hrtime.bigint();
-    const { keys, triggerTimes, node } = this.collect(false);
+    const { keys, triggerTimes, node, scope } = this.collect(false);
     const upserts: FrontendSpec[] = [];
     const removals: string[] = [];
-    return this.finish('partial', start, keys, triggerTimes, () => {
+    return this.finish('partial', start, keys, triggerTimes, scope, () => {
       for (const key of keys) this.translateInto(key, node, upserts, removals);
       return this.apply(upserts, removals);
     });
@@ -430,7 +438,7 @@ export class Syncer {
   private async syncFull(): Promise<SyncReport> {
     const start = process.hrtime.bigint();
     this.fullPending = false;
-    const { keys, triggerTimes, node } = this.collect(true);
+    const { keys, triggerTimes, node, scope } = this.collect(true);
     let upserts: FrontendSpec[] = [];
     const removals: string[] = [];
     let translateMs = 0;
@@ -462,9 +470,9 @@ export class Syncer {
       this.apply([], [...removals, ...stale], outcome);
       writeMs += performance.now() - t2;
     } catch (err) {
-      return this.finish('full', start, keys, triggerTimes, () => { throw err; });
+      return this.finish('full', start, keys, triggerTimes, scope, () => { throw err; });
     }
-    const report = this.finish('full', start, keys, triggerTimes, () => outcome);
+    const report = this.finish('full', start, keys, triggerTimes, scope, () => outcome);
     const first = this.firstSync;
     if (first) {
       this.firstSync = undefined;
@@ -480,8 +488,9 @@ export class Syncer {
   }
 
   /** Record a pass's outcome (work() applies it), metrics and the report. Never throws. */
-  private finish(kind: 'partial' | 'full', start: bigint, keys: Set<string>, triggerTimes: Map<string, number>, work: () => ApplyOutcome): SyncReport {
-    const report: SyncReport = { kind, services: keys.size, written: 0, deleted: 0, failures: 0, durationMs: 0 };
+  private finish(kind: 'partial' | 'full', start: bigint, keys: Set<string>, triggerTimes: Map<string, number>, scope: PassScope,
+    work: () => ApplyOutcome): SyncReport {
+    const report: SyncReport = { kind, services: keys.size, written: 0, deleted: 0, failures: 0, durationMs: 0, ...scope };
     try {
       const failures = work();
       report.mapsWrittenAtNs = Number(process.hrtime.bigint());
