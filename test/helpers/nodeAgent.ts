@@ -55,9 +55,16 @@ export class NodeAgent {
   }
 
   async stop(): Promise<void> {
-    for (const c of this.children) if (c.exitCode === null) c.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 300));
-    for (const c of this.children) if (c.exitCode === null) c.kill('SIGKILL');
+    // Until every child has exited, at most 300 ms (then SIGKILL): the agent
+    // and the forwarders usually go within milliseconds, and a fixed 300 ms
+    // per stop() added up over the e2e files that start one or more agents.
+    const running = this.children.filter((c) => c.exitCode === null && c.signalCode === null);
+    const exited = Promise.all(running.map((c) => new Promise((r) => c.once('exit', r))));
+    for (const c of running) c.kill('SIGTERM');
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([exited, new Promise((r) => { timer = setTimeout(r, 300); })]);
+    clearTimeout(timer);
+    for (const c of running) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
     await this.api.close();
     fs.rmSync(this.bpffs, { recursive: true, force: true });
     if (fs.existsSync(this.cgroup)) fs.rmdirSync(this.cgroup);
