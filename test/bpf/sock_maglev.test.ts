@@ -7,6 +7,8 @@
 // pinned map, written by `sluice service upsert --algorithm maglev` through
 // the same programmer the agent uses.
 import { test, before, after } from 'node:test';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import assert from 'node:assert/strict';
 import * as abi from '../../src/abi/generated';
 import { openSockLbMaps, readCounter } from '../../src/datapath/maps';
@@ -15,12 +17,21 @@ import { MaglevTables, readMaglevTable } from '../../src/datapath/maglev';
 import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
 import { markAlgorithm } from '../../bench/algorithms';
 
+const execFileAsync = promisify(execFile);
+
 const VIP = '10.96.0.21';
 const BACKENDS = ['198.18.21.2', '198.18.21.3', '198.18.21.4', '198.18.21.5'];
 
 let sb: Sandbox;
 
 const sluice = (args: string[]) => sh(sluiceBin, [...args, '--bpffs', sb.bpffs]);
+/**
+ * The same CLI call without blocking the event loop: while a client runs,
+ * six synchronous calls (3-8 s each on a loaded machine: this test ran
+ * 30-55 s with 6 busy loops on 2 CPUs) held the loop past the client's 30 s
+ * timer, which then raced the client's exit.
+ */
+const sluiceAsync = async (args: string[]) => (await execFileAsync(sluiceBin, [...args, '--bpffs', sb.bpffs], { encoding: 'utf8' })).stdout;
 
 async function connect(port: number, count: number): Promise<string[]> {
   const out = await sb.runInCgroup(['node', labScript('lbClient'), 'tcp', VIP, String(port), String(count)], 30000, sb.netns);
@@ -88,7 +99,7 @@ test('table swaps while a client connects in a loop: no failed connection, no fa
     const picked0 = readCounter(maps.counters, abi.LB_CNT_MAGLEV_PICKED);
     const loop = sb.runInCgroup(['node', labScript('lbClient'), 'loop', VIP, '83', '7000'], 30000, sb.netns);
     // Each upsert builds a new table and swaps it in while connects run.
-    for (let i = 0; i < 6; i++) sluice(['service', 'upsert', '--frontend', `${VIP}:83/tcp`, '--backends', i % 2 ? setA : setB, '--algorithm', 'maglev']);
+    for (let i = 0; i < 6; i++) await sluiceAsync(['service', 'upsert', '--frontend', `${VIP}:83/tcp`, '--backends', i % 2 ? setA : setB, '--algorithm', 'maglev']);
     const { ok, errors } = JSON.parse(await loop) as { ok: number; errors: Record<string, number> };
     assert.deepEqual(errors, {}, 'connections failed during table swaps');
     assert.ok(ok > 20, `only ${ok} connections`);
