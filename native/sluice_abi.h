@@ -650,11 +650,17 @@ _Static_assert(sizeof(struct lb4_sock_slot) == 32, "lb4_sock_slot layout");
  * slot another live socket holds, keeps its pairs in its storage as before;
  * the slot's pair moves there (storage written first, then the slot freed),
  * so a socket with storage holds no slot and replies never have two places
- * to be looked up in. rev_nat_id repeats pair.rev_nat_id (the shared head).
+ * to be looked up in. seq (issue 12): a sequence count around every write
+ * (odd while a writer, under the lock, changes cookie or pair; even again
+ * after), so recvmsg4 can read the slot without the lock on x86-64
+ * (bpf/lib/sock_slot.h, lb4_sock_uslot_read). It took the place of a copy
+ * of pair.rev_nat_id; a slot carried from that layout may hold an odd
+ * value, which readers treat as "being written" (locked read) until the
+ * slot's next write makes it even.
  */
 struct lb4_sock_uslot {
-	struct bpf_spin_lock lock; /* guards everything below */
-	__u32  rev_nat_id;         /* pair.rev_nat_id */
+	struct bpf_spin_lock lock; /* guards everything below (writers) */
+	__u32  seq;                /* odd: a write in progress; see above */
 	__u64  cookie;             /* the socket holding the slot; 0: free */
 	struct lb4_sock_pair pair; /* sticky backend and reverse pair, as in lb4_sock_state */
 };
