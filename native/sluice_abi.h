@@ -610,7 +610,8 @@ _Static_assert(sizeof(struct lb_sock_config) == 16, "lb_sock_config layout");
  * cookie's low bits (cookie & (SLUICE_SOCK_SLOTS4 - 1)). The LRU write above
  * cost about 400 ns of connect4; a slot costs an array load and an
  * uncontended lock. A connect claims the slot only when it is free (cookie
- * 0) or already its own, under the lock; a reader takes the lock and uses
+ * 0) or already its own, under the lock; a reader takes the lock (getpeername4:
+ * the socket's own lock, which it holds, bpf/lib/sock_slot.h) and uses
  * the pair only when the slot names its own cookie and its peer; sock_release
  * frees the slot only when it names its own cookie. Cookies are unique and
  * never reused, so a slot never shows one socket another's frontend, and a
