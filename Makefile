@@ -3,6 +3,11 @@ SHELL := /bin/bash
 BUILD := build
 CLANG ?= clang
 BPF_CFLAGS := -O2 -g -target bpf -Wall -Werror -I$(BUILD) -Inative -Ibpf
+# x86-64 keeps loads in program order (TSO): the UDP slot's seqlock read
+# (bpf/lib/sock_slot.h, lb4_sock_uslot_read) relies on it; elsewhere the lock.
+ifeq ($(shell uname -m),x86_64)
+BPF_CFLAGS += -DSLUICE_ORDERED_LOADS
+endif
 BPF_SRCS := $(wildcard bpf/*.bpf.c)
 BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BUILD)/%.bpf.o,$(BPF_SRCS))
 BPF_HDRS := $(wildcard bpf/lib/*.h) native/sluice_abi.h
@@ -56,7 +61,13 @@ TEST_HELPER_BINS := $(patsubst test/helpers/%.c,$(BUILD)/%,$(wildcard test/helpe
 $(BUILD)/%: test/helpers/%.c
 	@mkdir -p $(BUILD)
 	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
-test-helpers: $(TEST_HELPER_BINS)
+# BPF objects of the tests (test/bpf/*.bpf.c, run with BPF_PROG_TEST_RUN): in
+# build/test/, not build/ (build/*.bpf.o generate src/abi/generated.ts).
+TEST_BPF_OBJS := $(patsubst test/bpf/%.bpf.c,$(BUILD)/test/%.bpf.o,$(wildcard test/bpf/*.bpf.c))
+$(BUILD)/test/%.bpf.o: test/bpf/%.bpf.c $(BPF_HDRS) $(BUILD)/vmlinux.h
+	@mkdir -p $(BUILD)/test
+	$(CLANG) $(BPF_CFLAGS) -Ibpf/lib -c $< -o $@
+test-helpers: $(TEST_HELPER_BINS) $(TEST_BPF_OBJS)
 
 # The CNI plugin embeds build/pod_lb.bpf.o (.incbin), so the one binary
 # copied to /opt/cni/bin can attach the pod-veth programs even before the

@@ -610,7 +610,8 @@ _Static_assert(sizeof(struct lb_sock_config) == 16, "lb_sock_config layout");
  * cookie's low bits (cookie & (SLUICE_SOCK_SLOTS4 - 1)). The LRU write above
  * cost about 400 ns of connect4; a slot costs an array load and an
  * uncontended lock. A connect claims the slot only when it is free (cookie
- * 0) or already its own, under the lock; a reader takes the lock and uses
+ * 0) or already its own, under the lock; a reader takes the lock (getpeername4:
+ * the socket's own lock, which it holds, bpf/lib/sock_slot.h) and uses
  * the pair only when the slot names its own cookie and its peer; sock_release
  * frees the slot only when it names its own cookie. Cookies are unique and
  * never reused, so a slot never shows one socket another's frontend, and a
@@ -650,11 +651,17 @@ _Static_assert(sizeof(struct lb4_sock_slot) == 32, "lb4_sock_slot layout");
  * slot another live socket holds, keeps its pairs in its storage as before;
  * the slot's pair moves there (storage written first, then the slot freed),
  * so a socket with storage holds no slot and replies never have two places
- * to be looked up in. rev_nat_id repeats pair.rev_nat_id (the shared head).
+ * to be looked up in. seq (issue 12): a sequence count around every write
+ * (odd while a writer, under the lock, changes cookie or pair; even again
+ * after), so recvmsg4 can read the slot without the lock on x86-64
+ * (bpf/lib/sock_slot.h, lb4_sock_uslot_read). It took the place of a copy
+ * of pair.rev_nat_id; a slot carried from that layout may hold an odd
+ * value, which readers treat as "being written" (locked read) until the
+ * slot's next write makes it even.
  */
 struct lb4_sock_uslot {
-	struct bpf_spin_lock lock; /* guards everything below */
-	__u32  rev_nat_id;         /* pair.rev_nat_id */
+	struct bpf_spin_lock lock; /* guards everything below (writers) */
+	__u32  seq;                /* odd: a write in progress; see above */
 	__u64  cookie;             /* the socket holding the slot; 0: free */
 	struct lb4_sock_pair pair; /* sticky backend and reverse pair, as in lb4_sock_state */
 };

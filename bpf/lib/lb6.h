@@ -189,9 +189,13 @@ lc6_select(struct lb6_service_key *key, const struct lb4_service *svc, __u32 *ba
 static __always_inline struct lb6_backend *
 lb6_select_backend(struct lb6_service_key *key, struct lb4_service *svc, __u64 client_id, __u32 *backend_id)
 {
-	__u32 choice = lb4_slot_choice(svc, client_id);
+	__u32 choice;
 	int attempt;
 
+	/* Least-connection and Maglev pick without a slot choice: it is drawn
+	 * (bpf_get_prandom_u32() for both) only when they fall back to the
+	 * range below (issue 12: 16-55 ns of connect4 per least-connection
+	 * connect). */
 	if (svc->algorithm == LB_ALG_LEAST_CONN) {
 		struct lb6_backend *least = lc6_select(key, svc, backend_id);
 
@@ -205,6 +209,7 @@ lb6_select_backend(struct lb6_service_key *key, struct lb4_service *svc, __u64 c
 		if (picked)
 			return picked;
 	}
+	choice = lb4_slot_choice(svc, client_id);
 	for (attempt = 0; attempt < LB_SELECT_ATTEMPTS; attempt++) {
 		struct lb6_backend *backend;
 		__u32 pos, id;

@@ -170,6 +170,22 @@ static __always_inline bool lb_sock_has_cookie(struct bpf_sock *sk)
 	return !s || s->__sk_common.skc_cookie.counter != 0;
 }
 
+/*
+ * The socket's lock is held (lock_sock(): sk_lock.owned, the kernel's
+ * struct sock read only). getpeername4/6 run under it on every kernel that
+ * has the hooks (inet_getname() takes it since 5.16; before, the hook ran
+ * under BPF_CGROUP_RUN_SA_PROG_LOCK): this check keeps the lock-free TCP
+ * slot read (lb4_sock_slot_pair_sk_locked) to that case should a kernel
+ * ever run the hook without it (then the slot's lock is taken). false when
+ * the struct cannot be read.
+ */
+static __always_inline bool lb_sock_lock_owned(struct bpf_sock *sk)
+{
+	struct sock *s = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct sock));
+
+	return s && s->sk_lock.owned;
+}
+
 /* ---- Per-socket pairs (lb4_sock_state; the caller holds st->lock) --------- */
 
 static __always_inline bool sock_pair_is_frontend(const struct lb4_sock_pair *p, const struct lb4_service_key *key)
@@ -376,7 +392,7 @@ lb4_sock_udp_sticky(struct bpf_sock_addr *ctx, struct lb4_sock_udp *u, struct lb
 static __always_inline void lb4_sock_udp_remember(struct bpf_sock_addr *ctx, struct lb4_sock_udp *u,
 						  const struct lb4_sock_pair *pair)
 {
-	struct lb4_sock_uslot want = { .rev_nat_id = pair->rev_nat_id, .cookie = u->cookie, .pair = *pair };
+	struct lb4_sock_uslot want = { .cookie = u->cookie, .pair = *pair };
 
 	if (!u->st) {
 		if (lb4_sock_uslot_claim(u->slot, &want)) {
@@ -588,7 +604,10 @@ static __always_inline int lb4_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, __b
 	if (!lb_sock_has_cookie(ctx->sk))
 		return -1;
 	tkey.cookie = bpf_get_socket_cookie(ctx);
-	in_slot = lb4_sock_slot_pair(tkey.cookie, tkey.backend_address, tkey.backend_port, &pair);
+	/* getpeername: the socket's lock is held, no slot lock needed (see
+	 * lb4_sock_slot_pair_sk_locked). */
+	in_slot = lb4_sock_slot_pair_sk_locked(tkey.cookie, tkey.backend_address, tkey.backend_port, &pair,
+					       lb_sock_lock_owned(ctx->sk));
 	if (!in_slot) {
 		found = bpf_map_lookup_elem(&SLUICE_MAP_SOCK_TCP4, &tkey);
 		if (!found)

@@ -820,16 +820,16 @@ export const lb4_sock_term_keyCodec: Codec<Lb4SockTermKey> = { size: 8, encode: 
 /** struct lb4_sock_uslot (40 bytes) */
 export interface Lb4SockUslot {
   lock: BpfSpinLock;
-  rev_nat_id: number;
+  seq: number;
   cookie: bigint;
   pair: Lb4SockPair;
 }
 export const LB4_SOCK_USLOT_SIZE = 40;
-export const lb4_sock_uslotLayout: StructLayout = {"name":"lb4_sock_uslot","size":40,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"rev_nat_id","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"pair","kind":"struct","offset":16,"size":24,"struct":"lb4_sock_pair"}]};
+export const lb4_sock_uslotLayout: StructLayout = {"name":"lb4_sock_uslot","size":40,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"seq","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"pair","kind":"struct","offset":16,"size":24,"struct":"lb4_sock_pair"}]};
 export function encodeLb4SockUslot(v: Lb4SockUslot, buf: Buffer = Buffer.alloc(40), off = 0): Buffer {
   buf.fill(0, off, off + 40);
   encodeBpfSpinLock(v.lock, buf, off + 0);
-  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 4);
+  buf.writeUInt32LE(v.seq >>> 0, off + 4);
   buf.writeBigUInt64LE(v.cookie, off + 8);
   encodeLb4SockPair(v.pair, buf, off + 16);
   return buf;
@@ -837,7 +837,7 @@ export function encodeLb4SockUslot(v: Lb4SockUslot, buf: Buffer = Buffer.alloc(4
 export function decodeLb4SockUslot(buf: Buffer, off = 0): Lb4SockUslot {
   return {
     lock: decodeBpfSpinLock(buf, off + 0),
-    rev_nat_id: buf.readUInt32LE(off + 4),
+    seq: buf.readUInt32LE(off + 4),
     cookie: buf.readBigUInt64LE(off + 8),
     pair: decodeLb4SockPair(buf, off + 16),
   };

@@ -90,3 +90,15 @@ test('a C field that moves without regenerating the TypeScript side fails the ch
     fs.rmSync(tmp, { recursive: true, force: true });
   }
 });
+
+// issue 12: the UDP slot's sequence count (recvmsg4's lock-free read) sits in
+// the word the TCP slots use for their rev-NAT id, so the three slot types
+// keep one head (lock, word, cookie); host order like the C __u32.
+test('lb4_sock_uslot: seq at offset 4, host order, in the slot head the TCP slots share', () => {
+  const head = (l: StructLayout) => l.fields.slice(0, 3).map((f) => [f.offset, f.size]);
+  assert.deepEqual(abi.lb4_sock_uslotLayout.fields.slice(0, 3).map((f) => f.name), ['lock', 'seq', 'cookie']);
+  assert.deepEqual(head(abi.lb4_sock_uslotLayout), head(abi.lb4_sock_slotLayout));
+  const buf = abi.encodeLb4SockUslot({ ...abi.decodeLb4SockUslot(Buffer.alloc(abi.LB4_SOCK_USLOT_SIZE)), seq: 3, cookie: 7n });
+  assert.equal(buf.readUInt32LE(4), 3);
+  assert.equal(abi.decodeLb4SockUslot(buf).seq, 3);
+});
