@@ -541,13 +541,15 @@ static __always_inline int lb6_sock_udp_xlate_rev(struct bpf_sock_addr *ctx, con
 }
 
 /* sock_release: an AF_INET6 UDP socket's IPv6 slot is freed, if it holds it
- * (a socket never sent to a Service has no cookie: nothing looked up).
- * false: it held none (its IPv4 slot, for ::ffff: peers, may be held). */
-static __always_inline bool lb6_sock_udp_forget(struct bpf_sock *sk)
+ * (a socket never sent to a Service has no cookie: nothing looked up). Its
+ * IPv4 slot is freed too (lb4_sock_udp_forget): an unconnected dual-stack
+ * socket can hold both, one per family of Service it sent to (::ffff:
+ * destinations go through sendmsg4). */
+static __always_inline void lb6_sock_udp_forget(struct bpf_sock *sk)
 {
 	if (sk->family != AF_INET6 || sk->protocol != LB_PROTO_UDP || !lb_sock_has_cookie(sk))
-		return false;
-	return lb6_sock_uslot_free(bpf_get_socket_cookie(sk));
+		return;
+	lb6_sock_uslot_free(bpf_get_socket_cookie(sk));
 }
 
 static __always_inline void lb6_sock_xlate_rev6(struct bpf_sock_addr *ctx, const __u8 *address)

@@ -19,6 +19,10 @@ import * as abi from '../../src/abi/generated';
 const VIP = 'fd00:96::60';
 const VIP2 = 'fd00:96::61';
 const BACKENDS = ['fd00:18:17::2', 'fd00:18:17::3', 'fd00:18:17::4', 'fd00:18:17::5'];
+// An IPv4 Service a dual-stack socket reaches through ::ffff:a.b.c.d (its
+// pair then goes to sluice_sk_udp4: the kernel runs sendmsg4 for it).
+const VIP4 = '10.96.0.62';
+const BACKEND4 = '198.18.17.6';
 const SLOTS = abi.SLUICE_SOCK_USLOTS6;
 const MAP = abi.SLUICE_MAP_SOCK_USLOT6;
 const BOGUS_COOKIE = 1n << 60n; // far above any real socket's cookie
@@ -53,11 +57,12 @@ function fillSlots(cookieBase: bigint): void {
 
 before(async () => {
   sb = Sandbox.create('sluice-udpslot6');
-  await sb.startBackends(BACKENDS, [5353]);
+  await sb.startBackends([...BACKENDS, BACKEND4], [5353]);
   sluice(['attach', '--cgroup', sb.cgroup]);
   const backends = BACKENDS.map((b) => `[${b}]:5353`).join(',');
   sluice(['service', 'upsert', '--frontend', `[${VIP}]:53/udp`, '--backends', backends]);
   sluice(['service', 'upsert', '--frontend', `[${VIP2}]:54/udp`, '--backends', backends]);
+  sluice(['service', 'upsert', '--frontend', `${VIP4}:55/udp`, '--backends', `${BACKEND4}:5353`]);
 });
 
 after(() => {
@@ -119,4 +124,32 @@ test('IPv6 UDP, connected: connect6 keeps the pair in the slot; getpeername and 
   assert.deepEqual(replies.map((x) => x.connectedPeer), replies.map(() => `${VIP}:53`), 'getpeername shows the frontend');
   assert.equal(counter(abi.LB_CNT_SOCK_UDP_SLOT) - inSlot, 1n, 'the connect\'s pair in the slot');
   assert.deepEqual(heldSlots(sb.bpffs, MAP), [], 'no slot held once the socket closed');
+});
+
+// One AF_INET6 socket, unconnected: two exchanges with the IPv6 Service,
+// two with the IPv4 one through ::ffff:, alternated; prints them, then closes.
+const DUAL_STACK_CLIENT = `
+const dgram = require('dgram');
+const s = dgram.createSocket('udp6');
+const ex = (a, p) => new Promise((r) => {
+  const t = setTimeout(() => { s.removeAllListeners('message'); r({ error: 'ETIMEDOUT' }); }, 1000);
+  s.once('message', (m, ri) => { clearTimeout(t); r({ backend: m.toString().trim().split(' ')[0], from: ri.address + ':' + ri.port }); });
+  s.send('x', p, a);
+});
+s.bind(0, async () => {
+  const out = [];
+  for (let i = 0; i < 2; i++) { out.push(await ex('${VIP}', 53)); out.push(await ex('::ffff:${VIP4}', 55)); }
+  s.close();
+  console.log(JSON.stringify(out));
+});
+`;
+
+test('a dual-stack UDP socket holding both an IPv6 slot (IPv6 Service) and an IPv4 slot (::ffff: Service) frees both at close', async () => {
+  const inSlot = counter(abi.LB_CNT_SOCK_UDP_SLOT);
+  const out = JSON.parse(await sb.runInCgroup(['node', '-e', DUAL_STACK_CLIENT])) as Exchange[];
+  oneBackend('to the IPv6 Service', [out[0]!, out[2]!], `${VIP}:53`);
+  oneBackend('to the IPv4 Service', [out[1]!, out[3]!], `::ffff:${VIP4}:55`);
+  assert.equal(counter(abi.LB_CNT_SOCK_UDP_SLOT) - inSlot, 2n, 'one pair in each family\'s slot');
+  assert.deepEqual(heldSlots(sb.bpffs, MAP), [], 'IPv6 slot freed');
+  assert.deepEqual(heldSlots(sb.bpffs, abi.SLUICE_MAP_SOCK_USLOT4), [], 'IPv4 slot freed');
 });
