@@ -50,12 +50,14 @@ int sluice_bind4(struct bpf_sock *ctx)
 }
 
 /* A released socket: a least-connection count comes back (lib/lc.h) and a
- * TCP or UDP socket's reverse pair is deleted (lib/sock.h). */
+ * TCP or UDP socket's reverse pair is deleted (lib/sock.h; an AF_INET6 UDP
+ * socket may hold an IPv6 slot, lib/sock6.h, and an IPv4 one: both freed). */
 SEC("cgroup/sock_release")
 int sluice_release4(struct bpf_sock *ctx)
 {
 	lc4_sock_release(ctx);
 	lb4_sock_tcp_forget(ctx);
+	lb6_sock_udp_forget(ctx);
 	lb4_sock_udp_forget(ctx);
 	return SYS_PROCEED;
 }

@@ -545,7 +545,7 @@ _Static_assert(sizeof(struct lb4_snat_device) == 4, "lb4_snat_device layout");
 #define LB_CNT_SOCK_NS_SKIPPED   36 /* not translated: the socket's netns is excluded by the socketLB mode */
 #define LB_CNT_SOCK_EXTIP_PASSED 37 /* not translated: ExternalIP that is not this node's address (CVE-2020-8554) */
 #define LB_CNT_SOCK_BIND_REFUSED 38 /* bind() to a NodePort/ExternalIP/LoadBalancer address:port refused */
-#define LB_CNT_SOCK_UDP_SLOT     39 /* a UDP socket's first frontend pair written into its slot (lb4_sock_uslot), no socket storage created */
+#define LB_CNT_SOCK_UDP_SLOT     39 /* a UDP socket's first frontend pair written into its slot (lb4_sock_uslot, lb6_sock_uslot), no socket storage created */
 #define LB_CNT_SOCK_UDP_STORAGE  40 /* a UDP socket's pair went to socket storage: a second frontend, or its slot held by another socket */
 #define LB_CNT_SOCK6_SLOT_HELD   41 /* an IPv6 TCP connect's slot (lb6_sock_slot) held by another socket: its pair went to socket storage */
 
@@ -1084,6 +1084,30 @@ _Static_assert(sizeof(struct lb6_src_range_key) == 24, "lb6_src_range_key layout
 _Static_assert(sizeof(struct lb6_node_ip) == 16, "lb6_node_ip layout");
 _Static_assert(sizeof(struct lb6_sock_pair) == 48, "lb6_sock_pair layout");
 _Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6_sock_state layout");
+
+/*
+ * An IPv6 UDP socket's first frontend pair (issue 12), lb4_sock_uslot's
+ * twin: creating socket storage (SLUICE_MAP_SOCK6) was most of sendmsg6's
+ * cost on a fresh socket (bench/sockprogstats.sh --ipv6). Same rules
+ * (bpf/lib/sock_slot6.h): the slot at cookie & (SLUICE_SOCK_USLOTS6 - 1) is
+ * claimed when free or the socket's own, read under the lock against the
+ * cookie, freed at sock_release; a second frontend, or a slot another live
+ * socket holds, moves the socket to its storage (storage written first, then
+ * the slot freed). Counted with IPv4's (LB_CNT_SOCK_UDP_SLOT/_STORAGE).
+ * Fewer slots than IPv4 (64 bytes each, as sluice_sk_pair6): a node with more
+ * live IPv6 UDP sockets than that pays storage for the overflow only.
+ */
+struct lb6_sock_uslot {
+	struct bpf_spin_lock lock; /* guards everything below */
+	__u32  rev_nat_id;         /* pair.rev_nat_id */
+	__u64  cookie;             /* the socket holding the slot; 0: free */
+	struct lb6_sock_pair pair; /* sticky backend and reverse pair, as in lb6_sock_state */
+};
+
+_Static_assert(sizeof(struct lb6_sock_uslot) == 64, "lb6_sock_uslot layout");
+
+#define SLUICE_MAP_SOCK_USLOT6 sluice_sk_udp6 /* cookie & (SLUICE_SOCK_USLOTS6 - 1) -> lb6_sock_uslot (ARRAY) */
+#define SLUICE_SOCK_USLOTS6 32768 /* a power of two (the index is masked); 2 MiB */
 /* ==== end of IPv6, socket path =================================================== */
 
 /* ==== XDP north-south acceleration (issue 17, helper xdp) ======================== */

@@ -97,6 +97,15 @@ struct {
 	__uint(max_entries, SLUICE_SOCK_SLOTS6);
 } SLUICE_MAP_SOCK_SLOT6 SEC(".maps");
 
+/* An IPv6 UDP socket's first frontend pair (see lb6_sock_uslot): the twin of
+ * SLUICE_MAP_SOCK_USLOT4; storage (SLUICE_MAP_SOCK6) takes the rest. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lb6_sock_uslot);
+	__uint(max_entries, SLUICE_SOCK_USLOTS6);
+} SLUICE_MAP_SOCK_USLOT6 SEC(".maps");
+
 /* Pod netns cookie -> the pod's addresses (lb_pod_addr): written by the CNI
  * plugin at ADD/DEL, read by connect4/sendmsg4 for loadBalancerSourceRanges. */
 struct {

@@ -13,14 +13,17 @@
  *    so connect, send and receive all meet in the same IPv4 state.
  *  - any other address: the IPv6 table and the socket's IPv6 state: a TCP
  *    socket's one pair in its slot of SLUICE_MAP_SOCK_SLOT6 (sock_slot.h,
- *    as IPv4's), a UDP socket's pairs (and a TCP socket's whose slot was
- *    held) in SLUICE_MAP_SOCK6, its own socket-local storage.
+ *    as IPv4's), a UDP socket's first frontend pair in its slot of
+ *    SLUICE_MAP_SOCK_USLOT6 (sock_slot6.h, as IPv4's), and the rest (a UDP
+ *    socket's further frontends, pairs whose slot was held) in
+ *    SLUICE_MAP_SOCK6, its own socket-local storage.
  */
 #ifndef SLUICE_BPF_SOCK6_H
 #define SLUICE_BPF_SOCK6_H
 
 #include "sock.h"
 #include "lb6.h"
+#include "sock_slot6.h"
 
 /* user_ip6 is read and written as four 32-bit words (the only ctx access allowed). */
 static __always_inline void sock6_dst_addr(const struct bpf_sock_addr *ctx, __u8 *out)
@@ -168,57 +171,164 @@ static __always_inline __u32 sock6_pair_index(struct lb6_sock_state *st, const s
 	return at;
 }
 
-/* A UDP socket's backend for this frontend, if its slot still names it. */
+/* The backend a UDP socket's pair for this frontend names, if the frontend
+ * still lists it at the same range position (as lb4_sock_pair_backend).
+ * NULL: pick again. */
+static __always_inline struct lb6_backend *
+lb6_sock_pair_backend(const struct lb6_sock_pair *pair, struct lb6_service_key *key, const struct lb4_service *svc,
+		      __u32 *backend_id)
+{
+	struct lb6_backend *backend;
+
+	if (pair->scope != key->scope || pair->rev_nat_id != svc->rev_nat_id ||
+	    pair->backend_slot == 0 || pair->backend_slot > svc->count)
+		return NULL;
+	key->backend_slot = pair->backend_slot;
+	if (lb6_range_backend_id(svc, pair->backend_slot - 1) != pair->backend_id)
+		return NULL;
+	backend = lb6_lookup_backend(pair->backend_id);
+	if (!backend || backend->port != pair->backend_port || !lb6_addr_equal(backend->address, pair->backend_address))
+		return NULL;
+	*backend_id = pair->backend_id;
+	lb_count(LB_CNT_SOCK_STICKY);
+	return backend;
+}
+
+/* The same, for the pair of this frontend in the socket's storage. */
 static __always_inline struct lb6_backend *
 lb6_sock_sticky_backend(struct lb6_sock_state *st, struct lb6_service_key *key, const struct lb4_service *svc,
 			__u32 *backend_id)
 {
 	struct lb6_sock_pair pair = {};
-	struct lb6_backend *backend;
 	bool found;
 
 	bpf_spin_lock(&st->lock);
 	found = sock6_pair_of_frontend(st, key, &pair);
 	bpf_spin_unlock(&st->lock);
-	if (!found || pair.scope != key->scope || pair.rev_nat_id != svc->rev_nat_id ||
-	    pair.backend_slot == 0 || pair.backend_slot > svc->count)
+	if (!found)
 		return NULL;
-	key->backend_slot = pair.backend_slot;
-	if (lb6_range_backend_id(svc, pair.backend_slot - 1) != pair.backend_id)
-		return NULL;
-	backend = lb6_lookup_backend(pair.backend_id);
-	if (!backend || backend->port != pair.backend_port || !lb6_addr_equal(backend->address, pair.backend_address))
-		return NULL;
-	*backend_id = pair.backend_id;
-	lb_count(LB_CNT_SOCK_STICKY);
-	return backend;
+	return lb6_sock_pair_backend(&pair, key, svc, backend_id);
+}
+
+/* The choice as a pair: key->backend_slot is the slot it came from (0: affinity). */
+static __always_inline void
+lb6_sock_pair_fill(struct lb6_sock_pair *pair, const struct lb6_service_key *key, const struct lb4_service *svc,
+		   const struct lb6_backend *backend, __u32 backend_id)
+{
+	lb6_addr_copy(pair->frontend_address, key->address);
+	lb6_addr_copy(pair->backend_address, backend->address);
+	pair->frontend_port = key->port;
+	pair->backend_port = backend->port;
+	pair->scope = key->scope;
+	pair->used = 1;
+	pair->backend_slot = key->backend_slot;
+	pair->backend_id = backend_id;
+	pair->rev_nat_id = svc->rev_nat_id;
+}
+
+/* Keep a pair in the socket's storage (replacing its frontend's old pair),
+ * as the one last sent to. */
+static __always_inline void lb6_sock_remember_pair(struct lb6_sock_state *st, const struct lb6_sock_pair *pair)
+{
+	struct lb6_service_key fkey = { .port = pair->frontend_port };
+	bool evicted = false;
+	__u32 at;
+
+	lb6_addr_copy(fkey.address, pair->frontend_address);
+	bpf_spin_lock(&st->lock);
+	at = sock6_pair_index(st, &fkey, &evicted) & (SLUICE_SOCK_PAIRS - 1);
+	st->pairs[at] = *pair;
+	st->last = at;
+	bpf_spin_unlock(&st->lock);
+	if (evicted)
+		lb_count(LB_CNT_SOCK_PAIR_EVICTED);
 }
 
 static __always_inline void
 lb6_sock_remember(struct lb6_sock_state *st, const struct lb6_service_key *key, const struct lb4_service *svc,
 		  const struct lb6_backend *backend, __u32 backend_id)
 {
-	struct lb6_sock_pair pair = {
-		.frontend_port = key->port,
-		.backend_port = backend->port,
-		.scope = key->scope,
-		.used = 1,
-		.backend_slot = key->backend_slot,
-		.backend_id = backend_id,
-		.rev_nat_id = svc->rev_nat_id,
-	};
-	bool evicted = false;
-	__u32 at;
+	struct lb6_sock_pair pair = {};
 
-	lb6_addr_copy(pair.frontend_address, key->address);
-	lb6_addr_copy(pair.backend_address, backend->address);
-	bpf_spin_lock(&st->lock);
-	at = sock6_pair_index(st, key, &evicted) & (SLUICE_SOCK_PAIRS - 1);
-	st->pairs[at] = pair;
-	st->last = at;
-	bpf_spin_unlock(&st->lock);
-	if (evicted)
-		lb_count(LB_CNT_SOCK_PAIR_EVICTED);
+	lb6_sock_pair_fill(&pair, key, svc, backend, backend_id);
+	lb6_sock_remember_pair(st, &pair);
+}
+
+/* ---- UDP: the first frontend in a slot, more in socket storage ------------ */
+
+/* Where a UDP socket's pairs are (lb4_sock_udp's twin): its slot (own: the
+ * slot holds its one pair) or its storage (st), or neither yet. */
+struct lb6_sock_udp {
+	__u64 cookie;
+	struct lb6_sock_uslot *slot;
+	struct lb6_sock_state *st;
+	bool own;
+};
+
+/* A socket that had its first frontend in its slot now sends to another:
+ * create its storage, copy the slot's pair there, then free the slot (in that
+ * order, so a reply finds the pair in one of them). NULL: no storage (the
+ * slot keeps being used, for the newest frontend only). */
+static __always_inline struct lb6_sock_state *
+lb6_sock_udp_to_storage(struct bpf_sock_addr *ctx, struct lb6_sock_udp *u, const struct lb6_sock_pair *first)
+{
+	struct lb6_sock_state *st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+
+	if (!st) {
+		lb_count(LB_CNT_SOCK_STATE_FAILED);
+		return NULL;
+	}
+	lb6_sock_remember_pair(st, first);
+	lb6_sock_uslot_free(u->cookie);
+	u->own = false;
+	return st;
+}
+
+/* The backend this UDP socket already uses for this frontend (NULL: pick),
+ * from its slot, else from its storage (found without creating it). */
+static __always_inline struct lb6_backend *
+lb6_sock_udp_sticky(struct bpf_sock_addr *ctx, struct lb6_sock_udp *u, struct lb6_service_key *key,
+		    const struct lb4_service *svc, __u32 *backend_id)
+{
+	/* A socket without a cookie yet (its first datagram) holds no slot:
+	 * its slot is not read. */
+	bool had_cookie = lb_sock_has_cookie(ctx->sk);
+	struct lb6_sock_uslot copy;
+
+	u->cookie = bpf_get_socket_cookie(ctx);
+	u->slot = lb6_sock_uslot(u->cookie);
+	u->own = had_cookie && lb6_sock_uslot_read(u->slot, u->cookie, &copy);
+	if (u->own) {
+		if (sock6_pair_is_frontend(&copy.pair, key))
+			return lb6_sock_pair_backend(&copy.pair, key, svc, backend_id);
+		if (copy.pair.used)
+			u->st = lb6_sock_udp_to_storage(ctx, u, &copy.pair);
+		return NULL;
+	}
+	u->st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, 0);
+	return u->st ? lb6_sock_sticky_backend(u->st, key, svc, backend_id) : NULL;
+}
+
+/* Keep a UDP socket's choice: in its slot while it has no storage and the
+ * slot is free or its own, else in its storage (created here). */
+static __always_inline void lb6_sock_udp_remember(struct bpf_sock_addr *ctx, struct lb6_sock_udp *u,
+						  const struct lb6_sock_pair *pair)
+{
+	struct lb6_sock_uslot want = { .rev_nat_id = pair->rev_nat_id, .cookie = u->cookie, .pair = *pair };
+
+	if (!u->st) {
+		if (lb6_sock_uslot_claim(u->slot, &want)) {
+			lb_count(LB_CNT_SOCK_UDP_SLOT);
+			return;
+		}
+		u->st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!u->st) {
+			lb_count(LB_CNT_SOCK_STATE_FAILED);
+			return;
+		}
+	}
+	lb6_sock_remember_pair(u->st, pair);
+	lb_count(LB_CNT_SOCK_UDP_STORAGE);
 }
 
 /* A TCP connect6's reverse pair: its slot when the slot is free or already
@@ -261,7 +371,8 @@ static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const _
 	};
 	struct lb6_affinity_key akey = {};
 	struct lb6_backend *backend = NULL;
-	struct lb6_sock_state *st;
+	struct lb6_sock_udp udp = {};
+	struct lb6_sock_pair pair = {};
 	struct lb4_service svc, *found;
 	__u64 client_id = 0;
 	__u32 backend_id = 0;
@@ -293,18 +404,12 @@ static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const _
 		lb6_event_sock(ctx, LB_CNT_SOCK_NO_BACKEND, &key, svc.rev_nat_id);
 		return (svc.flags & LB_SVC_FLAG_DROP_NO_BACKEND) ? -EHOSTUNREACH : -ECONNREFUSED;
 	}
-	/* UDP keeps its backends in the socket's storage; TCP's one pair goes
-	 * to its slot (lb6_sock_tcp_remember), storage only when the slot is
-	 * held, so a TCP connect6 usually creates no storage. */
-	if (key.proto == LB_PROTO_UDP) {
-		st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-		if (!st)
-			lb_count(LB_CNT_SOCK_STATE_FAILED);
-		else
-			backend = lb6_sock_sticky_backend(st, &key, &svc, &backend_id);
-	} else {
-		st = NULL;
-	}
+	/* UDP keeps its backend per frontend: its first in its slot
+	 * (lb6_sock_uslot), more in its storage. TCP's one pair goes to its
+	 * slot (lb6_sock_tcp_remember), storage only when the slot is held, so
+	 * a connect6 or a fresh socket's sendmsg6 usually creates no storage. */
+	if (key.proto == LB_PROTO_UDP)
+		backend = lb6_sock_udp_sticky(ctx, &udp, &key, &svc, &backend_id);
 	if (!backend) {
 		if (lb_svc_has_affinity(&svc) || svc.algorithm == LB_ALG_SOURCE_HASH) {
 			__u32 *cookie = (__u32 *)akey.client;
@@ -323,10 +428,12 @@ static __always_inline int lb6_sock_xlate_fwd(struct bpf_sock_addr *ctx, const _
 			lb_count(LB_CNT_SOCK_SLOT_MISSING);
 			return -ECONNREFUSED;
 		}
-		if (st)
-			lb6_sock_remember(st, &key, &svc, backend, backend_id);
-		else if (key.proto == LB_PROTO_TCP)
+		if (key.proto == LB_PROTO_UDP) {
+			lb6_sock_pair_fill(&pair, &key, &svc, backend, backend_id);
+			lb6_sock_udp_remember(ctx, &udp, &pair);
+		} else {
 			lb6_sock_tcp_remember(ctx, &key, &svc, backend, backend_id);
+		}
 	}
 	if (svc.algorithm == LB_ALG_LEAST_CONN)
 		lc4_sock_hold(ctx->sk, backend_id);
@@ -410,6 +517,41 @@ static __always_inline int lb6_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, con
 	return 1;
 }
 
+/* UDP: the pair in this socket's slot (lb6_sock_uslot). 1: rewritten to
+ * the frontend; 0: the slot is the socket's but names another peer or a
+ * frontend that is gone (left alone: a socket with its slot has no
+ * storage); -1: not its slot (look in its storage). A socket without a
+ * cookie has no slot: no cookie created, no slot looked up. */
+static __always_inline int lb6_sock_udp_xlate_rev(struct bpf_sock_addr *ctx, const __u8 *address)
+{
+	struct lb6_sock_uslot copy;
+	__u64 cookie;
+
+	if (!lb_sock_has_cookie(ctx->sk))
+		return -1; /* storage only: sockets sent before the slots existed */
+	cookie = bpf_get_socket_cookie(ctx);
+	if (!lb6_sock_uslot_read(lb6_sock_uslot(cookie), cookie, &copy))
+		return -1;
+	if (!sock6_pair_is_backend(&copy.pair, address, sock4_dst_port(ctx)) ||
+	    !lb6_sock_frontend_current(copy.pair.rev_nat_id, copy.pair.frontend_address, copy.pair.frontend_port))
+		return 0;
+	sock6_set_dst(ctx, copy.pair.frontend_address, copy.pair.frontend_port);
+	lb_count(LB_CNT_SOCK_REV_XLATED);
+	return 1;
+}
+
+/* sock_release: an AF_INET6 UDP socket's IPv6 slot is freed, if it holds it
+ * (a socket never sent to a Service has no cookie: nothing looked up). Its
+ * IPv4 slot is freed too (lb4_sock_udp_forget): an unconnected dual-stack
+ * socket can hold both, one per family of Service it sent to (::ffff:
+ * destinations go through sendmsg4). */
+static __always_inline void lb6_sock_udp_forget(struct bpf_sock *sk)
+{
+	if (sk->family != AF_INET6 || sk->protocol != LB_PROTO_UDP || !lb_sock_has_cookie(sk))
+		return;
+	lb6_sock_uslot_free(bpf_get_socket_cookie(sk));
+}
+
 static __always_inline void lb6_sock_xlate_rev6(struct bpf_sock_addr *ctx, const __u8 *address)
 {
 	struct lb6_sock_pair pair = {};
@@ -417,6 +559,8 @@ static __always_inline void lb6_sock_xlate_rev6(struct bpf_sock_addr *ctx, const
 	bool found;
 
 	if (ctx->protocol == LB_PROTO_TCP && lb6_sock_tcp_xlate_rev(ctx, address) >= 0)
+		return;
+	if (ctx->protocol == LB_PROTO_UDP && lb6_sock_udp_xlate_rev(ctx, address) >= 0)
 		return;
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, 0);
 	if (!st)

@@ -23,6 +23,7 @@
 #include "maps.h"
 #include "lb6.h"
 #include "sock_slot.h"
+#include "sock_slot6.h"
 
 /* The kfunc (kernel >= 6.5); the loader fails on an older kernel, which is
  * how the agent detects support. */
@@ -140,8 +141,10 @@ static __always_inline int lb4_sock_term(struct seq_file *seq, struct sock_commo
 }
 
 /* lb4_sock_was_translated for an AF_INET6 socket: a TCP socket's slot
- * (SLUICE_MAP_SOCK_SLOT6), or a pair in its sluice_sock6 storage (UDP; TCP
- * whose slot was held, or connected before the slots), names the backend. */
+ * (SLUICE_MAP_SOCK_SLOT6), a UDP socket's slot (SLUICE_MAP_SOCK_USLOT6, its
+ * first frontend), or a pair in its sluice_sock6 storage (UDP's further
+ * frontends; TCP whose slot was held, or connected before the slots), names
+ * the backend. */
 static __always_inline bool lb6_sock_was_translated(struct sock_common *skc, const __u8 *address, __be16 port, __u8 proto)
 {
 	struct lb6_sock_slot slot;
@@ -151,6 +154,14 @@ static __always_inline bool lb6_sock_was_translated(struct sock_common *skc, con
 
 	if (proto == LB_PROTO_TCP && lb6_sock_slot_pair(bpf_get_socket_cookie(skc), address, port, &slot))
 		return true;
+	if (proto == LB_PROTO_UDP) {
+		__u64 cookie = bpf_get_socket_cookie(skc);
+		struct lb6_sock_uslot copy;
+
+		if (lb6_sock_uslot_read(lb6_sock_uslot(cookie), cookie, &copy))
+			return copy.pair.used && copy.pair.backend_port == port &&
+			       lb6_addr_equal(copy.pair.backend_address, address);
+	}
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, skc, 0, 0);
 	if (!st)
 		return false;

@@ -170,6 +170,7 @@ export const SLUICE_MAP_SOCK_SLOT4 = "sluice_sk_pair4";
 export const SLUICE_MAP_SOCK_SLOT6 = "sluice_sk_pair6";
 export const SLUICE_MAP_SOCK_TCP4 = "sluice_sk_tcp4";
 export const SLUICE_MAP_SOCK_USLOT4 = "sluice_sk_udp4";
+export const SLUICE_MAP_SOCK_USLOT6 = "sluice_sk_udp6";
 export const SLUICE_MAP_SRCRANGE4 = "sluice_srcrng4";
 export const SLUICE_MAP_SRCRANGE6 = "sluice_srcrng6";
 export const SLUICE_MAP_SVC_NAMES = "sluice_svcname";
@@ -233,6 +234,7 @@ export const SLUICE_SOCK_PAIRS = 4;
 export const SLUICE_SOCK_SLOTS4 = 131072;
 export const SLUICE_SOCK_SLOTS6 = 32768;
 export const SLUICE_SOCK_USLOTS4 = 65536;
+export const SLUICE_SOCK_USLOTS6 = 32768;
 export const SLUICE_XDP_FC_SLOTS = 256;
 export const SLUICE_XDP_FC_SLOTS_LOG2 = 8;
 export const SLUICE_XDP_FC_TTL_NS = 50000000;
@@ -1495,6 +1497,33 @@ export function decodeLb6SockTermKey(buf: Buffer, off = 0): Lb6SockTermKey {
 }
 export const lb6_sock_term_keyCodec: Codec<Lb6SockTermKey> = { size: 20, encode: encodeLb6SockTermKey, decode: decodeLb6SockTermKey };
 
+/** struct lb6_sock_uslot (64 bytes) */
+export interface Lb6SockUslot {
+  lock: BpfSpinLock;
+  rev_nat_id: number;
+  cookie: bigint;
+  pair: Lb6SockPair;
+}
+export const LB6_SOCK_USLOT_SIZE = 64;
+export const lb6_sock_uslotLayout: StructLayout = {"name":"lb6_sock_uslot","size":64,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"rev_nat_id","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"pair","kind":"struct","offset":16,"size":48,"struct":"lb6_sock_pair"}]};
+export function encodeLb6SockUslot(v: Lb6SockUslot, buf: Buffer = Buffer.alloc(64), off = 0): Buffer {
+  buf.fill(0, off, off + 64);
+  encodeBpfSpinLock(v.lock, buf, off + 0);
+  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 4);
+  buf.writeBigUInt64LE(v.cookie, off + 8);
+  encodeLb6SockPair(v.pair, buf, off + 16);
+  return buf;
+}
+export function decodeLb6SockUslot(buf: Buffer, off = 0): Lb6SockUslot {
+  return {
+    lock: decodeBpfSpinLock(buf, off + 0),
+    rev_nat_id: buf.readUInt32LE(off + 4),
+    cookie: buf.readBigUInt64LE(off + 8),
+    pair: decodeLb6SockPair(buf, off + 16),
+  };
+}
+export const lb6_sock_uslotCodec: Codec<Lb6SockUslot> = { size: 64, encode: encodeLb6SockUslot, decode: decodeLb6SockUslot };
+
 /** struct lb6_src_range_key (24 bytes) */
 export interface Lb6SrcRangeKey {
   prefixlen: number;
@@ -2051,6 +2080,7 @@ export const MAP_SPECS: Record<string, MapSpec> = {
   sluice_sk_term4: {"name":"sluice_sk_term4","type":1,"keyType":"lb4_sock_term_key","keySize":8,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
   sluice_sk_term6: {"name":"sluice_sk_term6","type":1,"keyType":"lb6_sock_term_key","keySize":20,"valueType":"u8","valueSize":1,"maxEntries":4096,"flags":1},
   sluice_sk_udp4: {"name":"sluice_sk_udp4","type":2,"keyType":"u32","keySize":4,"valueType":"lb4_sock_uslot","valueSize":40,"maxEntries":65536},
+  sluice_sk_udp6: {"name":"sluice_sk_udp6","type":2,"keyType":"u32","keySize":4,"valueType":"lb6_sock_uslot","valueSize":64,"maxEntries":32768},
   sluice_snatdev4: {"name":"sluice_snatdev4","type":1,"keyType":"u32","keySize":4,"valueType":"lb4_snat_device","valueSize":4,"maxEntries":256,"flags":1},
   sluice_snatdev6: {"name":"sluice_snatdev6","type":1,"keyType":"u32","keySize":4,"valueType":"lb6_snat_device","valueSize":16,"maxEntries":256,"flags":1},
   sluice_sock4: {"name":"sluice_sock4","type":24,"flags":1,"keyType":"u32","keySize":4,"valueType":"lb4_sock_state","valueSize":104,"maxEntries":0},

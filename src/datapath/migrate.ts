@@ -105,6 +105,8 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // UDP sockets' first-frontend slots (same reason: open sockets keep their
   // sticky backend and recvmsg's Service address; cookies are never reused).
   [abi.SLUICE_MAP_SOCK_USLOT4]: { kind: 'carry' },
+  // IPv6 UDP sockets' first-frontend slots (the same reasons as IPv4's).
+  [abi.SLUICE_MAP_SOCK_USLOT6]: { kind: 'carry' },
   // Pod netns cookie -> pod addresses: written by the CNI plugin at ADD only,
   // so the agent cannot rebuild it: carried (loadBalancerSourceRanges).
   [abi.SLUICE_MAP_POD_ADDR]: { kind: 'carry' },

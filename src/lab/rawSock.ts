@@ -66,12 +66,17 @@ function open(type: number, address: string): number {
   return fd;
 }
 
+/** A sockaddr_in or sockaddr_in6 as a.b.c.d:port or [addr]:port. */
+function sockaddrText(addr: Buffer): string {
+  if (addr.readUInt16LE(0) === AF_INET6) return hostPort(bytesToIp6(addr.subarray(8, 24)), addr.readUInt16BE(2));
+  return `${[...addr.subarray(4, 8)].join('.')}:${addr.readUInt16BE(2)}`;
+}
+
 function peer(fd: number): string {
   const addr = Buffer.alloc(28);
   const len = [28];
   if (c.getpeername(fd, addr, len) < 0) return lastError();
-  if (addr.readUInt16LE(0) === AF_INET6) return hostPort(bytesToIp6(addr.subarray(8, 24)), addr.readUInt16BE(2));
-  return `${[...addr.subarray(4, 8)].join('.')}:${addr.readUInt16BE(2)}`;
+  return sockaddrText(addr);
 }
 
 /** 0 or the errno name. */
@@ -127,7 +132,7 @@ function exchange(fd: number, address: string, port: number): { backend?: string
   const from = Buffer.alloc(28);
   const n = Number(recvfrom(fd, buf, buf.length, 0, from, [28]));
   if (n < 0) return { error: lastError() };
-  return { backend: buf.subarray(0, n).toString().trim().split(' ')[0], from: `${[...from.subarray(4, 8)].join('.')}:${from.readUInt16BE(2)}` };
+  return { backend: buf.subarray(0, n).toString().trim().split(' ')[0], from: sockaddrText(from) };
 }
 
 /** A new UDP socket whose cookie is another than `not` but the same modulo slots. */

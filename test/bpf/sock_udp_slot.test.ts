@@ -13,8 +13,8 @@ import { randomBytes } from 'node:crypto';
 import { Sandbox, sh, sluiceBin, labScript, repoRoot, bpffsRoot, collect } from '../helpers/sandbox';
 import { BpfMap } from '../../src/bpf/map';
 import { TypedMap, u32Codec } from '../../src/datapath/typedMap';
-import { readCounter } from '../../src/datapath/maps';
 import * as abi from '../../src/abi/generated';
+import { counter as readCounter, oneBackend, type Exchange } from '../helpers/udpSlot';
 
 // Two Services on the same pods: a pair read from the wrong socket or the
 // wrong frontend would show the other VIP.
@@ -28,25 +28,7 @@ function sluice(args: string[]): string {
   return sh(sluiceBin, [...args, '--bpffs', sb.bpffs]);
 }
 
-function counter(index: number): bigint {
-  const m = BpfMap.fromPinned(path.join(sb.bpffs, abi.SLUICE_MAP_COUNTERS));
-  try {
-    return readCounter(m, index);
-  } finally {
-    m.close();
-  }
-}
-
-type Exchange = { backend?: string; from?: string; error?: string };
-
-/** Every exchange answered, from `frontend`, by one backend; that backend. */
-function oneBackend(what: string, exchanges: Exchange[], frontend: string): string {
-  assert.deepEqual(exchanges.filter((e) => e.error), [], `${what}: errors`);
-  assert.deepEqual(exchanges.map((e) => e.from), exchanges.map(() => frontend), `${what}: reply sources`);
-  const used = new Set(exchanges.map((e) => e.backend));
-  assert.equal(used.size, 1, `${what}: backends ${[...used].join(',')}`);
-  return exchanges[0]!.backend!;
-}
+const counter = (index: number): bigint => readCounter(sb.bpffs, index);
 
 before(async () => {
   sb = Sandbox.create('sluice-udpslot');
