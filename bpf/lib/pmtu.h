@@ -25,6 +25,7 @@
 
 #include "maps.h"
 #include "nat.h"
+#include "csum.h" /* lb_csum_fold */
 
 #define LB_IP_DF               0x4000
 #define LB_ICMP_FRAG_NEEDED    4
@@ -40,16 +41,6 @@ struct lb4_icmp_frag_needed {
 	__be16 mtu;                                   /* next-hop MTU (RFC 1191) */
 	__u8   quote[20 + LB_ICMP_QUOTE_L4_BYTES];    /* the offending IPv4 header + 8 bytes */
 };
-
-/* The folded one's-complement checksum of a bpf_csum_diff() sum, ready to store. */
-static __always_inline __u16 lb_csum_fold(__s64 sum)
-{
-	__u32 s = (__u32)sum;
-
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (__u16)~s;
-}
 
 /*
  * `arrived` is the packet as it came in, already rewritten to `to` when the

@@ -1,0 +1,94 @@
+// Nanoseconds per packet of a known north-south flow through sluice_tc_ingress
+// by BPF_PROG_TEST_RUN (issue 12: the in-place rewrite, rewrite4.h), for two
+// builds of tc_lb.bpf.o alternated in one run, plus each build's verified
+// instruction counts. No traffic leaves the process: the packets are crafted
+// and run by the kernel against a throwaway bpffs directory.
+//
+//   node dist/bench/tcrewrite.js --a /work/main/build/tc_lb.bpf.o --b build/tc_lb.bpf.o [--rounds 6] [--samples 2000]
+//
+// Flows: a NodePort to a remote backend (SNAT + DNAT): the TCP original
+// direction (client ACK) and reply (backend ACK on ingress), and the UDP
+// original direction. Each round loads A then B (B then A on odd rounds),
+// opens the flows with a first packet, then runs each packet `samples` times
+// with repeat 1 and keeps the median of the kernel's per-run duration. (With
+// repeat > 1 the kernel runs the program again on the already rewritten
+// skb: from the second run on it would time a packet of no flow.)
+import * as path from 'node:path';
+import * as abi from '../src/abi/generated';
+import { progInfo, progTestRun } from '../src/bpf/program';
+import { writeTcConfig } from '../src/datapath/tc/config';
+import { TcHarness } from '../test/bpf/tc_harness';
+import { TCP_ACK, TCP_SYN, frame, type L4Spec } from '../test/bpf/tc_packet';
+
+const CLIENT = '198.18.0.10';
+const NODE = '198.18.0.1';
+const BACKEND = { id: 2, address: '198.18.2.20', port: 8080, local: false };
+
+function arg(argv: string[], name: string, fallback?: string): string {
+  const i = argv.indexOf(`--${name}`);
+  const v = i >= 0 ? argv[i + 1] : fallback;
+  if (v === undefined) throw new Error(`tcrewrite: --${name} is required`);
+  return v;
+}
+
+const CASES: Record<string, { open: L4Spec; packet: L4Spec }> = {
+  tcpOriginal: {
+    open: { proto: 'tcp', src: CLIENT, dst: NODE, sport: 62000, dport: 30080, tcpFlags: TCP_SYN },
+    packet: { proto: 'tcp', src: CLIENT, dst: NODE, sport: 62000, dport: 30080, tcpFlags: TCP_ACK, payload: Buffer.alloc(64, 1) },
+  },
+  tcpReply: {
+    open: { proto: 'tcp', src: CLIENT, dst: NODE, sport: 62001, dport: 30080, tcpFlags: TCP_SYN },
+    packet: { proto: 'tcp', src: BACKEND.address, dst: NODE, sport: BACKEND.port, dport: 62001, tcpFlags: TCP_ACK, payload: Buffer.alloc(64, 2) },
+  },
+  udpOriginal: {
+    open: { proto: 'udp', src: CLIENT, dst: NODE, sport: 62002, dport: 30053, payload: Buffer.alloc(64, 3) },
+    packet: { proto: 'udp', src: CLIENT, dst: NODE, sport: 62002, dport: 30053, payload: Buffer.alloc(64, 3) },
+  },
+};
+
+function measure(object: string, samples: number): { ns: Record<string, number>; verified: Record<string, number> } {
+  const h = TcHarness.create('sluice-rwbench', object);
+  try {
+    writeTcConfig(h.tc.config, { snatAddress: NODE });
+    h.upsertFrontend({ address: NODE, port: 30080, proto: 'tcp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 1, backends: [BACKEND] });
+    h.upsertFrontend({ address: NODE, port: 30053, proto: 'udp', flags: abi.LB_SVC_FLAG_NODEPORT, revNatId: 2, backends: [{ ...BACKEND, id: 3 }] });
+    const prog = h.obj.program('sluice_tc_ingress');
+    const ns: Record<string, number> = {};
+    for (const [name, c] of Object.entries(CASES)) {
+      h.run('ingress', frame(c.open));
+      const input = frame(c.packet);
+      const runs: number[] = [];
+      for (let i = 0; i < samples; i++) runs.push(progTestRun(prog.fd, { dataIn: input }).duration);
+      runs.sort((x, y) => x - y);
+      ns[name] = runs[Math.floor(runs.length / 2)]!;
+    }
+    const verified: Record<string, number> = {};
+    for (const p of ['sluice_tc_ingress', 'sluice_tc_egress']) verified[p] = progInfo(h.obj.program(p)).verifiedInsns;
+    return { ns, verified };
+  } finally {
+    h.close();
+  }
+}
+
+function main(argv: string[]): void {
+  const objects = { A: path.resolve(arg(argv, 'a')), B: path.resolve(arg(argv, 'b')) };
+  const rounds = Number(arg(argv, 'rounds', '6'));
+  const samples = Number(arg(argv, 'samples', '2000'));
+  const seen: Record<'A' | 'B', Array<Record<string, number>>> = { A: [], B: [] };
+  const verified: Partial<Record<'A' | 'B', Record<string, number>>> = {};
+  for (let round = 0; round < rounds; round++) {
+    for (const which of (round % 2 ? ['B', 'A'] : ['A', 'B']) as Array<'A' | 'B'>) {
+      const m = measure(objects[which], samples);
+      seen[which].push(m.ns);
+      verified[which] = m.verified;
+    }
+  }
+  const range = (xs: number[]) => `${Math.min(...xs)}–${Math.max(...xs)}`;
+  for (const which of ['A', 'B'] as const) {
+    const row: Record<string, string> = {};
+    for (const name of Object.keys(CASES)) row[name] = range(seen[which].map((s) => s[name]!));
+    process.stdout.write(`${JSON.stringify({ build: which, object: objects[which], samples, rounds, medianNsPerPacket: row, verifiedInsns: verified[which] })}\n`);
+  }
+}
+
+main(process.argv.slice(2));
