@@ -59,12 +59,26 @@ rm -rf "$stage"
 app=$stage/opt/sluice
 mkdir -p "$app/bpf" "$app/cni"
 cp package.json "$app/"
-# Production dependencies only (the Dockerfile: npm ci, then npm prune --omit=dev).
-cp package.json package-lock.json "$stage/"
-(cd "$stage" && npm ci --omit=dev --no-audit --no-fund --loglevel=error --prefer-offline >/dev/null) \
-  || { log "npm ci --omit=dev failed"; exit 1; }
-mv "$stage/node_modules" "$app/node_modules"
-rm -f "$stage/package.json" "$stage/package-lock.json"
+# Production dependencies only (the Dockerfile: npm ci, then npm prune --omit=dev),
+# cached by what decides them (package.json, the lock file, node and npm):
+# npm ci was ~10 s of each build, and test/node/image.test.ts builds twice.
+nm_cache=$cache/node_modules-$( (cat package.json package-lock.json; node --version; npm --version) | sha256sum | cut -c1-16)
+if [ -d "$nm_cache" ]; then
+  cp -a "$nm_cache" "$app/node_modules"
+  touch "$nm_cache"   # in use: not pruned
+else
+  cp package.json package-lock.json "$stage/"
+  (cd "$stage" && npm ci --omit=dev --no-audit --no-fund --loglevel=error --prefer-offline >/dev/null) \
+    || { log "npm ci --omit=dev failed"; exit 1; }
+  mv "$stage/node_modules" "$app/node_modules"
+  rm -f "$stage/package.json" "$stage/package-lock.json"
+  # Into the cache whole or not at all (another work tree may build at once).
+  nm_tmp=$(mktemp -d "$cache/.node_modules.XXXXXX")
+  cp -a "$app/node_modules" "$nm_tmp/nm" && mv -T "$nm_tmp/nm" "$nm_cache" 2>/dev/null || true
+  rm -rf "$nm_tmp"
+  # Entries for lock files not built from in two weeks go.
+  find "$cache" -maxdepth 1 -name 'node_modules-*' -mtime +14 -exec rm -rf {} + 2>/dev/null || true
+fi
 cp -a dist "$app/dist"
 cp -a bin "$app/bin"
 cp build/*.bpf.o "$app/bpf/"

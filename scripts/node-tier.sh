@@ -477,6 +477,9 @@ up() {
   for i in $(seq "$NODES"); do node_up "$i"; done
   for i in $(seq "$NODES"); do
     wait_until 60 "containerd on node-$i" test -e "$R/node-$i/containerd.ready"
+    # Its images go to a tmpfs of the node's mount namespace (node-init.sh): on disk, their removal was most of the teardown.
+    [ "$(nsenter -t "$(cat "$R/pids/node-$i")" -m stat -f -c %T "$R/node-$i/containerd/root")" = tmpfs ] ||
+      die "node-$i: containerd's root is not on the node's tmpfs"
     import_images "$R/node-$i" "${NODE_IMAGES[@]}"
     # A second tag of the same image: the smoke's rolling update changes the DaemonSet's image to it.
     ctr --address "$R/node-$i/containerd.sock" -n k8s.io images tag --force \

@@ -165,9 +165,14 @@ grep -q "\"$cluster_ip\"" <<<"$services_json" ||
 echo "smoke: ok exec kubectl exec $agent_1 -c agent -- sluice services lists $cluster_ip"
 
 # ---- 2: Sluice's pod on node-1 replaced while a client connects -----------------
+# The client connects until SECONDS_TOTAL, or, once the smoke has written
+# /tmp/stop (stop_loop: the change is done), for 50 more connections (through
+# the changed agents), and never fewer than MIN_ATTEMPTS in all: the checks
+# want more than 100 that succeeded.
 loop='
-const http = require("http");
+const http = require("http"), fs = require("fs");
 const end = Date.now() + Number(process.env.SECONDS_TOTAL) * 1000;
+const min = Number(process.env.MIN_ATTEMPTS);
 let ok = 0, failed = 0; const errors = {};
 const once = () => new Promise((resolve) => {
   const req = http.get(process.env.URL, { agent: false, timeout: 2000 }, (res) => { res.resume(); res.on("end", () => { ok++; resolve(); }); });
@@ -175,12 +180,22 @@ const once = () => new Promise((resolve) => {
   req.on("error", (e) => { failed++; errors[e.code || e.message] = (errors[e.code || e.message] || 0) + 1; resolve(); });
 });
 (async () => {
-  for (let i = 0; i < 2000 && Date.now() < end; i++) { await once(); await new Promise((r) => setTimeout(r, 100)); }
+  let stopAt = Infinity;
+  for (let i = 0; i < 2000 && Date.now() < end && !(i >= min && i >= stopAt); i++) {
+    if (stopAt === Infinity && fs.existsSync("/tmp/stop")) stopAt = i + 50;
+    await once(); await new Promise((r) => setTimeout(r, 100));
+  }
   require("fs").writeFileSync("/dev/termination-log", JSON.stringify({ ok, failed, errors }));
 })();'
 start_loop() {  # start_loop POD SECONDS
-  client_pod "$1" "$loop" "{\"URL\": \"http://$cluster_ip:80/\", \"SECONDS_TOTAL\": $2}" | kc apply -f - >/dev/null
+  client_pod "$1" "$loop" "{\"URL\": \"http://$cluster_ip:80/\", \"SECONDS_TOTAL\": $2, \"MIN_ATTEMPTS\": 150}" | kc apply -f - >/dev/null
   kc -n smoke wait --for=jsonpath='{.status.phase}'=Running "pod/$1" --timeout=60s >/dev/null || fail "$1 client not running"
+}
+# stop_loop POD: the change the client covers is done: it ends 50 connections
+# later (or, if it cannot be told, at its deadline: only slower).
+stop_loop() {
+  kc -n smoke exec "$1" -- node -e 'require("fs").writeFileSync("/tmp/stop", "")' >/dev/null 2>&1 ||
+    log "could not tell $1 to stop: it runs until its deadline"
 }
 old_pod=$(kc -n kube-system get pod -l app.kubernetes.io/name=sluice --field-selector spec.nodeName=node-1 -o jsonpath='{.items[0].metadata.name}')
 start_loop loop 60
@@ -195,6 +210,9 @@ until new_pod=$(kc -n kube-system get pod -l app.kubernetes.io/name=sluice --fie
   sleep 1
 done
 log "new Sluice pod $new_pod Ready"
+# The client ends 50 connections (~5 s) later instead of running its full
+# 60 s (39 s of waiting after Ready).
+stop_loop loop
 result=$(wait_done loop 120)
 # The replacement must have become Ready while the client was still connecting.
 ready_at=$(kc -n kube-system get pod "$new_pod" -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastTransitionTime}')
@@ -228,6 +246,7 @@ kc -n kube-system rollout status ds/sluice --timeout=240s >/dev/null || fail "ro
 log "rollout finished in $((SECONDS - t_roll)) s"
 [ "$(kc -n smoke get pod rollout -o jsonpath='{.status.phase}')" = Running ] ||
   fail "the rollout client finished before the rollout did: it did not cover it"
+stop_loop rollout
 result=$(wait_done rollout 200)
 node -e '
   const [json, secs] = process.argv.slice(1);
