@@ -1096,10 +1096,15 @@ _Static_assert(sizeof(struct lb6_sock_state) == 8 + 48 * SLUICE_SOCK_PAIRS, "lb6
  * the slot freed). Counted with IPv4's (LB_CNT_SOCK_UDP_SLOT/_STORAGE).
  * Fewer slots than IPv4 (64 bytes each, as sluice_sk_pair6): a node with more
  * live IPv6 UDP sockets than that pays storage for the overflow only.
+ * seq: lb4_sock_uslot's sequence count (odd while a writer, under the lock,
+ * changes cookie or pair; even after), so recvmsg6 reads the slot without
+ * the lock on x86-64 (bpf/lib/sock_slot6.h, lb6_sock_uslot_read). It took
+ * the place of a copy of pair.rev_nat_id; a slot carried from that layout
+ * may hold an odd value, read under the lock until its next write.
  */
 struct lb6_sock_uslot {
-	struct bpf_spin_lock lock; /* guards everything below */
-	__u32  rev_nat_id;         /* pair.rev_nat_id */
+	struct bpf_spin_lock lock; /* guards everything below (writers) */
+	__u32  seq;                /* odd: a write in progress; see above */
 	__u64  cookie;             /* the socket holding the slot; 0: free */
 	struct lb6_sock_pair pair; /* sticky backend and reverse pair, as in lb6_sock_state */
 };

@@ -314,7 +314,7 @@ lb6_sock_udp_sticky(struct bpf_sock_addr *ctx, struct lb6_sock_udp *u, struct lb
 static __always_inline void lb6_sock_udp_remember(struct bpf_sock_addr *ctx, struct lb6_sock_udp *u,
 						  const struct lb6_sock_pair *pair)
 {
-	struct lb6_sock_uslot want = { .rev_nat_id = pair->rev_nat_id, .cookie = u->cookie, .pair = *pair };
+	struct lb6_sock_uslot want = { .cookie = u->cookie, .pair = *pair };
 
 	if (!u->st) {
 		if (lb6_sock_uslot_claim(u->slot, &want)) {
@@ -506,7 +506,9 @@ static __always_inline int lb6_sock_tcp_xlate_rev(struct bpf_sock_addr *ctx, con
 	if (!lb_sock_has_cookie(ctx->sk))
 		return -1;
 	cookie = bpf_get_socket_cookie(ctx);
-	if (!lb6_sock_slot_pair(cookie, address, sock4_dst_port(ctx), &pair))
+	/* getpeername6: the socket's lock is held, no slot lock needed (see
+	 * lb4_sock_slot_pair_sk_locked). */
+	if (!lb6_sock_slot_pair_sk_locked(cookie, address, sock4_dst_port(ctx), &pair, lb_sock_lock_owned(ctx->sk)))
 		return -1;
 	if (!lb6_sock_frontend_current(pair.rev_nat_id, pair.frontend_address, pair.frontend_port)) {
 		lb6_sock_slot_free(cookie);
@@ -556,11 +558,16 @@ static __always_inline void lb6_sock_xlate_rev6(struct bpf_sock_addr *ctx, const
 {
 	struct lb6_sock_pair pair = {};
 	struct lb6_sock_state *st;
+	__u32 protocol = ctx->protocol;
 	bool found;
 
-	if (ctx->protocol == LB_PROTO_TCP && lb6_sock_tcp_xlate_rev(ctx, address) >= 0)
+	/* One read of ctx->protocol, kept in a register: clang otherwise
+	 * reloads it through ctx plus a variable offset, which the verifier
+	 * refuses ("dereference of modified ctx ptr"). */
+	barrier_var(protocol);
+	if (protocol == LB_PROTO_TCP && lb6_sock_tcp_xlate_rev(ctx, address) >= 0)
 		return;
-	if (ctx->protocol == LB_PROTO_UDP && lb6_sock_udp_xlate_rev(ctx, address) >= 0)
+	if (protocol == LB_PROTO_UDP && lb6_sock_udp_xlate_rev(ctx, address) >= 0)
 		return;
 	st = bpf_sk_storage_get(&SLUICE_MAP_SOCK6, ctx->sk, 0, 0);
 	if (!st)

@@ -5,10 +5,10 @@
  * (lb6_sock_slot), shared by the socket hooks (sock.h, sock6.h) and the
  * stale-socket destroy (sock_destroy.h). Every write takes the slot's lock
  * and checks the cookie, so a slot never shows one socket another's pair.
- * Reads take the lock too, except two (issue 12): getpeername4 reads the
- * TCP slot under the socket's own lock (lb4_sock_slot_pair_sk_locked), and
- * the IPv4 UDP slot is read under a sequence count on x86-64
- * (lb4_sock_uslot_read). The TCP slot types start with the same head:
+ * Reads take the lock too, except (issue 12): getpeername4/6 read the TCP
+ * slot under the socket's own lock (lb4/lb6_sock_slot_pair_sk_locked), and
+ * the UDP slots are read under a sequence count on x86-64
+ * (lb4_sock_uslot_read here, lb6_sock_uslot_read in sock_slot6.h). The TCP slot types start with the same head:
  * claim, read and free are one code (lb_sock_slot_*) for both families;
  * only the pair after the head differs.
  */
@@ -36,6 +36,12 @@ struct lb_sock_slot_head {
 LB_SOCK_SLOT_HEAD_OF(lb4_sock_slot);
 LB_SOCK_SLOT_HEAD_OF(lb6_sock_slot);
 
+/* A word of a slot's pair as the copy loops move it: may_alias, since the
+ * pair is read back through its own typed fields (__be16 ports, __u8
+ * addresses); without it clang's type-based alias analysis may treat those
+ * fields as never written by the copy and fold their comparisons away. */
+typedef __u64 __attribute__((__may_alias__)) lb_slot_word_t;
+
 /* The words of the pair after the head. */
 #define LB_SOCK_SLOT_WORDS(type) ((sizeof(struct type) - sizeof(struct lb_sock_slot_head)) / 8)
 
@@ -46,8 +52,8 @@ static __always_inline bool lb_sock_slot_claim(void *value, const void *want, co
 {
 	struct lb_sock_slot_head *slot = value;
 	const struct lb_sock_slot_head *w = want;
-	__u64 *dst = (__u64 *)(slot + 1);
-	const __u64 *src = (const __u64 *)(w + 1);
+	lb_slot_word_t *dst = (lb_slot_word_t *)(slot + 1);
+	const lb_slot_word_t *src = (const lb_slot_word_t *)(w + 1);
 	bool claimed = false;
 	__u32 i;
 
@@ -70,8 +76,8 @@ static __always_inline bool lb_sock_slot_read(void *value, __u64 cookie, void *o
 {
 	struct lb_sock_slot_head *slot = value;
 	struct lb_sock_slot_head *o = out;
-	const __u64 *src = (const __u64 *)(slot + 1);
-	__u64 *dst = (__u64 *)(o + 1);
+	const lb_slot_word_t *src = (const lb_slot_word_t *)(slot + 1);
+	lb_slot_word_t *dst = (lb_slot_word_t *)(o + 1);
 	bool found = false;
 	__u32 i;
 
@@ -212,6 +218,33 @@ static __always_inline bool lb6_sock_slot_pair(__u64 cookie, const __u8 *address
 	if (!slot || !lb_sock_slot_read(slot, cookie, out, LB_SOCK_SLOT_WORDS(lb6_sock_slot)))
 		return false;
 	return out->backend_port == port && !((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]));
+}
+
+/* lb6_sock_slot_pair without the slot's lock, for getpeername6, which runs
+ * under the socket's own lock: the argument of lb4_sock_slot_pair_sk_locked
+ * (while the slot names this socket's cookie, only this socket writes it,
+ * under that same socket lock). *out: the fields the caller reads (rev-NAT
+ * id, frontend address and port). socket_locked: the caller checked
+ * sk_lock.owned; otherwise the locked read. */
+static __always_inline bool lb6_sock_slot_pair_sk_locked(__u64 cookie, const __u8 *address, __be16 port,
+							  struct lb6_sock_slot *out, bool socket_locked)
+{
+	struct lb6_sock_slot *slot;
+	const __u32 *a = (const __u32 *)address;
+	const __u32 *b;
+
+	if (!socket_locked)
+		return lb6_sock_slot_pair(cookie, address, port, out);
+	slot = lb6_sock_slot(cookie);
+	if (!slot || slot->cookie != cookie || slot->backend_port != port)
+		return false;
+	b = (const __u32 *)slot->backend_address;
+	if ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]))
+		return false;
+	out->rev_nat_id = slot->rev_nat_id;
+	__builtin_memcpy(out->frontend_address, slot->frontend_address, 16);
+	out->frontend_port = slot->frontend_port;
+	return true;
 }
 
 static __always_inline bool lb6_sock_slot_free(__u64 cookie)

@@ -1500,16 +1500,16 @@ export const lb6_sock_term_keyCodec: Codec<Lb6SockTermKey> = { size: 20, encode:
 /** struct lb6_sock_uslot (64 bytes) */
 export interface Lb6SockUslot {
   lock: BpfSpinLock;
-  rev_nat_id: number;
+  seq: number;
   cookie: bigint;
   pair: Lb6SockPair;
 }
 export const LB6_SOCK_USLOT_SIZE = 64;
-export const lb6_sock_uslotLayout: StructLayout = {"name":"lb6_sock_uslot","size":64,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"rev_nat_id","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"pair","kind":"struct","offset":16,"size":48,"struct":"lb6_sock_pair"}]};
+export const lb6_sock_uslotLayout: StructLayout = {"name":"lb6_sock_uslot","size":64,"fields":[{"name":"lock","kind":"struct","offset":0,"size":4,"struct":"bpf_spin_lock"},{"name":"seq","kind":"int","offset":4,"size":4,"bigEndian":false},{"name":"cookie","kind":"int","offset":8,"size":8,"bigEndian":false},{"name":"pair","kind":"struct","offset":16,"size":48,"struct":"lb6_sock_pair"}]};
 export function encodeLb6SockUslot(v: Lb6SockUslot, buf: Buffer = Buffer.alloc(64), off = 0): Buffer {
   buf.fill(0, off, off + 64);
   encodeBpfSpinLock(v.lock, buf, off + 0);
-  buf.writeUInt32LE(v.rev_nat_id >>> 0, off + 4);
+  buf.writeUInt32LE(v.seq >>> 0, off + 4);
   buf.writeBigUInt64LE(v.cookie, off + 8);
   encodeLb6SockPair(v.pair, buf, off + 16);
   return buf;
@@ -1517,7 +1517,7 @@ export function encodeLb6SockUslot(v: Lb6SockUslot, buf: Buffer = Buffer.alloc(6
 export function decodeLb6SockUslot(buf: Buffer, off = 0): Lb6SockUslot {
   return {
     lock: decodeBpfSpinLock(buf, off + 0),
-    rev_nat_id: buf.readUInt32LE(off + 4),
+    seq: buf.readUInt32LE(off + 4),
     cookie: buf.readBigUInt64LE(off + 8),
     pair: decodeLb6SockPair(buf, off + 16),
   };

@@ -102,3 +102,15 @@ test('lb4_sock_uslot: seq at offset 4, host order, in the slot head the TCP slot
   assert.equal(buf.readUInt32LE(4), 3);
   assert.equal(abi.decodeLb4SockUslot(buf).seq, 3);
 });
+
+// issue 12, IPv6: lb6_sock_uslot has the same head as lb4_sock_uslot (the
+// sequence count of recvmsg6's lock-free read where the TCP slots keep a
+// rev-NAT id).
+test('lb6_sock_uslot: seq at offset 4, host order, in the slot head the TCP slots share', () => {
+  const head = (l: StructLayout) => l.fields.slice(0, 3).map((f) => [f.offset, f.size]);
+  assert.deepEqual(abi.lb6_sock_uslotLayout.fields.slice(0, 3).map((f) => f.name), ['lock', 'seq', 'cookie']);
+  assert.deepEqual(head(abi.lb6_sock_uslotLayout), head(abi.lb6_sock_slotLayout));
+  const buf = abi.encodeLb6SockUslot({ ...abi.decodeLb6SockUslot(Buffer.alloc(abi.LB6_SOCK_USLOT_SIZE)), seq: 5, cookie: 9n });
+  assert.equal(buf.readUInt32LE(4), 5);
+  assert.equal(abi.decodeLb6SockUslot(buf).seq, 5);
+});

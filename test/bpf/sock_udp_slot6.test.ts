@@ -12,6 +12,8 @@ import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
 import { fillSlotArray } from '../helpers/tcpRev';
 import { counter as readCounter, oneBackend, heldSlots, slotCookies, type Exchange } from '../helpers/udpSlot';
 import { ip6ToBytes } from '../../src/datapath/addr';
+import { BpfMap } from '../../src/bpf/map';
+import { TypedMap, u32Codec } from '../../src/datapath/typedMap';
 import * as abi from '../../src/abi/generated';
 
 // Two Services on the same pods: a pair read from the wrong socket or the
@@ -51,8 +53,18 @@ function fillSlots(cookieBase: bigint): void {
     scope: 0, used: 1, backend_slot: 1, backend_id: 1, rev_nat_id: 1,
   };
   fillSlotArray(path.join(sb.bpffs, MAP), abi.LB6_SOCK_USLOT_SIZE, (i) => abi.encodeLb6SockUslot({
-    lock: { val: 0 }, rev_nat_id: 1, cookie: cookieBase ? cookieBase + BigInt(i) : 0n, pair,
+    lock: { val: 0 }, seq: 0, cookie: cookieBase ? cookieBase + BigInt(i) : 0n, pair,
   }));
+}
+
+/** The sequence count (lb6_sock_uslot.seq) of one slot of sluice_sk_udp6. */
+function slotSeq(index: number): number {
+  const m = new TypedMap(BpfMap.fromPinned(path.join(sb.bpffs, MAP)), u32Codec, abi.lb6_sock_uslotCodec);
+  try {
+    return m.get(index)!.seq;
+  } finally {
+    m.map.close();
+  }
 }
 
 before(async () => {
@@ -99,7 +111,14 @@ test('IPv6 UDP: a socket whose slot is held, a socket on two frontends and a soc
   assert.ok(counter(abi.LB_CNT_SOCK_UDP_SLOT) - inSlot >= 2n, 'S and R wrote their first pair into the slot');
   assert.ok(counter(abi.LB_CNT_SOCK_UDP_STORAGE) - inStorage >= 3n, 'O and R wrote pairs into socket storage');
   // Every socket closed: the slot is free again (sock_release, or R's move to storage).
-  assert.equal(slotCookies(sb.bpffs, MAP)[Number(BigInt(r.cookie) % BigInt(SLOTS))], 0n);
+  const at6 = Number(BigInt(r.cookie) % BigInt(SLOTS));
+  assert.equal(slotCookies(sb.bpffs, MAP)[at6], 0n);
+  // Every write went through the sequence count (odd while writing, even
+  // after: issue 12's lock-free recvmsg6 read, bpf/lib/sock_slot6.h): S's
+  // claim and free, R's claim and move to storage are two steps each.
+  const seq = slotSeq(at6);
+  assert.equal(seq % 2, 0, `seq ${seq} even once no write is in progress`);
+  assert.ok(seq >= 8, `seq ${seq}: at least four writes counted`);
 });
 
 test('IPv6 UDP: with every slot held by other sockets, pairs go to socket storage (still sticky, replies from the frontend) and no socket frees a slot it does not hold', async () => {
