@@ -31,26 +31,24 @@
 #include "nat.h"
 #include "csum.h"
 
-/* What lb4_rewrite_packed needs, in one block on the caller's stack (a
- * global function takes at most 5 arguments, and every byte is set). A
- * BPF-to-BPF argument, not ABI: no lb_ prefix, so scripts/gen-abi.js leaves
- * it out of src/abi/generated.ts. */
-struct rewrite4_args {
-	__be32 from_saddr, from_daddr; /* the packet as it is */
-	__be32 to_saddr, to_daddr;     /* as it must leave */
-	__be16 from_sport, from_dport;
-	__be16 to_sport, to_dport;
-	__u32 l4_off;                  /* lb4_packet.l4_off */
-	__u8  proto;                   /* LB_PROTO_TCP or LB_PROTO_UDP */
-	__u8  frag;                    /* lb4_packet.frag: LB_FRAG_LATER has no L4 header */
-	__u8  pad[2];
-};
-
 /* The largest IPv4 header (IHL 15) after Ethernet. */
 #define LB4_REWRITE_MAX_L4_OFF (LB_ETH_HLEN + 60)
 
-__noinline int lb4_rewrite_packed(struct __sk_buff *skb, const struct rewrite4_args *rw)
+/*
+ * The rewrite, its arguments packed in registers (a global function takes at
+ * most 5, and a struct on the caller's stack would add to the deepest call
+ * chain's 512 bytes, pmtu.h's): `from` and `to` are the addresses as
+ * saddr << 32 | daddr, `ports` from_sport << 48 | from_dport << 32 |
+ * to_sport << 16 | to_dport, all as on the wire; `meta` is l4_off |
+ * proto << 32 | frag << 40 (lb4_packet's fields; LB_FRAG_LATER: no L4 header).
+ */
+__noinline int lb4_rewrite_packed(struct __sk_buff *skb, __u64 from, __u64 to, __u64 ports_arg, __u64 meta)
 {
+	__be32 from_saddr = from >> 32, from_daddr = (__u32)from;
+	__be32 to_saddr = to >> 32, to_daddr = (__u32)to;
+	__be16 from_sport = ports_arg >> 48, from_dport = ports_arg >> 32;
+	__be16 to_sport = ports_arg >> 16, to_dport = ports_arg;
+	__u8 proto = meta >> 32, frag = meta >> 40;
 	__u32 need, addr_diff = 0, port_diff = 0, csum_off;
 	__u64 l4_off; /* 64 bits: no zero-extended copy for the bound to miss */
 	bool addr_changed = false, port_changed = false, l4;
@@ -59,9 +57,7 @@ __noinline int lb4_rewrite_packed(struct __sk_buff *skb, const struct rewrite4_a
 	__be16 *ports;
 	__u64 mm0;
 
-	if (!rw)
-		return -1;
-	l4_off = rw->l4_off;
+	l4_off = (__u32)meta;
 	if (l4_off < LB_ETH_HLEN + sizeof(*ip))
 		return -1;
 	/* The bound the verifier needs for data + l4_off, checked on the very
@@ -71,7 +67,7 @@ __noinline int lb4_rewrite_packed(struct __sk_buff *skb, const struct rewrite4_a
 	barrier_var(l4_off);
 	if (l4_off > LB4_REWRITE_MAX_L4_OFF)
 		return -1;
-	l4 = rw->frag != LB_FRAG_LATER;
+	l4 = frag != LB_FRAG_LATER;
 	/* The headers are usually in the linear part; pull them when not. */
 	need = l4 ? l4_off + 4 : LB_ETH_HLEN + sizeof(*ip);
 	data = (void *)(long)skb->data;
@@ -85,14 +81,14 @@ __noinline int lb4_rewrite_packed(struct __sk_buff *skb, const struct rewrite4_a
 	ip = data + LB_ETH_HLEN;
 	if ((void *)(ip + 1) > end)
 		return -1;
-	if (rw->from_saddr != rw->to_saddr) {
-		addr_diff = lb_csum_diff4(addr_diff, rw->from_saddr, rw->to_saddr);
-		ip->saddr = rw->to_saddr;
+	if (from_saddr != to_saddr) {
+		addr_diff = lb_csum_diff4(addr_diff, from_saddr, to_saddr);
+		ip->saddr = to_saddr;
 		addr_changed = true;
 	}
-	if (rw->from_daddr != rw->to_daddr) {
-		addr_diff = lb_csum_diff4(addr_diff, rw->from_daddr, rw->to_daddr);
-		ip->daddr = rw->to_daddr;
+	if (from_daddr != to_daddr) {
+		addr_diff = lb_csum_diff4(addr_diff, from_daddr, to_daddr);
+		ip->daddr = to_daddr;
 		addr_changed = true;
 	}
 	if (addr_changed)
@@ -104,19 +100,19 @@ __noinline int lb4_rewrite_packed(struct __sk_buff *skb, const struct rewrite4_a
 	ports = data + l4_off;
 	if ((void *)(ports + 2) > end)
 		return -1;
-	if (rw->from_sport != rw->to_sport) {
-		port_diff = lb_csum_diff2(port_diff, rw->from_sport, rw->to_sport);
-		ports[0] = rw->to_sport;
+	if (from_sport != to_sport) {
+		port_diff = lb_csum_diff2(port_diff, from_sport, to_sport);
+		ports[0] = to_sport;
 		port_changed = true;
 	}
-	if (rw->from_dport != rw->to_dport) {
-		port_diff = lb_csum_diff2(port_diff, rw->from_dport, rw->to_dport);
-		ports[1] = rw->to_dport;
+	if (from_dport != to_dport) {
+		port_diff = lb_csum_diff2(port_diff, from_dport, to_dport);
+		ports[1] = to_dport;
 		port_changed = true;
 	}
 	/* From here on the helpers may move the packet: no pointer is used. */
-	csum_off = lb4_l4_csum_off(rw->proto, l4_off);
-	mm0 = rw->proto == LB_PROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	csum_off = lb4_l4_csum_off(proto, l4_off);
+	mm0 = proto == LB_PROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
 	if (addr_changed &&
 	    bpf_l4_csum_replace(skb, csum_off, 0, addr_diff, mm0 | BPF_F_PSEUDO_HDR) < 0)
 		return -1;
@@ -125,25 +121,22 @@ __noinline int lb4_rewrite_packed(struct __sk_buff *skb, const struct rewrite4_a
 	return 0;
 }
 
-/* lb4_rewrite's interface (nat.h) over lb4_rewrite_packed. */
+/*
+ * Rewrite a TCP/UDP packet from its tuple to `to`: addresses, ports, the
+ * IPv4 header checksum and the L4 checksum. Only changed fields are touched.
+ * Returns 0 or -1 (the caller drops: a half-rewritten packet must not leave).
+ */
 static __always_inline int
-lb4_rewrite_fast(struct __sk_buff *skb, const struct lb4_packet *pkt, const struct lb4_tuple *to)
+lb4_rewrite(struct __sk_buff *skb, const struct lb4_packet *pkt, const struct lb4_tuple *to)
 {
-	struct rewrite4_args rw;
+	const struct lb4_tuple *from = &pkt->tuple;
 
-	__builtin_memset(&rw, 0, sizeof(rw));
-	rw.from_saddr = pkt->tuple.saddr;
-	rw.from_daddr = pkt->tuple.daddr;
-	rw.from_sport = pkt->tuple.sport;
-	rw.from_dport = pkt->tuple.dport;
-	rw.to_saddr = to->saddr;
-	rw.to_daddr = to->daddr;
-	rw.to_sport = to->sport;
-	rw.to_dport = to->dport;
-	rw.proto = pkt->tuple.proto;
-	rw.l4_off = pkt->l4_off;
-	rw.frag = pkt->frag;
-	return lb4_rewrite_packed(skb, &rw);
+	return lb4_rewrite_packed(skb,
+				  (__u64)from->saddr << 32 | from->daddr,
+				  (__u64)to->saddr << 32 | to->daddr,
+				  (__u64)from->sport << 48 | (__u64)from->dport << 32 |
+					  (__u64)to->sport << 16 | to->dport,
+				  (__u64)pkt->frag << 40 | (__u64)from->proto << 32 | pkt->l4_off);
 }
 
 #endif /* SLUICE_BPF_REWRITE4_H */
