@@ -44,14 +44,8 @@
  */
 __noinline int lb4_rewrite_packed(struct __sk_buff *skb, __u64 from, __u64 to, __u64 ports_arg, __u64 meta)
 {
-	__be32 from_saddr = from >> 32, from_daddr = (__u32)from;
-	__be32 to_saddr = to >> 32, to_daddr = (__u32)to;
-	__be16 from_sport = ports_arg >> 48, from_dport = ports_arg >> 32;
-	__be16 to_sport = ports_arg >> 16, to_dport = ports_arg;
-	__u8 proto = meta >> 32, frag = meta >> 40;
 	__u32 need, addr_diff = 0, port_diff = 0, csum_off;
 	__u64 l4_off; /* 64 bits: no zero-extended copy for the bound to miss */
-	bool addr_changed = false, port_changed = false, l4;
 	void *data, *end;
 	struct iphdr *ip;
 	__be16 *ports;
@@ -67,9 +61,8 @@ __noinline int lb4_rewrite_packed(struct __sk_buff *skb, __u64 from, __u64 to, _
 	barrier_var(l4_off);
 	if (l4_off > LB4_REWRITE_MAX_L4_OFF)
 		return -1;
-	l4 = frag != LB_FRAG_LATER;
 	/* The headers are usually in the linear part; pull them when not. */
-	need = l4 ? l4_off + 4 : LB_ETH_HLEN + sizeof(*ip);
+	need = (__u8)(meta >> 40) == LB_FRAG_LATER ? LB_ETH_HLEN + sizeof(*ip) : l4_off + 4;
 	data = (void *)(long)skb->data;
 	end = (void *)(long)skb->data_end;
 	if (data + need > end) {
@@ -81,42 +74,42 @@ __noinline int lb4_rewrite_packed(struct __sk_buff *skb, __u64 from, __u64 to, _
 	ip = data + LB_ETH_HLEN;
 	if ((void *)(ip + 1) > end)
 		return -1;
-	if (from_saddr != to_saddr) {
-		addr_diff = lb_csum_diff4(addr_diff, from_saddr, to_saddr);
-		ip->saddr = to_saddr;
-		addr_changed = true;
+	/* A difference is 0 only for no change (each term ~from + to has
+	 * bits set unless from is all ones and to is 0, which adds nothing
+	 * either), so it doubles as the "changed" flag: the stack frame stays
+	 * small (the deepest call chain of tc_ingress is at 512 bytes). */
+	if ((__u32)(from >> 32) != (__u32)(to >> 32)) {
+		addr_diff = lb_csum_diff4(addr_diff, from >> 32, to >> 32);
+		ip->saddr = to >> 32;
 	}
-	if (from_daddr != to_daddr) {
-		addr_diff = lb_csum_diff4(addr_diff, from_daddr, to_daddr);
-		ip->daddr = to_daddr;
-		addr_changed = true;
+	if ((__u32)from != (__u32)to) {
+		addr_diff = lb_csum_diff4(addr_diff, from, to);
+		ip->daddr = to;
 	}
-	if (addr_changed)
+	if (addr_diff)
 		ip->check = lb_csum_replace_by_diff(ip->check, addr_diff);
 	/* issue 10 item 8: a later fragment has no L4 header; the first
 	 * fragment's checksum already covers the new pseudo-header. */
-	if (!l4)
+	if ((__u8)(meta >> 40) == LB_FRAG_LATER)
 		return 0;
 	ports = data + l4_off;
 	if ((void *)(ports + 2) > end)
 		return -1;
-	if (from_sport != to_sport) {
-		port_diff = lb_csum_diff2(port_diff, from_sport, to_sport);
-		ports[0] = to_sport;
-		port_changed = true;
+	if ((__u16)(ports_arg >> 48) != (__u16)(ports_arg >> 16)) {
+		port_diff = lb_csum_diff2(port_diff, ports_arg >> 48, ports_arg >> 16);
+		ports[0] = ports_arg >> 16;
 	}
-	if (from_dport != to_dport) {
-		port_diff = lb_csum_diff2(port_diff, from_dport, to_dport);
-		ports[1] = to_dport;
-		port_changed = true;
+	if ((__u16)(ports_arg >> 32) != (__u16)ports_arg) {
+		port_diff = lb_csum_diff2(port_diff, ports_arg >> 32, ports_arg);
+		ports[1] = ports_arg;
 	}
 	/* From here on the helpers may move the packet: no pointer is used. */
-	csum_off = lb4_l4_csum_off(proto, l4_off);
-	mm0 = proto == LB_PROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
-	if (addr_changed &&
+	csum_off = lb4_l4_csum_off((__u8)(meta >> 32), l4_off);
+	mm0 = (__u8)(meta >> 32) == LB_PROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	if (addr_diff &&
 	    bpf_l4_csum_replace(skb, csum_off, 0, addr_diff, mm0 | BPF_F_PSEUDO_HDR) < 0)
 		return -1;
-	if (port_changed && bpf_l4_csum_replace(skb, csum_off, 0, port_diff, mm0) < 0)
+	if (port_diff && bpf_l4_csum_replace(skb, csum_off, 0, port_diff, mm0) < 0)
 		return -1;
 	return 0;
 }
