@@ -3,10 +3,17 @@
  * rewrite4.h: the IPv4 address/port rewrite of a known flow's packets
  * (issue 12), written in place. lb4_rewrite (nat.h) makes up to ten helper
  * calls per packet (a store, an L3 and an L4 checksum replace per field);
- * here one bounds check admits direct writes of the addresses, the ports and
- * the IPv4 header checksum (one update by the combined difference, csum.h),
- * and the L4 checksum gets at most two bpf_l4_csum_replace calls by
- * difference (size 0). The L4 checksum stays with the kernel because only it
+ * here the addresses go in one bpf_skb_store_bytes (they are adjacent), the
+ * ports in another, the IPv4 header checksum gets one bpf_l3_csum_replace by
+ * the combined difference (csum.h), and the L4 checksum at most two
+ * bpf_l4_csum_replace calls by difference: at most 5 helper calls.
+ * No direct packet write: with one anywhere in a TC program the verifier adds
+ * a prologue that unclones (bpf_skb_pull_data(skb, 0)) every cloned skb, and
+ * TCP transmits clones, so the node's own non-Service TCP through
+ * sluice_tc_egress / sluice_pod_egress paid about 100 ns a packet for it
+ * (bench/uncloneprogstats.ts). The helpers make only rewritten packets
+ * writable, as before.
+ * The L4 checksum stays with the kernel because only it
  * knows the skb's checksum state:
  *  - CHECKSUM_PARTIAL (a local socket's packet on a veth): the field holds
  *    the pseudo-header sum only, so the address change goes in un-complemented
@@ -20,7 +27,7 @@
  * A UDP checksum of 0 stays 0 and a new sum of 0 is sent as 0xffff
  * (BPF_F_MARK_MANGLED_0), as in lb4_rewrite. The IPv4 header checksum is not
  * in any checksum state's scope beyond itself (a COMPLETE sum covers the
- * header, whose own sum the update keeps), so it is written directly.
+ * header, whose own sum the update keeps), so it is updated by the plain difference.
  *
  * lb4_rewrite_packed is a global (non-inlined) BPF function: the verifier
  * checks it once, not at each of its call sites in the flow paths.
@@ -31,8 +38,6 @@
 #include "nat.h"
 #include "csum.h"
 
-/* The largest IPv4 header (IHL 15) after Ethernet. */
-#define LB4_REWRITE_MAX_L4_OFF (LB_ETH_HLEN + 60)
 
 /*
  * The rewrite, its arguments packed in registers (a global function takes at
@@ -44,66 +49,42 @@
  */
 __noinline int lb4_rewrite_packed(struct __sk_buff *skb, __u64 from, __u64 to, __u64 ports_arg, __u64 meta)
 {
-	__u32 need, addr_diff = 0, port_diff = 0, csum_off;
-	__u64 l4_off; /* 64 bits: no zero-extended copy for the bound to miss */
-	void *data, *end;
-	struct iphdr *ip;
-	__be16 *ports;
+	__u32 addr_diff = 0, port_diff = 0, csum_off, l4_off;
+	__u64 buf; /* the bytes stored: both addresses, then both ports */
 	__u64 mm0;
 
 	l4_off = (__u32)meta;
-	if (l4_off < LB_ETH_HLEN + sizeof(*ip))
-		return -1;
-	/* The bound the verifier needs for data + l4_off, checked on the very
-	 * register used below: clang would otherwise fold both checks into one
-	 * on l4_off - 34 (or on a zero-extended copy of a 32-bit l4_off), and
-	 * the verifier cannot map either back. */
-	barrier_var(l4_off);
-	if (l4_off > LB4_REWRITE_MAX_L4_OFF)
-		return -1;
-	/* The headers are usually in the linear part; pull them when not. */
-	need = (__u8)(meta >> 40) == LB_FRAG_LATER ? LB_ETH_HLEN + sizeof(*ip) : l4_off + 4;
-	data = (void *)(long)skb->data;
-	end = (void *)(long)skb->data_end;
-	if (data + need > end) {
-		if (bpf_skb_pull_data(skb, need) < 0)
-			return -1;
-		data = (void *)(long)skb->data;
-		end = (void *)(long)skb->data_end;
-	}
-	ip = data + LB_ETH_HLEN;
-	if ((void *)(ip + 1) > end)
+	if (l4_off < LB_ETH_HLEN + sizeof(struct iphdr))
 		return -1;
 	/* A difference is 0 only for no change (each term ~from + to has
 	 * bits set unless from is all ones and to is 0, which adds nothing
 	 * either), so it doubles as the "changed" flag: the stack frame stays
 	 * small (the deepest call chain of tc_ingress is at 512 bytes). */
-	if ((__u32)(from >> 32) != (__u32)(to >> 32)) {
+	if ((__u32)(from >> 32) != (__u32)(to >> 32))
 		addr_diff = lb_csum_diff4(addr_diff, from >> 32, to >> 32);
-		ip->saddr = to >> 32;
-	}
-	if ((__u32)from != (__u32)to) {
+	if ((__u32)from != (__u32)to)
 		addr_diff = lb_csum_diff4(addr_diff, from, to);
-		ip->daddr = to;
+	if (addr_diff) {
+		/* saddr and daddr are adjacent: one store of both (an unchanged
+		 * one is written with its own value). */
+		buf = (__u64)(__u32)(to >> 32) | (__u64)(__u32)to << 32;
+		if (bpf_skb_store_bytes(skb, LB_ETH_HLEN + __builtin_offsetof(struct iphdr, saddr), &buf, 8, 0) < 0 ||
+		    bpf_l3_csum_replace(skb, LB_ETH_HLEN + __builtin_offsetof(struct iphdr, check), 0, addr_diff, 0) < 0)
+			return -1;
 	}
-	if (addr_diff)
-		ip->check = lb_csum_replace_by_diff(ip->check, addr_diff);
 	/* issue 10 item 8: a later fragment has no L4 header; the first
 	 * fragment's checksum already covers the new pseudo-header. */
 	if ((__u8)(meta >> 40) == LB_FRAG_LATER)
 		return 0;
-	ports = data + l4_off;
-	if ((void *)(ports + 2) > end)
-		return -1;
-	if ((__u16)(ports_arg >> 48) != (__u16)(ports_arg >> 16)) {
+	if ((__u16)(ports_arg >> 48) != (__u16)(ports_arg >> 16))
 		port_diff = lb_csum_diff2(port_diff, ports_arg >> 48, ports_arg >> 16);
-		ports[0] = ports_arg >> 16;
-	}
-	if ((__u16)(ports_arg >> 32) != (__u16)ports_arg) {
+	if ((__u16)(ports_arg >> 32) != (__u16)ports_arg)
 		port_diff = lb_csum_diff2(port_diff, ports_arg >> 32, ports_arg);
-		ports[1] = ports_arg;
+	if (port_diff) {
+		buf = (__u64)(__u16)(ports_arg >> 16) | (__u64)(__u16)ports_arg << 16;
+		if (bpf_skb_store_bytes(skb, l4_off, &buf, 4, 0) < 0)
+			return -1;
 	}
-	/* From here on the helpers may move the packet: no pointer is used. */
 	csum_off = lb4_l4_csum_off((__u8)(meta >> 32), l4_off);
 	mm0 = (__u8)(meta >> 32) == LB_PROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
 	if (addr_diff &&
