@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nat.h: IPv4 packet parsing and address/port rewriting for the TC programs.
+ * nat.h: IPv4 packet parsing and address/port rewriting for the TC programs
+ * (a flow's own packets: rewrite4.h; ICMP errors: lb4_rewrite_icmp_error).
  *
  * Checksums are updated incrementally with the kernel's own helpers
  * (bpf_l3_csum_replace / bpf_l4_csum_replace): they know the skb's checksum
@@ -153,36 +154,6 @@ lb4_set_port(struct __sk_buff *skb, __u32 csum_off, __u32 field_off, __be16 from
 	if (bpf_l4_csum_replace(skb, csum_off, from, to, l4_flags | 2) < 0)
 		return -1;
 	return bpf_skb_store_bytes(skb, field_off, &to, 2, 0);
-}
-
-/*
- * Rewrite a TCP/UDP packet from tuple `from` to tuple `to`: addresses, ports,
- * the IPv4 header checksum and the L4 checksum. Only changed fields are
- * touched. Returns 0 or -1 (the caller drops: a half-rewritten packet must
- * not leave).
- */
-static __always_inline int
-lb4_rewrite(struct __sk_buff *skb, const struct lb4_packet *pkt, const struct lb4_tuple *to)
-{
-	const struct lb4_tuple *from = &pkt->tuple;
-	int csum_off = lb4_l4_csum_off(from->proto, pkt->l4_off);
-	__u64 l4_flags = from->proto == LB_PROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
-
-	/* issue 10 item 8: a later fragment has no L4 header; the first
-	 * fragment's checksum already covers the new pseudo-header. */
-	if (pkt->frag == LB_FRAG_LATER)
-		csum_off = -1;
-	if (lb4_set_addr(skb, LB_IP_OFF_CHECK, LB_IP_OFF_SADDR, from->saddr, to->saddr,
-			 csum_off, l4_flags) < 0)
-		return -1;
-	if (lb4_set_addr(skb, LB_IP_OFF_CHECK, LB_IP_OFF_DADDR, from->daddr, to->daddr,
-			 csum_off, l4_flags) < 0)
-		return -1;
-	if (pkt->frag == LB_FRAG_LATER)
-		return 0;
-	if (lb4_set_port(skb, csum_off, pkt->l4_off, from->sport, to->sport, l4_flags) < 0)
-		return -1;
-	return lb4_set_port(skb, csum_off, pkt->l4_off + 2, from->dport, to->dport, l4_flags);
 }
 
 /*

@@ -197,7 +197,7 @@ lb4_flow_xlate_original(struct __sk_buff *skb, const struct lb4_packet *pkt,
 		to.saddr = e->nat_address;
 		to.sport = e->nat_port;
 	}
-	if (lb4_rewrite_fast(skb, pkt, &to) < 0)
+	if (lb4_rewrite(skb, pkt, &to) < 0)
 		return TC_ACT_SHOT;
 	/* Only a node address as source needs forwarding by us; a remapped
 	 * client port keeps the client's address and routes normally. */
@@ -220,7 +220,7 @@ lb4_flow_xlate_reply(struct __sk_buff *skb, const struct lb4_packet *pkt,
 	to.sport = e->frontend_port;
 	to.daddr = e->client_address;
 	to.dport = e->client_port;
-	if (lb4_rewrite_fast(skb, pkt, &to) < 0)
+	if (lb4_rewrite(skb, pkt, &to) < 0)
 		return TC_ACT_SHOT;
 	lb_path_count(path, LB_CNT_TC_REV_XLATED);
 	return hook == LB_HOOK_INGRESS ? lb4_flow_forward(skb, path, pkt, &to) : TC_ACT_OK;

@@ -26,6 +26,7 @@
 #include "maps.h"
 #include "nat.h"
 #include "csum.h" /* lb_csum_fold */
+#include "rewrite4.h" /* lb4_rewrite */
 
 #define LB_IP_DF               0x4000
 #define LB_ICMP_FRAG_NEEDED    4
