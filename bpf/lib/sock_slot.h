@@ -289,124 +289,142 @@ _Static_assert(__builtin_offsetof(struct lb4_sock_uslot, seq) == __builtin_offse
  * write in progress twice is racing a writer hard; the lock waits it out. */
 #define LB_USLOT_SEQ_TRIES 2
 
-static __always_inline struct lb4_sock_uslot *lb4_sock_uslot(__u64 cookie)
-{
-	__u32 at = (__u32)cookie & (SLUICE_SOCK_USLOTS4 - 1);
-
-	return bpf_map_lookup_elem(&SLUICE_MAP_SOCK_USLOT4, &at);
-}
-
-/* Writers (the caller holds slot->lock): seq odd before the first store,
- * even after the last. (seq | 1): a slot carried from the layout where this
- * word was a rev-NAT id may start odd; it ends even after one write. */
-static __always_inline __u32 lb4_sock_uslot_write_begin(struct lb4_sock_uslot *slot)
-{
-	__u32 odd = slot->seq | 1;
-
-	*(volatile __u32 *)&slot->seq = odd;
-	lb_compiler_barrier();
-	return odd;
-}
-
-static __always_inline void lb4_sock_uslot_write_end(struct lb4_sock_uslot *slot, __u32 odd)
-{
-	lb_compiler_barrier();
-	*(volatile __u32 *)&slot->seq = odd + 1;
-}
-
-/* The locked read (every architecture; the seqlock's fallback). */
-static __always_inline bool lb4_sock_uslot_read_locked(struct lb4_sock_uslot *slot, __u64 cookie, struct lb4_sock_uslot *out)
-{
-	bool found = false;
-
-	bpf_spin_lock(&slot->lock);
-	if (slot->cookie == cookie) {
-		out->cookie = cookie;
-		out->pair = slot->pair;
-		found = true;
-	}
-	bpf_spin_unlock(&slot->lock);
-	return found;
-}
-
 /*
- * *out: a copy of this socket's UDP slot, when the slot is its own.
- * Only this socket writes its cookie into a slot: another cookie, seen
- * without the lock, is not this socket's (no lock taken for a miss).
- * With SLUICE_ORDERED_LOADS (the Makefile sets it for x86-64 only) the
- * copy is taken without the lock: seq (even), cookie, pair, seq again; the
- * copy is whole when both seq reads are equal and even, since every write
- * makes seq odd first and even last. Other architectures (or a reader that
- * met a write twice) take the lock. recvmsg4 runs this per datagram:
- * 232-261 -> 136-139 ns measured (docs/socket-path.md).
+ * LB_SOCK_USLOT_FUNCS(T, MAP, SLOTS): the functions of a UDP slot type T
+ * (lb4_sock_uslot, lb6_sock_uslot: lock, seq, cookie, pair), one code for
+ * both families:
+ *
+ * T(cookie): the slot of this cookie in MAP (SLOTS, a power of two); NULL
+ * only when the agent made the array smaller (the socket then keeps its
+ * pairs in storage).
+ *
+ * Writers (the caller holds slot->lock): seq odd before the first store,
+ * even after the last. (seq | 1): a slot carried from the layout where this
+ * word was a rev-NAT id may start odd; it ends even after one write.
+ *
+ * T_read(slot, cookie, out): *out, a copy of this socket's slot, when the
+ * slot is its own. Only this socket writes its cookie into a slot: another
+ * cookie, seen without the lock, is not this socket's (no lock taken for a
+ * miss). With SLUICE_ORDERED_LOADS (the Makefile sets it for x86-64 only)
+ * the copy is taken without the lock: seq (even), cookie, pair, seq again;
+ * the copy is whole when both seq reads are equal and even, since every
+ * write makes seq odd first and even last. Other architectures (or a reader
+ * that met a write LB_USLOT_SEQ_TRIES times) take the lock. recvmsg runs
+ * this per datagram: 232-261 -> 136-139 ns measured for IPv4
+ * (docs/socket-path.md).
+ *
+ * T_claim(slot, want): write want (cookie, pair) into the slot when it is
+ * free or already want's socket's. T_free(cookie): free the socket's slot.
  */
-static __always_inline bool lb4_sock_uslot_read(struct lb4_sock_uslot *slot, __u64 cookie, struct lb4_sock_uslot *out)
-{
 #ifdef SLUICE_ORDERED_LOADS
-	int try;
+#define LB_USLOT_READ_UNLOCKED(slot, cookie, out)						\
+	do {											\
+		int try;									\
+												\
+		_Pragma("unroll")								\
+		for (try = 0; try < LB_USLOT_SEQ_TRIES; try++) {				\
+			__u32 seq = *(volatile __u32 *)&(slot)->seq;				\
+												\
+			if (seq & 1)								\
+				continue;							\
+			lb_compiler_barrier();							\
+			if ((slot)->cookie != (cookie))						\
+				break; /* freed (or claimed by another socket) meanwhile */	\
+			(out)->pair = (slot)->pair;						\
+			lb_compiler_barrier();							\
+			if (*(volatile __u32 *)&(slot)->seq == seq) {				\
+				(out)->cookie = (cookie);					\
+				return true;							\
+			}									\
+		}										\
+	} while (0)
+#else
+#define LB_USLOT_READ_UNLOCKED(slot, cookie, out) do { } while (0)
 #endif
 
-	if (!slot || *(volatile __u64 *)&slot->cookie != cookie)
-		return false;
-#ifdef SLUICE_ORDERED_LOADS
-#pragma unroll
-	for (try = 0; try < LB_USLOT_SEQ_TRIES; try++) {
-		__u32 seq = *(volatile __u32 *)&slot->seq;
-
-		if (seq & 1)
-			continue;
-		lb_compiler_barrier();
-		if (slot->cookie != cookie)
-			break; /* freed (or claimed by another socket) meanwhile: not its own */
-		out->pair = slot->pair;
-		lb_compiler_barrier();
-		if (*(volatile __u32 *)&slot->seq == seq) {
-			out->cookie = cookie;
-			return true;
-		}
-	}
-#endif
-	return lb4_sock_uslot_read_locked(slot, cookie, out);
+#define LB_SOCK_USLOT_FUNCS(T, MAP, SLOTS)							\
+static __always_inline struct T *T(__u64 cookie)						\
+{												\
+	__u32 at = (__u32)cookie & ((SLOTS) - 1);						\
+												\
+	return bpf_map_lookup_elem(&MAP, &at);							\
+}												\
+												\
+static __always_inline __u32 T##_write_begin(struct T *slot)					\
+{												\
+	__u32 odd = slot->seq | 1;								\
+												\
+	*(volatile __u32 *)&slot->seq = odd;							\
+	lb_compiler_barrier();									\
+	return odd;										\
+}												\
+												\
+static __always_inline void T##_write_end(struct T *slot, __u32 odd)				\
+{												\
+	lb_compiler_barrier();									\
+	*(volatile __u32 *)&slot->seq = odd + 1;						\
+}												\
+												\
+static __always_inline bool T##_read_locked(struct T *slot, __u64 cookie, struct T *out)	\
+{												\
+	bool found = false;									\
+												\
+	bpf_spin_lock(&slot->lock);								\
+	if (slot->cookie == cookie) {								\
+		out->cookie = cookie;								\
+		out->pair = slot->pair;								\
+		found = true;									\
+	}											\
+	bpf_spin_unlock(&slot->lock);								\
+	return found;										\
+}												\
+												\
+static __always_inline bool T##_read(struct T *slot, __u64 cookie, struct T *out)		\
+{												\
+	if (!slot || *(volatile __u64 *)&slot->cookie != cookie)				\
+		return false;									\
+	LB_USLOT_READ_UNLOCKED(slot, cookie, out);						\
+	return T##_read_locked(slot, cookie, out);						\
+}												\
+												\
+static __always_inline bool T##_claim(struct T *slot, const struct T *want)			\
+{												\
+	bool claimed = false;									\
+	__u32 odd;										\
+												\
+	if (!slot)										\
+		return false;									\
+	bpf_spin_lock(&slot->lock);								\
+	if (slot->cookie == 0 || slot->cookie == want->cookie) {				\
+		odd = T##_write_begin(slot);							\
+		slot->cookie = want->cookie;							\
+		slot->pair = want->pair;							\
+		T##_write_end(slot, odd);							\
+		claimed = true;									\
+	}											\
+	bpf_spin_unlock(&slot->lock);								\
+	return claimed;										\
+}												\
+												\
+static __always_inline bool T##_free(__u64 cookie)						\
+{												\
+	struct T *slot = T(cookie);								\
+	bool freed = false;									\
+	__u32 odd;										\
+												\
+	if (!slot || *(volatile __u64 *)&slot->cookie != cookie) /* not its own (see _read) */	\
+		return false;									\
+	bpf_spin_lock(&slot->lock);								\
+	if (slot->cookie == cookie) {								\
+		odd = T##_write_begin(slot);							\
+		slot->cookie = 0;								\
+		T##_write_end(slot, odd);							\
+		freed = true;									\
+	}											\
+	bpf_spin_unlock(&slot->lock);								\
+	return freed;										\
 }
 
-/* Write want (cookie, pair) into the slot when it is free or already want's
- * socket's. */
-static __always_inline bool lb4_sock_uslot_claim(struct lb4_sock_uslot *slot, const struct lb4_sock_uslot *want)
-{
-	bool claimed = false;
-	__u32 odd;
-
-	if (!slot)
-		return false;
-	bpf_spin_lock(&slot->lock);
-	if (slot->cookie == 0 || slot->cookie == want->cookie) {
-		odd = lb4_sock_uslot_write_begin(slot);
-		slot->cookie = want->cookie;
-		slot->pair = want->pair;
-		lb4_sock_uslot_write_end(slot, odd);
-		claimed = true;
-	}
-	bpf_spin_unlock(&slot->lock);
-	return claimed;
-}
-
-static __always_inline bool lb4_sock_uslot_free(__u64 cookie)
-{
-	struct lb4_sock_uslot *slot = lb4_sock_uslot(cookie);
-	bool freed = false;
-	__u32 odd;
-
-	if (!slot || *(volatile __u64 *)&slot->cookie != cookie) /* not its own (see lb4_sock_uslot_read) */
-		return false;
-	bpf_spin_lock(&slot->lock);
-	if (slot->cookie == cookie) {
-		odd = lb4_sock_uslot_write_begin(slot);
-		slot->cookie = 0;
-		lb4_sock_uslot_write_end(slot, odd);
-		freed = true;
-	}
-	bpf_spin_unlock(&slot->lock);
-	return freed;
-}
+LB_SOCK_USLOT_FUNCS(lb4_sock_uslot, SLUICE_MAP_SOCK_USLOT4, SLUICE_SOCK_USLOTS4)
 
 #endif /* SLUICE_BPF_SOCK_SLOT_H */

@@ -7,14 +7,11 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import * as path from 'node:path';
-import { spawn } from 'node:child_process';
-import * as fs from 'node:fs';
-import { randomBytes } from 'node:crypto';
-import { Sandbox, sh, sluiceBin, labScript, repoRoot, bpffsRoot, collect } from '../helpers/sandbox';
+import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
 import { BpfMap } from '../../src/bpf/map';
 import { TypedMap, u32Codec } from '../../src/datapath/typedMap';
 import * as abi from '../../src/abi/generated';
-import { counter as readCounter, oneBackend, type Exchange } from '../helpers/udpSlot';
+import { counter as readCounter, oneBackend, raceSlot, type Exchange } from '../helpers/udpSlot';
 
 // Two Services on the same pods: a pair read from the wrong socket or the
 // wrong frontend would show the other VIP.
@@ -102,38 +99,10 @@ test('UDP: a socket closed while holding its slot frees it', async () => {
 // race with the copy taken without the sequence count shows torn copies
 // (so the reader's zero is not for want of a race).
 test('UDP slot: a lock-free reader racing a writer never sees a torn pair (frontend of one write, backend of another)', async () => {
-  const obj = path.join(repoRoot, 'build', 'test', 'uslot_race.bpf.o');
-  const dir = path.join(bpffsRoot(), `sluice-uslotrace-${randomBytes(4).toString('hex')}`);
-  const pkt = `/tmp/${path.basename(dir)}.pkt`;
-  fs.writeFileSync(pkt, Buffer.alloc(64));
-  fs.mkdirSync(dir);
-  try {
-    sh('bpftool', ['prog', 'loadall', obj, dir, 'pinmaps', path.join(dir, 'maps')]);
-    const run = (cpu: number, prog: string, repeat: number) =>
-      collect(spawn('taskset', ['-c', String(cpu), 'bpftool', 'prog', 'run', 'pinned', path.join(dir, prog), 'data_in', pkt, 'repeat', String(repeat)]),
-        120000, `${prog} on CPU ${cpu}`);
-    const counts = (): bigint[] => {
-      const dump = JSON.parse(sh('bpftool', ['-j', 'map', 'dump', 'pinned', path.join(dir, 'maps', 'race_counts')])) as { formatted: { key: number; value: number } }[];
-      return dump.map((e) => e.formatted).sort((a, b) => a.key - b.key).map((e) => BigInt(e.value));
-    };
-    // Each program writes or reads 16 times a run. The writer runs longer
-    // than the reader so that it covers the reader's run; on a loaded machine
-    // the two may still share a CPU with others for most of it: up to six
-    // rounds (bounded) until the race has shown itself both ways.
-    let c: bigint[] = [];
-    for (let round = 0; round < 6; round++) {
-      await Promise.all([run(0, 'writer', 1_000_000), run(1, 'reader', 200_000)]);
-      await Promise.all([run(0, 'writer', 1_000_000), run(1, 'reader_noseq', 200_000)]);
-      c = counts();
-      if (c[1]! > 0n || (c[2]! > 0n && c[4]! > 0n)) break;
-    }
-    const [reads, torn, seqRaced, noseqReads, noseqTorn, writes] = c;
-    assert.ok(writes! > 0n && reads! > 0n && noseqReads! > 0n, `writes ${writes}, reads ${reads}, unchecked reads ${noseqReads}`);
-    assert.ok(seqRaced! > 0n, `no read overlapped a write (${reads} reads): the race did not happen`);
-    assert.equal(torn, 0n, `torn copies through lb4_sock_uslot_read (${reads} reads, ${seqRaced} overlapped a write)`);
-    assert.ok(noseqTorn! > 0n, `the unchecked copy was never torn (${noseqReads} reads): the race is too weak to show anything`);
-  } finally {
-    fs.rmSync(dir, { recursive: true, force: true });
-    fs.rmSync(pkt, { force: true });
-  }
+  // Each program writes or reads 16 times a run (raceSlot: bounded rounds).
+  const [reads, torn, seqRaced, noseqReads, noseqTorn, writes] = await raceSlot({ writer: 'writer', reader: 'reader', noseq: 'reader_noseq', counts: 'race_counts' });
+  assert.ok(writes! > 0n && reads! > 0n && noseqReads! > 0n, `writes ${writes}, reads ${reads}, unchecked reads ${noseqReads}`);
+  assert.ok(seqRaced! > 0n, `no read overlapped a write (${reads} reads): the race did not happen`);
+  assert.equal(torn, 0n, `torn copies through lb4_sock_uslot_read (${reads} reads, ${seqRaced} overlapped a write)`);
+  assert.ok(noseqTorn! > 0n, `the unchecked copy was never torn (${noseqReads} reads): the race is too weak to show anything`);
 });
