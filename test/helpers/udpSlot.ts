@@ -88,3 +88,13 @@ export async function raceSlot(progs: { writer: string; reader: string; noseq: s
     fs.rmSync(pkt, { force: true });
   }
 }
+
+/** The race's verdict: it happened (reads overlapped writes, and the unchecked
+ * copy was torn at least once), and no checked copy was torn. */
+export function assertNoTornCopies(c: bigint[], reader: string): void {
+  const [reads, torn, seqRaced, noseqReads, noseqTorn, writes] = c;
+  assert.ok(writes! > 0n && reads! > 0n && noseqReads! > 0n, `writes ${writes}, reads ${reads}, unchecked reads ${noseqReads}`);
+  assert.ok(seqRaced! > 0n, `no read overlapped a write (${reads} reads): the race did not happen`);
+  assert.equal(torn, 0n, `torn copies through ${reader} (${reads} reads, ${seqRaced} overlapped a write)`);
+  assert.ok(noseqTorn! > 0n, `the unchecked copy was never torn (${noseqReads} reads): the race is too weak to show anything`);
+}
