@@ -593,7 +593,9 @@ const LAYOUT1_KEY_SIZE = 8;
  * an outer map reads back inner ids, updates take fds): every frontend keeps
  * its table, and so its flows' backends, across the upgrade. The same copy
  * serves a capacity change of layout 2. Indices beyond the new map, and
- * removed frontends' empty tables, are skipped.
+ * removed frontends' empty tables, are skipped. Insert-only: an index the new
+ * map already names a table at is left as it is (a migration finished after
+ * a kill, whose fill may have run).
  */
 export function refillMaglevOuter(from: BpfMap, to: BpfMap, fromLayout: number): { copied: number; skipped: number } {
   const all = from.lookupBatch();
@@ -602,12 +604,18 @@ export function refillMaglevOuter(from: BpfMap, to: BpfMap, fromLayout: number):
   const opened: BpfMap[] = [];
   const keys = Buffer.alloc(all.count * KEY_SIZE);
   const fds = Buffer.alloc(all.count * 4);
+  const indexKey = Buffer.alloc(KEY_SIZE);
+  const present = Buffer.alloc(4);
   let copied = 0;
   let skipped = 0;
   try {
     for (let i = 0; i < all.count; i++) {
       const raw = all.keys.subarray(i * keySize, (i + 1) * keySize);
       const index = fromLayout === 1 ? maglevIndexOf({ revNatId: raw.readUInt32LE(0), scope: raw.readUInt8(5) === abi.LB_SCOPE_INTERNAL ? 'internal' : 'external' }) : raw.readUInt32LE(0);
+      if (index < to.maxEntries) {
+        indexKey.writeUInt32LE(index, 0);
+        if (to.lookupInto(indexKey, present)) continue;
+      }
       let inner: BpfMap;
       try {
         inner = BpfMap.fromId(all.values.readUInt32LE(i * from.valueBufferSize));

@@ -38,13 +38,16 @@ import { refillMaglevOuter } from './maglev';
  */
 export type Translate = (key: Buffer, value: Buffer, from: MapDescription, to: MapDescription) => [Buffer, Buffer] | undefined;
 
+/** The new object's maps by name: the loaded object at fill, the pins when an interrupted migration is finished. */
+export type NewMaps = Pick<BpfObject, 'map'>;
+
 /**
  * Fills the new map (and others of the new object) from the old map, for a
  * layout change whose entries move to other maps too (one entry cannot be
- * translated alone). Called once at fill; not repeated at finish, so only for
- * maps that only the agent writes.
+ * translated alone), and for a map-in-map at any change. Called once at fill;
+ * not repeated at finish, so only for maps that only the agent writes.
  */
-export type Refill = (from: BpfMap, obj: BpfObject, fromLayout: number) => { copied: number; skipped: number };
+export type Refill = (from: BpfMap, obj: NewMaps, fromLayout: number) => { copied: number; skipped: number };
 
 export type MapPolicy =
   /** Entries are state the data path needs (connections): copied; a layout change needs `translate` (or `refill`) or is refused. */
@@ -388,7 +391,7 @@ const SLOTS6: SlotLayout = { services: abi.SLUICE_MAP_SERVICES6, ranges: abi.SLU
  * frontend that does not fit is skipped (the agent's first sync writes it).
  * The agent adopts the result (ranges.ts).
  */
-function slotsToRanges(layout: SlotLayout, from: BpfMap, obj: BpfObject, fromLayout: number): { copied: number; skipped: number } {
+function slotsToRanges(layout: SlotLayout, from: BpfMap, obj: NewMaps, fromLayout: number): { copied: number; skipped: number } {
   const K = layout.oldKeySize;
   const F = layout.frontendSize;
   if (fromLayout !== 1 || from.keySize !== K) throw new MigrationRefused(`${from.name}: no translation from layout ${fromLayout} (key ${from.keySize} bytes)`);
@@ -444,6 +447,9 @@ function slotsToRanges(layout: SlotLayout, from: BpfMap, obj: BpfObject, fromLay
 
 const layoutOf = (policies: Record<string, MapPolicy>, name: string) => (policies[name] ?? DEFAULT_POLICY).layout ?? 1;
 
+/** A pin's layout: as recorded, else this build's when the pin has the shape this build gives the map, else 1 (see plan). */
+const pinnedLayoutOf = (layouts: Map<string, number>, name: string, sameShape: boolean, ourLayout: number) => layouts.get(name) ?? (sameShape ? ourLayout : 1);
+
 const describe = (d: MapDescription) => `${mapTypeName(d.type)} key ${d.keySize} value ${d.valueSize} max_entries ${d.maxEntries} flags 0x${d.flags.toString(16)}`;
 
 function plan(bpffs: string, declared: MapDescription[], requested: Record<string, number>, policies: Record<string, MapPolicy>): MapChange[] {
@@ -467,7 +473,7 @@ function plan(bpffs: string, declared: MapDescription[], requested: Record<strin
     // so far changed the map's type or sizes, so a map of exactly this build's
     // shape is taken as this build's layout; any other shape is layout 1.
     const sameShape = info.type === d.type && info.keySize === d.keySize && info.valueSize === d.valueSize;
-    const pinnedLayout = layouts.get(d.name) ?? (sameShape ? ourLayout : 1);
+    const pinnedLayout = pinnedLayoutOf(layouts, d.name, sameShape, ourLayout);
     if (pinnedLayout > ourLayout) {
       refusals.push(`map ${d.name} at ${pin} has layout version ${pinnedLayout}, newer than this agent's ${ourLayout} (pinned by a newer Sluice): downgrading it is not supported`);
       continue;
@@ -498,10 +504,16 @@ function plan(bpffs: string, declared: MapDescription[], requested: Record<strin
 /**
  * A migration cut short (the agent killed between open and finish) leaves
  * `<name>_migrating`: if the new map exists, copy what it lacks and unpin the
- * old one; if not, put the old one back, as if nothing had started.
+ * old one; if not, put the old one back, as if nothing had started. A
+ * map-in-map's entries read back as inner map ids, which copyEntries cannot
+ * write: its refill points the new map at the old inner maps (a kill before
+ * fill left the new map empty; refillMaglevOuter fills only indices the new
+ * map lacks), so every Maglev frontend keeps its table.
  */
 function finishInterrupted(bpffs: string, policies: Record<string, MapPolicy>): void {
   if (!fs.existsSync(bpffs)) return;
+  // Read once, when a map-in-map needs them: the records of the old maps (finish records the new ones).
+  let layouts: Map<string, number> | undefined;
   for (const file of fs.readdirSync(bpffs)) {
     if (!file.endsWith('_migrating')) continue;
     const name = file.slice(0, -'_migrating'.length);
@@ -516,7 +528,14 @@ function finishInterrupted(bpffs: string, policies: Record<string, MapPolicy>): 
     const to = BpfMap.fromPinned(pin);
     try {
       const sameLayout = from.type === to.type && from.keySize === to.keySize && from.valueSize === to.valueSize;
-      if (policy.kind !== 'drop' && !NO_ENTRIES.has(from.type) && !ARRAY_TYPES.has(from.type) && !MAP_IN_MAP.has(from.type) && sameLayout) copyEntries(from, to, BPF_NOEXIST);
+      if (MAP_IN_MAP.has(from.type)) {
+        if (policy.kind === 'carry' && policy.refill) {
+          const layout = pinnedLayoutOf(layouts ??= readLayouts(bpffs), name, sameLayout, policy.layout ?? 1);
+          policy.refill(from, { map: (n) => { if (n !== name) throw new Error(`${name}: an interrupted refill writes only its own map, not ${n}`); return to; } }, layout);
+        }
+      } else if (policy.kind !== 'drop' && !NO_ENTRIES.has(from.type) && !ARRAY_TYPES.has(from.type) && sameLayout) {
+        copyEntries(from, to, BPF_NOEXIST);
+      }
     } finally {
       from.close();
       to.close();

@@ -1,9 +1,13 @@
-// A migration path of the map-in-map sluice_maglev4 (ARRAY_OF_MAPS, layout
-// 2) that maglev_migrate.test.ts (a layout change) does not drive: a capacity
-// change on a running node (maxEntries raised). The new outer map is refilled
-// by the policy's refill (refillMaglevOuter), which writes inner map fds;
-// copyEntries would write the ids the old map reads back.
-// The test checks, per frontend, that its outer entry names the same inner table
+// The two migration paths of the map-in-map sluice_maglev4 (ARRAY_OF_MAPS,
+// layout 2) that maglev_migrate.test.ts (a layout change) does not drive:
+//   - a capacity change on a running node (maxEntries raised): the new outer
+//     map is refilled by the policy's refill (refillMaglevOuter), which writes
+//     inner map fds; copyEntries would write the ids the old map reads back;
+//   - a migration cut short by a kill after the new outer map was pinned and
+//     before it was filled (sluice_maglev4_migrating left behind): the next
+//     start must refill the new map from the old tables, so every Maglev
+//     frontend keeps its table across the interrupted upgrade.
+// Both check, per frontend, that its outer entry names the same inner table
 // with the same rows, and that connects pick from it (maglev_picked counts
 // every connect, maglev_fallback none).
 import { test } from 'node:test';
@@ -13,7 +17,8 @@ import * as path from 'node:path';
 import * as abi from '../../src/abi/generated';
 import { BpfMap } from '../../src/bpf/map';
 import { MapType } from '../../src/bpf/constants';
-import { installSockLb } from '../../src/datapath/sockLb';
+import { bpfObjectPath, installSockLb } from '../../src/datapath/sockLb';
+import { MapMigration, oldPinName } from '../../src/datapath/migrate';
 import { openSockLbMaps, readCounter } from '../../src/datapath/maps';
 import { LbProgrammer } from '../../src/datapath/programmer';
 import { readMaglevTable, type MaglevFrontend } from '../../src/datapath/maglev';
@@ -101,6 +106,38 @@ test('sluice_maglev4 capacity raised on a running node: a new outer map, each fr
     assert.notEqual(now.id, old.id, 'a new outer map');
     assert.equal(now.maxEntries, bigger);
     assert.ok(!fs.readdirSync(sb.bpffs).some((f) => f.endsWith('_migrating')), 'old pins removed');
+
+    await assertTablesKept(sb, tables);
+  } finally {
+    sb.close();
+  }
+});
+
+test('a capacity migration of sluice_maglev4 killed after the new outer map was pinned, before its fill: the next start refills it from the old tables', async () => {
+  const { sb, tables } = await maglevSandbox('h-mgmim-kill');
+  try {
+    const old = pinnedMap(sb.bpffs, abi.SLUICE_MAP_MAGLEV4);
+    const maxEntries = { [abi.SLUICE_MAP_MAGLEV4]: old.maxEntries * 2 };
+
+    // The real sequence up to the kill: plan, open (the old pin moved aside),
+    // load (the new, empty outer map pinned); no fill, no link swap, no finish.
+    const migration = MapMigration.plan(bpfObjectPath('sock_lb.bpf.o'), { bpffs: sb.bpffs, maxEntries });
+    assert.deepEqual(migration.changes.map((c) => [c.map, c.why]), [[abi.SLUICE_MAP_MAGLEV4, 'capacity']]);
+    const obj = migration.open();
+    try {
+      obj.load();
+    } finally {
+      obj.close();
+    }
+    assert.ok(fs.existsSync(path.join(sb.bpffs, oldPinName(abi.SLUICE_MAP_MAGLEV4))), 'the old outer map left aside, as a kill leaves it');
+    const fresh = pinnedMap(sb.bpffs, abi.SLUICE_MAP_MAGLEV4);
+    assert.notEqual(fresh.id, old.id, 'the new outer map is pinned');
+    assert.equal(fresh.maxEntries, maxEntries[abi.SLUICE_MAP_MAGLEV4]);
+
+    // The next start, with the same config.
+    installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup, maxEntries });
+    assert.ok(!fs.readdirSync(sb.bpffs).some((f) => f.endsWith('_migrating')), 'nothing left aside');
+    assert.equal(pinnedMap(sb.bpffs, abi.SLUICE_MAP_MAGLEV4).id, fresh.id, 'the new outer map is kept');
 
     await assertTablesKept(sb, tables);
   } finally {
