@@ -6,31 +6,18 @@
 // their backend from it, not from the random fallback.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import * as path from 'node:path';
-import * as fs from 'node:fs';
 import * as abi from '../../src/abi/generated';
-import { BpfMap } from '../../src/bpf/map';
 import { MapType } from '../../src/bpf/constants';
 import { installSockLb } from '../../src/datapath/sockLb';
-import { readLayouts, recordLayouts } from '../../src/datapath/migrate';
+import { readLayouts } from '../../src/datapath/migrate';
 import { openSockLbMaps, readCounter } from '../../src/datapath/maps';
 import { LbProgrammer } from '../../src/datapath/programmer';
 import { maglevIndexOf, readMaglevTable } from '../../src/datapath/maglev';
 import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
+import { pinLayout1Maglev } from '../helpers/maglevPins';
 
 const VIP = '10.96.0.31';
 const BACKENDS = ['198.18.31.2', '198.18.31.3', '198.18.31.4'];
-const BPF_F_NO_PREALLOC = 1;
-const BPF_F_INNER_MAP = 1 << 12;
-
-/** Layout 1's outer key: struct lb4_maglev_key {rev_nat_id u32, proto u8, scope u8, pad[2]}. */
-function layout1Key(revNatId: number, scope: number): Buffer {
-  const k = Buffer.alloc(8);
-  k.writeUInt32LE(revNatId, 0);
-  k.writeUInt8(abi.LB_PROTO_TCP, 4);
-  k.writeUInt8(scope, 5);
-  return k;
-}
 
 test('an upgrade over a HASH_OF_MAPS sluice_maglev4 (layout 1) carries every table into the ARRAY_OF_MAPS layout; connects pick from the same table after the swap', async () => {
   const sb = Sandbox.create('h-connect4-mgmig');
@@ -50,20 +37,10 @@ test('an upgrade over a HASH_OF_MAPS sluice_maglev4 (layout 1) carries every tab
     // by the frontend, naming the same inner table (and a second, internal-scope
     // entry of another rev-NAT id, to check the index of each scope).
     const otherRevNat = 77;
-    const template = BpfMap.create({ type: MapType.ARRAY, name: 'h_c4_tmpl', keySize: 4, valueSize: abi.LB_MAGLEV_ROW * 4, maxEntries: 1, flags: BPF_F_INNER_MAP });
-    const old = BpfMap.create({ type: MapType.HASH_OF_MAPS, name: abi.SLUICE_MAP_MAGLEV4, keySize: 8, valueSize: 4, maxEntries: 1024, flags: BPF_F_NO_PREALLOC, innerMapFd: template.fd });
-    const inner = BpfMap.fromId(before.mapId);
-    const fd = Buffer.alloc(4);
-    fd.writeUInt32LE(inner.fd, 0);
-    old.update(layout1Key(f.revNatId, abi.LB_SCOPE_EXTERNAL), fd);
-    old.update(layout1Key(otherRevNat, abi.LB_SCOPE_INTERNAL), fd);
-    inner.close();
-    template.close();
-    const pin = path.join(sb.bpffs, abi.SLUICE_MAP_MAGLEV4);
-    fs.rmSync(pin);
-    old.pin(pin);
-    old.close();
-    recordLayouts(sb.bpffs, [[abi.SLUICE_MAP_MAGLEV4, 1]]);
+    pinLayout1Maglev(sb.bpffs, [
+      { revNatId: f.revNatId, scope: abi.LB_SCOPE_EXTERNAL, innerMapId: before.mapId },
+      { revNatId: otherRevNat, scope: abi.LB_SCOPE_INTERNAL, innerMapId: before.mapId },
+    ]);
 
     const result = installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup });
     const migrated = result.migrated.find((m) => m.map === abi.SLUICE_MAP_MAGLEV4);
