@@ -541,6 +541,10 @@ function finishInterrupted(bpffs: string, policies: Record<string, MapPolicy>): 
       to.close();
     }
     fs.rmSync(oldPin, { force: true });
+    // The record names the old map's layout (finish would have recorded the
+    // new one): without it plan takes the new map's layout from its shape,
+    // instead of migrating it again from the old layout.
+    forgetLayout(bpffs, name);
   }
 }
 
@@ -608,6 +612,18 @@ export function readLayouts(bpffs: string): Map<string, number> {
     m.close();
   }
   return out;
+}
+
+/** Remove a map's layout record (a map without one is judged by its shape). */
+function forgetLayout(bpffs: string, name: string): void {
+  const pin = path.join(bpffs, LAYOUT_MAP);
+  if (!fs.existsSync(pin)) return;
+  const m = BpfMap.fromPinned(pin);
+  try {
+    m.delete(layoutKey(name));
+  } finally {
+    m.close();
+  }
 }
 
 /** Write layout versions (creating the layout map on first use). */

@@ -3,9 +3,10 @@
 //   - a capacity change on a running node (maxEntries raised): the new outer
 //     map is refilled by the policy's refill (refillMaglevOuter), which writes
 //     inner map fds; copyEntries would write the ids the old map reads back;
-//   - a migration cut short by a kill after the new outer map was pinned and
-//     before it was filled (sluice_maglev4_migrating left behind): the next
-//     start must refill the new map from the old tables, so every Maglev
+//   - a migration (that capacity change, or the layout 1 -> 2 upgrade from a
+//     HASH_OF_MAPS) cut short by a kill after the new outer map was pinned
+//     (sluice_maglev4_migrating left behind): the next start must refill the
+//     new map from the old tables if the fill had not run, so every Maglev
 //     frontend keeps its table across the interrupted upgrade.
 // Both check, per frontend, that its outer entry names the same inner table
 // with the same rows, and that connects pick from it (maglev_picked counts
@@ -23,6 +24,7 @@ import { openSockLbMaps, readCounter } from '../../src/datapath/maps';
 import { LbProgrammer } from '../../src/datapath/programmer';
 import { readMaglevTable, type MaglevFrontend } from '../../src/datapath/maglev';
 import { Sandbox, sh, sluiceBin, labScript } from '../helpers/sandbox';
+import { pinLayout1Maglev } from '../helpers/maglevPins';
 
 const VIPS = ['10.96.0.41', '10.96.0.42'];
 const BACKENDS = ['198.18.41.2', '198.18.41.3', '198.18.41.4'];
@@ -113,34 +115,47 @@ test('sluice_maglev4 capacity raised on a running node: a new outer map, each fr
   }
 });
 
-test('a capacity migration of sluice_maglev4 killed after the new outer map was pinned, before its fill: the next start refills it from the old tables', async () => {
-  const { sb, tables } = await maglevSandbox('h-mgmim-kill');
-  try {
-    const old = pinnedMap(sb.bpffs, abi.SLUICE_MAP_MAGLEV4);
-    const maxEntries = { [abi.SLUICE_MAP_MAGLEV4]: old.maxEntries * 2 };
+const KILLS = [
+  { change: 'capacity', killed: 'before' },
+  { change: 'capacity', killed: 'after' },
+  { change: 'layout', killed: 'before' },
+] as const;
 
-    // The real sequence up to the kill: plan, open (the old pin moved aside),
-    // load (the new, empty outer map pinned); no fill, no link swap, no finish.
-    const migration = MapMigration.plan(bpfObjectPath('sock_lb.bpf.o'), { bpffs: sb.bpffs, maxEntries });
-    assert.deepEqual(migration.changes.map((c) => [c.map, c.why]), [[abi.SLUICE_MAP_MAGLEV4, 'capacity']]);
-    const obj = migration.open();
+for (const { change, killed } of KILLS) {
+  test(`a ${change} migration of sluice_maglev4 killed after the new outer map was pinned, ${killed} its fill: the next start ${killed === 'before' ? 'refills it from the old tables' : 'keeps what the fill wrote'}`, async () => {
+    const { sb, tables } = await maglevSandbox('h-mgmim-kill');
     try {
-      obj.load();
+      // capacity: twice the size; layout: the same tables behind an older
+      // Sluice's hash of maps (the new array keeps its capacity).
+      if (change === 'layout') pinLayout1Maglev(sb.bpffs, tables.map((t) => ({ revNatId: t.frontend.revNatId, scope: abi.LB_SCOPE_EXTERNAL, innerMapId: t.mapId })));
+      const old = pinnedMap(sb.bpffs, abi.SLUICE_MAP_MAGLEV4);
+      const maxEntries = change === 'capacity' ? { [abi.SLUICE_MAP_MAGLEV4]: old.maxEntries * 2 } : undefined;
+
+      // The real sequence up to the kill: plan, open (the old pin moved aside),
+      // load (the new, empty outer map pinned), fill or not; no link swap, no finish.
+      const migration = MapMigration.plan(bpfObjectPath('sock_lb.bpf.o'), { bpffs: sb.bpffs, maxEntries });
+      assert.deepEqual(migration.changes.map((c) => [c.map, c.why]), [[abi.SLUICE_MAP_MAGLEV4, change]]);
+      const obj = migration.open();
+      try {
+        obj.load();
+        if (killed === 'after') migration.fill(obj);
+      } finally {
+        obj.close();
+      }
+      assert.ok(fs.existsSync(path.join(sb.bpffs, oldPinName(abi.SLUICE_MAP_MAGLEV4))), 'the old outer map left aside, as a kill leaves it');
+      const fresh = pinnedMap(sb.bpffs, abi.SLUICE_MAP_MAGLEV4);
+      assert.notEqual(fresh.id, old.id, 'the new outer map is pinned');
+      assert.equal(fresh.type, MapType.ARRAY_OF_MAPS);
+      assert.equal(fresh.maxEntries, maxEntries?.[abi.SLUICE_MAP_MAGLEV4] ?? old.maxEntries);
+
+      // The next start, with the same config.
+      installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup, maxEntries });
+      assert.ok(!fs.readdirSync(sb.bpffs).some((f) => f.endsWith('_migrating')), 'nothing left aside');
+      assert.equal(pinnedMap(sb.bpffs, abi.SLUICE_MAP_MAGLEV4).id, fresh.id, 'the new outer map is kept');
+
+      await assertTablesKept(sb, tables);
     } finally {
-      obj.close();
+      sb.close();
     }
-    assert.ok(fs.existsSync(path.join(sb.bpffs, oldPinName(abi.SLUICE_MAP_MAGLEV4))), 'the old outer map left aside, as a kill leaves it');
-    const fresh = pinnedMap(sb.bpffs, abi.SLUICE_MAP_MAGLEV4);
-    assert.notEqual(fresh.id, old.id, 'the new outer map is pinned');
-    assert.equal(fresh.maxEntries, maxEntries[abi.SLUICE_MAP_MAGLEV4]);
-
-    // The next start, with the same config.
-    installSockLb({ bpffs: sb.bpffs, cgroupPath: sb.cgroup, maxEntries });
-    assert.ok(!fs.readdirSync(sb.bpffs).some((f) => f.endsWith('_migrating')), 'nothing left aside');
-    assert.equal(pinnedMap(sb.bpffs, abi.SLUICE_MAP_MAGLEV4).id, fresh.id, 'the new outer map is kept');
-
-    await assertTablesKept(sb, tables);
-  } finally {
-    sb.close();
-  }
-});
+  });
+}
