@@ -134,7 +134,38 @@ targets=$(printf '{"clusterIP":"http://%s:80/","nodePort":"http://198.18.0.12:%s
 if kc -n kube-system get svc kube-dns >/dev/null 2>&1; then
   targets=${targets%\}}',"dns":"https://kubernetes.default:443/livez"}'
 fi
+# wait_programmed: both web pods are in the Service's EndpointSlice as ready,
+# and node-1's agent (the client's node) has both as backends of the ClusterIP
+# frontend. A pod's Ready condition comes before the EndpointSlice
+# controller's write, and that write before the agent's map update: a client
+# started at Ready alone can find one backend (on a cold machine every
+# connection of the first check went to web-2). The two waits are timed
+# apart: a slow controller is not Sluice's, an agent slower than 10 s after
+# the slice is a failure.
+wait_programmed() {
+  local t0=${EPOCHREALTIME/./} t1 end agent reads=0
+  end=$((SECONDS + 60))
+  until kc -n smoke get endpointslices -l kubernetes.io/service-name=web -o json | node -e '
+    const l = JSON.parse(require("fs").readFileSync(0, "utf8"));
+    const ready = l.items.flatMap((s) => s.endpoints || []).filter((e) => e.conditions && e.conditions.ready).length;
+    process.exit(ready === 2 ? 0 : 1);'; do
+    [ $SECONDS -ge $end ] && fail "the EndpointSlice of smoke/web has not listed web-1 and web-2 as ready after 60 s"
+    sleep 0.2
+  done
+  t1=${EPOCHREALTIME/./}; end=$((SECONDS + 10))
+  agent=$(kc -n kube-system get pod -l app.kubernetes.io/name=sluice --field-selector spec.nodeName=node-1 -o jsonpath='{.items[0].metadata.name}')
+  until reads=$((reads + 1)); kc -n kube-system exec "$agent" -c agent -- sluice services -o json >"$R/services.json" 2>"$R/services.err" &&
+    CIP=$cluster_ip node -e '
+      const f = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).find((x) => x.address === process.env.CIP && x.port === 80);
+      process.exit(f && f.backends.filter((b) => !b.flags.includes("missing")).length === 2 ? 0 : 1);' "$R/services.json"; do
+    [ $SECONDS -ge $end ] && fail "node-1's agent $agent has not programmed both backends of $cluster_ip:80 10 s after the EndpointSlice listed them; sluice services printed: $(cat "$R/services.err"; head -c 2000 "$R/services.json")"
+    sleep 0.2
+  done
+  log "EndpointSlice complete $(((t1 - t0) / 1000)) ms after the pods were Ready, node-1's agent showed both backends $(((${EPOCHREALTIME/./} - t1) / 1000)) ms later (${reads} kubectl exec reads)"
+}
+
 check_reach() {  # check_reach POD LABEL
+wait_programmed
 log "client $1: ClusterIP $cluster_ip:80, NodePort 198.18.0.12:$node_port, kubernetes $api_ip:443"
 client_pod "$1" "$reach" "{\"TARGETS\": $(node -p 'JSON.stringify(process.argv[1])' "$targets")}" | kc apply -f - >/dev/null
 result=$(wait_done "$1" 120)
