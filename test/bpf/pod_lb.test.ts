@@ -21,7 +21,7 @@ import { PodFrontendSet, podSlot } from '../../src/datapath/pod/frontendSet';
 import { readWords, writeWord } from '../../src/datapath/bitmap';
 import {
   TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN,
-  frame, icmpError, icmpReply, ipPacket, rewriteQuoted, type L4Spec,
+  frame, icmpError, icmpReply, ipPacket, rewriteQuoted, withOptions, type L4Spec,
 } from './tc_packet';
 
 
@@ -173,6 +173,29 @@ describe('UDP from a pod', () => {
     assert.equal(verdict, TC_ACT_OK);
     expectPacket(out, expected, 'ICMP error egress');
   });
+});
+
+// bpf/lib/rewrite4.h writes a DNAT of the original direction (source kept)
+// as one store of daddr and both ports, which are adjacent only without IP
+// options: with options the ports are written at the L4 header.
+describe('DNAT from a pod, with and without IP options: every byte where it belongs', () => {
+  beforeEach(() => {
+    h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 21, backends: [BE1] });
+    h.upsertFrontend({ address: VIP, port: 53, proto: 'udp', flags: CLUSTER_IP, revNatId: 25, backends: [{ ...BE1, id: 14, port: 5353 }] });
+  });
+
+  for (const words of [0, 1, 3]) {
+    test(`TCP and UDP with ${words} words of IP options`, () => {
+      const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 40600 + words, dport: VIP_PORT, tcpFlags: TCP_SYN, payload: Buffer.from('x') };
+      let r = run('ingress', withOptions(syn, words));
+      assert.equal(r.verdict, TC_ACT_OK);
+      expectPacket(r.out, withOptions({ ...syn, dst: BE1.address, dport: BE1.port }, words), `TCP, ${words} option words`);
+      const q: L4Spec = { proto: 'udp', src: POD, dst: VIP, sport: 40700 + words, dport: 53, payload: Buffer.from('q') };
+      r = run('ingress', withOptions(q, words));
+      assert.equal(r.verdict, TC_ACT_OK);
+      expectPacket(r.out, withOptions({ ...q, dst: BE1.address, dport: 5353 }, words), `UDP, ${words} option words`);
+    });
+  }
 });
 
 describe('hairpin: a pod that reaches itself through its Service', () => {
