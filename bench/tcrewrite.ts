@@ -14,6 +14,7 @@
 // repeat > 1 the kernel runs the program again on the already rewritten
 // skb: from the second run on it would time a packet of no flow.)
 import * as path from 'node:path';
+import { alternateAB, arg } from './abrounds';
 import * as abi from '../src/abi/generated';
 import { progInfo, progTestRun } from '../src/bpf/program';
 import { writeTcConfig } from '../src/datapath/tc/config';
@@ -23,13 +24,6 @@ import { TCP_ACK, TCP_SYN, frame, type L4Spec } from '../test/bpf/tc_packet';
 const CLIENT = '198.18.0.10';
 const NODE = '198.18.0.1';
 const BACKEND = { id: 2, address: '198.18.2.20', port: 8080, local: false };
-
-function arg(argv: string[], name: string, fallback?: string): string {
-  const i = argv.indexOf(`--${name}`);
-  const v = i >= 0 ? argv[i + 1] : fallback;
-  if (v === undefined) throw new Error(`tcrewrite: --${name} is required`);
-  return v;
-}
 
 const CASES: Record<string, { open: L4Spec; packet: L4Spec }> = {
   tcpOriginal: {
@@ -72,23 +66,8 @@ function measure(object: string, samples: number): { ns: Record<string, number>;
 
 function main(argv: string[]): void {
   const objects = { A: path.resolve(arg(argv, 'a')), B: path.resolve(arg(argv, 'b')) };
-  const rounds = Number(arg(argv, 'rounds', '6'));
   const samples = Number(arg(argv, 'samples', '2000'));
-  const seen: Record<'A' | 'B', Array<Record<string, number>>> = { A: [], B: [] };
-  const verified: Partial<Record<'A' | 'B', Record<string, number>>> = {};
-  for (let round = 0; round < rounds; round++) {
-    for (const which of (round % 2 ? ['B', 'A'] : ['A', 'B']) as Array<'A' | 'B'>) {
-      const m = measure(objects[which], samples);
-      seen[which].push(m.ns);
-      verified[which] = m.verified;
-    }
-  }
-  const range = (xs: number[]) => `${Math.min(...xs)}–${Math.max(...xs)}`;
-  for (const which of ['A', 'B'] as const) {
-    const row: Record<string, string> = {};
-    for (const name of Object.keys(CASES)) row[name] = range(seen[which].map((s) => s[name]!));
-    process.stdout.write(`${JSON.stringify({ build: which, object: objects[which], samples, rounds, medianNsPerPacket: row, verifiedInsns: verified[which] })}\n`);
-  }
+  alternateAB(objects, Number(arg(argv, 'rounds', '6')), (object) => measure(object, samples), { samples });
 }
 
 main(process.argv.slice(2));

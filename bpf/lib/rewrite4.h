@@ -66,9 +66,21 @@ __noinline int lb4_rewrite_packed(struct __sk_buff *skb, __u64 from, __u64 to, _
 		addr_diff = lb_csum_diff4(addr_diff, from, to);
 	if (addr_diff) {
 		/* saddr and daddr are adjacent: one store of both (an unchanged
-		 * one is written with its own value). */
+		 * one is written with its own value). DNAT of the original
+		 * direction (saddr kept, no IP options, ports changed): daddr
+		 * and both ports are the 8 adjacent bytes, one store instead of
+		 * two; bit 48 of meta then tells the port step below (a flag
+		 * of its own costs a spill, and the stack has no byte left). */
+		__u32 off = LB_ETH_HLEN + __builtin_offsetof(struct iphdr, saddr);
+
 		buf = (__u64)(__u32)(to >> 32) | (__u64)(__u32)to << 32;
-		if (bpf_skb_store_bytes(skb, LB_ETH_HLEN + __builtin_offsetof(struct iphdr, saddr), &buf, 8, 0) < 0 ||
+		if ((__u32)(from >> 32) == (__u32)(to >> 32) && l4_off == LB_ETH_HLEN + sizeof(struct iphdr) &&
+		    (__u8)(meta >> 40) != LB_FRAG_LATER && (__u32)(ports_arg >> 32) != (__u32)ports_arg) {
+			off = LB_ETH_HLEN + __builtin_offsetof(struct iphdr, daddr);
+			buf = (__u64)(__u32)to | (__u64)(__u16)(ports_arg >> 16) << 32 | (__u64)(__u16)ports_arg << 48;
+			meta |= 1ULL << 48;
+		}
+		if (bpf_skb_store_bytes(skb, off, &buf, 8, 0) < 0 ||
 		    bpf_l3_csum_replace(skb, LB_ETH_HLEN + __builtin_offsetof(struct iphdr, check), 0, addr_diff, 0) < 0)
 			return -1;
 	}
@@ -80,7 +92,7 @@ __noinline int lb4_rewrite_packed(struct __sk_buff *skb, __u64 from, __u64 to, _
 		port_diff = lb_csum_diff2(port_diff, ports_arg >> 48, ports_arg >> 16);
 	if ((__u16)(ports_arg >> 32) != (__u16)ports_arg)
 		port_diff = lb_csum_diff2(port_diff, ports_arg >> 32, ports_arg);
-	if (port_diff) {
+	if (port_diff && !(meta >> 48)) {
 		buf = (__u64)(__u16)(ports_arg >> 16) | (__u64)(__u16)ports_arg << 16;
 		if (bpf_skb_store_bytes(skb, l4_off, &buf, 4, 0) < 0)
 			return -1;

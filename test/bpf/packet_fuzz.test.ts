@@ -26,7 +26,7 @@ import * as abi from '../../src/abi/generated';
 import { ip4ToNumber } from '../../src/datapath/addr';
 import { writeTcConfig } from '../../src/datapath/tc/config';
 import { TcHarness, type TcFrontend } from './tc_harness';
-import { TC_ACT_OK, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN, checksum, diffHex, ethernet, fragment, frame, icmpError, ipPacket, onesSum, type L4Spec } from './tc_packet';
+import { TC_ACT_OK, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN, checksum, diffHex, fragment, frame, icmpError, ipPacket, onesSum, withOptions, type L4Spec } from './tc_packet';
 import { fuzzRuns, fuzzSeed, recordFuzzResults } from '../helpers/fuzzResults';
 
 const POD_OBJECT = path.resolve(__dirname, '../../../build/pod_lb.bpf.o');
@@ -181,19 +181,6 @@ function expectSafe(prog: Prog, input: Buffer, direction: 'forward' | 'reply', w
 }
 
 // ---- Service packets ----------------------------------------------------
-
-/** An IPv4 packet with `optionWords` 4-byte words of options (NOPs, an EOL last), all checksums recomputed. */
-function withOptions(s: L4Spec, optionWords: number): Buffer {
-  const plain = ipPacket(s);
-  const opts = Buffer.alloc(optionWords * 4, 1);
-  opts[opts.length - 1] = 0;
-  const ip = Buffer.concat([plain.subarray(0, 20), opts, plain.subarray(20)]);
-  ip.writeUInt8(0x40 | (5 + optionWords), 0);
-  ip.writeUInt16BE(ip.length, 2);
-  ip.writeUInt16BE(0, 10);
-  ip.writeUInt16BE(checksum(ip.subarray(0, 20 + opts.length)), 10);
-  return ethernet(ip);
-}
 
 interface ServicePacket {
   name: string;

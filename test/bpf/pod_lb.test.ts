@@ -21,7 +21,7 @@ import { PodFrontendSet, podSlot } from '../../src/datapath/pod/frontendSet';
 import { readWords, writeWord } from '../../src/datapath/bitmap';
 import {
   TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT, TCP_ACK, TCP_PSH, TCP_SYN,
-  frame, icmpError, icmpReply, ipPacket, rewriteQuoted, type L4Spec,
+  frame, icmpError, icmpReply, ipPacket, rewriteQuoted, withOptions, type L4Spec,
 } from './tc_packet';
 
 
@@ -175,6 +175,29 @@ describe('UDP from a pod', () => {
   });
 });
 
+// bpf/lib/rewrite4.h writes a DNAT of the original direction (source kept)
+// as one store of daddr and both ports, which are adjacent only without IP
+// options: with options the ports are written at the L4 header.
+describe('DNAT from a pod, with and without IP options: every byte where it belongs', () => {
+  beforeEach(() => {
+    h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 21, backends: [BE1] });
+    h.upsertFrontend({ address: VIP, port: 53, proto: 'udp', flags: CLUSTER_IP, revNatId: 25, backends: [{ ...BE1, id: 14, port: 5353 }] });
+  });
+
+  for (const words of [0, 1, 3]) {
+    test(`TCP and UDP with ${words} words of IP options`, () => {
+      const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: 40600 + words, dport: VIP_PORT, tcpFlags: TCP_SYN, payload: Buffer.from('x') };
+      let r = run('ingress', withOptions(syn, words));
+      assert.equal(r.verdict, TC_ACT_OK);
+      expectPacket(r.out, withOptions({ ...syn, dst: BE1.address, dport: BE1.port }, words), `TCP, ${words} option words`);
+      const q: L4Spec = { proto: 'udp', src: POD, dst: VIP, sport: 40700 + words, dport: 53, payload: Buffer.from('q') };
+      r = run('ingress', withOptions(q, words));
+      assert.equal(r.verdict, TC_ACT_OK);
+      expectPacket(r.out, withOptions({ ...q, dst: BE1.address, dport: 5353 }, words), `UDP, ${words} option words`);
+    });
+  }
+});
+
 describe('hairpin: a pod that reaches itself through its Service', () => {
   beforeEach(() => h.upsertFrontend({ address: VIP, port: VIP_PORT, proto: 'tcp', flags: CLUSTER_IP, revNatId: 23, backends: [SELF] }));
 
@@ -200,6 +223,44 @@ describe('hairpin: a pod that reaches itself through its Service', () => {
     const sport = out.readUInt16BE(14 + 20);
     assert.ok(sport >= 61000 && sport <= 65535, `SNAT port ${sport} in range`);
     expectPacket(out, bounced(frame({ ...syn, src: VIP, sport, dst: POD, dport: SELF.port, ttl: 63 })), 'hairpin request');
+  });
+
+  // Ingress looks a hairpin reply up only when its destination port lies in
+  // the SNAT range (pod_lb.h, lb4_pod_maybe_hairpin_reply): the configured
+  // range, both ends included, not the default one.
+  test('with a configured SNAT range, the replies to its first and last ports are found', () => {
+    writeTcConfig(h.tc.config, { snatPortMin: 40200, snatPortMax: 40201 });
+    for (const port of [40200, 40201]) {
+      const syn: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: port, dport: VIP_PORT, tcpFlags: TCP_SYN };
+      const { verdict, out } = run('ingress', frame(syn));
+      assert.equal(verdict, TC_ACT_REDIRECT);
+      expectPacket(out, bounced(frame({ ...syn, src: VIP, dst: POD, dport: SELF.port, ttl: 63 })), `hairpin request from ${port}`);
+      const reply: L4Spec = { proto: 'tcp', src: POD, dst: VIP, sport: SELF.port, dport: port, tcpFlags: TCP_SYN | TCP_ACK };
+      const r = run('ingress', frame(reply));
+      assert.equal(r.verdict, TC_ACT_REDIRECT, `hairpin reply to ${port}`);
+      expectPacket(r.out, bounced(frame({ ...reply, src: VIP, sport: VIP_PORT, dst: POD, dport: port, ttl: 63 })), `hairpin reply to ${port}`);
+    }
+    assert.deepEqual(listConntrack(h.tc.conntrack).map((row) => row.snat).sort(), [`${VIP}:40200`, `${VIP}:40201`]);
+  });
+
+  test('a UDP hairpin reply is found too; a Service port inside the SNAT range still opens a flow', () => {
+    h.upsertFrontend({ address: VIP, port: 62000, proto: 'udp', flags: CLUSTER_IP, revNatId: 24, backends: [SELF, BE2] });
+    const q: L4Spec = { proto: 'udp', src: POD, dst: VIP, sport: 63000, dport: 62000, payload: Buffer.from('q') };
+    let hairpin = false;
+    for (let sport = 63000; sport < 63064 && !hairpin; sport++) {
+      const { verdict, out } = run('ingress', frame({ ...q, sport }));
+      if (verdict === TC_ACT_OK) {
+        expectPacket(out, frame({ ...q, sport, dst: BE2.address, dport: BE2.port }), 'UDP to the other backend');
+        continue;
+      }
+      hairpin = true;
+      assert.equal(verdict, TC_ACT_REDIRECT);
+      const reply: L4Spec = { proto: 'udp', src: POD, dst: VIP, sport: SELF.port, dport: sport, payload: Buffer.from('a') };
+      const r = run('ingress', frame(reply));
+      assert.equal(r.verdict, TC_ACT_REDIRECT);
+      expectPacket(r.out, bounced(frame({ ...reply, src: VIP, sport: 62000, dst: POD, dport: sport, ttl: 63 })), 'UDP hairpin reply');
+    }
+    assert.ok(hairpin, 'one of 64 flows picked the pod itself');
   });
 });
 

@@ -115,6 +115,19 @@ export function frame(s: L4Spec): Buffer {
   return ethernet(ipPacket(s));
 }
 
+/** An IPv4 packet with `optionWords` 4-byte words of options (NOPs, an EOL last), all checksums recomputed. */
+export function withOptions(s: L4Spec, optionWords: number): Buffer {
+  const plain = ipPacket(s);
+  const opts = Buffer.alloc(optionWords * 4, 1);
+  opts[opts.length - 1] = 0;
+  const ip = Buffer.concat([plain.subarray(0, 20), opts, plain.subarray(20)]);
+  ip.writeUInt8(0x40 | (5 + optionWords), 0);
+  ip.writeUInt16BE(ip.length, 2);
+  ip.writeUInt16BE(0, 10);
+  ip.writeUInt16BE(checksum(ip.subarray(0, 20 + opts.length)), 10);
+  return ethernet(ip);
+}
+
 /**
  * An ICMP error (type 3 by default) from `src` to `dst` quoting `quoted`
  * (an IPv4 packet; the first 28+ bytes are kept, as routers do at least).
