@@ -4,7 +4,7 @@ import * as abi from '../abi/generated';
 import { openSockLbMaps, type SockLbMaps } from '../datapath/maps';
 import { counterName, readCounters } from '../datapath/counters';
 import { LbProgrammer } from '../datapath/programmer';
-import { formatEndpoint, isIp6 } from '../datapath/addr';
+import { bytesToIp6, formatEndpoint, isIp6, numberToIp4 } from '../datapath/addr';
 import { IdArrayMap, type TypedMap } from '../datapath/typedMap';
 import { sockLbStatus, type AttachmentStatus } from '../datapath/sockLb';
 import { staleSocketStatus, type StaleSocketStatus } from '../datapath/sockTerm';
@@ -84,13 +84,27 @@ export function servicesView(maps: SockLbMaps): ServiceView[] {
       algorithm: ALGORITHMS[f.algorithm] ?? `algorithm ${f.algorithm}`,
       service: serviceNameOf(names, f.revNatId, f.proto),
       backends: f.backendIds.map((id) => {
-        const b = byId.get(id);
+        const b = byId.get(id) ?? backendWrittenSince(maps, id);
         return b
           ? { id, address: b.address, port: b.port, flags: backendFlagNames(b.flags) }
           : { id, address: '?', port: 0, flags: ['missing'] };
       }),
       ...(f.sourceRanges.length > 0 ? { sourceRanges: [...f.sourceRanges].sort() } : {}),
     }));
+}
+
+/**
+ * A backend the master names but the snapshot lacks: adopt() reads the
+ * backends before the masters and ranges, and the agent writes a new
+ * backend before the master that names it, so a Service that gained
+ * backends between the two reads names ids the snapshot never saw. Looked
+ * up again by id: only a backend that is really gone shows as missing.
+ */
+function backendWrittenSince(maps: SockLbMaps, id: number): { address: string; port: number; flags: number } | undefined {
+  const b4 = maps.backends.get(id);
+  if (b4) return { address: numberToIp4(b4.address), port: b4.port, flags: b4.flags };
+  const b6 = maps.v6?.backends.get(id);
+  return b6 ? { address: bytesToIp6(b6.address), port: b6.port, flags: b6.flags } : undefined;
 }
 
 export interface MapFill {
