@@ -13,8 +13,11 @@
 //   egressReply     egress, the backend's reply of that TCP flow
 //   egressNonSvc    egress, a TCP packet of no Service flow (conntrack miss)
 //   ingressNonSvc   ingress, a TCP packet to an address whose bitmap bit is clear
-// `--services` ClusterIPs (TCP 80 and UDP 53 each, one remote backend) are
-// loaded and the frontend-address bitmap is maintained, as the agent does.
+//   udp6New         ingress, a new UDP flow to an IPv6 ClusterIP (every sample a new client port)
+//   tcp6Known       ingress, an ACK of a TCP flow to an IPv6 ClusterIP opened by a SYN
+// `--services` ClusterIPs of each family (TCP 80 and UDP 53 each, one remote
+// backend) are loaded and the IPv4 frontend-address bitmap is maintained, as
+// the agent does (the IPv6 path has none).
 // Each round loads A then B (B then A on odd rounds), runs each packet
 // `samples` times with repeat 1 and keeps the median of the kernel's per-run
 // duration; a build's figure is the range of its round medians.
@@ -28,13 +31,18 @@ import { podSlot } from '../src/datapath/pod/frontendSet';
 import { readWords, writeWord } from '../src/datapath/bitmap';
 import { TcHarness } from '../test/bpf/tc_harness';
 import { PodPrograms } from '../test/bpf/pod_harness';
+import { Tc6Maps } from '../test/bpf/tc_harness6';
 import { TCP_ACK, TCP_SYN, frame, type L4Spec } from '../test/bpf/tc_packet';
+import { frame6, type L4Spec6 } from '../test/bpf/tc_packet6';
 
 const POD = '198.18.10.5';
 const OTHER = '198.18.30.1'; // no frontend: non-Service traffic
 const BACKEND = { id: 2, address: '198.18.20.30', port: 8080, local: false };
+const POD6 = 'fd00:10:1::5';
+const BACKEND6 = { id: 2, address: 'fd00:10:2::30', port: 8080, local: false };
 
 const vip = (i: number) => numberToIp4((ip4ToNumber('10.96.0.0') + 1 + i) >>> 0);
+const vip6 = (i: number) => `fd00:10:96::${(i + 1).toString(16)}`;
 
 function median(run: () => number, samples: number): number {
   const xs: number[] = [];
@@ -58,6 +66,11 @@ function measure(object: string, services: number, samples: number): RoundResult
     }
     words.forEach((w, i) => { if (w) writeWord(pf, i, w); });
     writeWord(pf, abi.SLUICE_POD_PF_MARKER, 1n);
+    const v6 = new Tc6Maps(h);
+    for (let i = 0; i < services; i++) {
+      v6.upsertFrontend({ address: vip6(i), port: 80, proto: 'tcp', flags: abi.LB_SVC_FLAG_CLUSTER_IP, revNatId: 2 * i + 1, backends: [{ ...BACKEND6, id: 2 * i + 1 }] });
+      v6.upsertFrontend({ address: vip6(i), port: 53, proto: 'udp', flags: abi.LB_SVC_FLAG_CLUSTER_IP, revNatId: 2 * i + 2, backends: [{ ...BACKEND6, id: 2 * i + 2 }] });
+    }
 
     const target = vip(Math.floor(services / 2));
     const ingress = pod.obj.program(abi.SLUICE_PROG_POD_INGRESS).fd;
@@ -80,6 +93,16 @@ function measure(object: string, services: number, samples: number): RoundResult
     ns.ingressNonSvc = median(() => once(ingress, nonSvcIn), samples);
     const nonSvcOut = frame({ proto: 'tcp', src: OTHER, dst: POD, sport: 443, dport: 40001, tcpFlags: TCP_ACK, payload: Buffer.alloc(64, 5) });
     ns.egressNonSvc = median(() => once(egress, nonSvcOut), samples);
+
+    const target6 = vip6(Math.floor(services / 2));
+    const udp6 = Array.from({ length: samples }, (_, i) =>
+      frame6({ proto: 'udp', src: POD6, dst: target6, sport: 20000 + i, dport: 53, payload: Buffer.alloc(64, 3) }));
+    k = 0;
+    ns.udp6New = median(() => once(ingress, udp6[k++]!), samples);
+    const syn6: L4Spec6 = { proto: 'tcp', src: POD6, dst: target6, sport: 40000, dport: 80, tcpFlags: TCP_SYN };
+    pod.run('ingress', frame6(syn6));
+    const ack6 = frame6({ ...syn6, tcpFlags: TCP_ACK, payload: Buffer.alloc(64, 1) });
+    ns.tcp6Known = median(() => once(ingress, ack6), samples);
 
     const verified: Record<string, number> = {};
     for (const p of [abi.SLUICE_PROG_POD_INGRESS, abi.SLUICE_PROG_POD_EGRESS]) verified[p] = progInfo(pod.obj.program(p)).verifiedInsns;

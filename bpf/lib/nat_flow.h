@@ -325,6 +325,30 @@ lb4_snat_alloc_port(struct lb4_ct_entry *e, const struct lb4_tc_config *cfg)
 }
 
 /*
+ * False when a packet arriving at ingress cannot be the reply of one of our
+ * SNATed flows (LB_CT_FLAG_SNAT: north-south masquerade, pod-path hairpin;
+ * IPv4 and IPv6): such a reply goes to nat_address:nat_port, and a SNATed
+ * flow's nat port always comes from the SNAT range (lb4_snat_alloc_port and
+ * lb6_snat_alloc_port keep the client's port only when it lies in the range,
+ * and cfg is lb4_tc_config_get's, whose range they use). Not a check for the
+ * other entries: DSR ones (no reply reaches the node) and DNAT-only ones
+ * (LB_CT_FLAG_SPORT included: their replies are translated at egress) are
+ * never acted on at ingress. ICMP/ICMPv6 never get here (errors are matched
+ * by their quote, echo is not balanced). A client's packet to a Service port
+ * outside the range, new flow or known, skips the reply-key lookup, and so
+ * does a reply of the node's own connections (ephemeral ports below the
+ * default 61000-65535, which the agent reserves from them). A flow opened
+ * before the range in sluice_tc_cfg was changed (the agent always writes the
+ * default one) is no longer found once its port lies outside the new range.
+ */
+static __always_inline bool lb_maybe_snat_reply(__be16 dport, const struct lb4_tc_config *cfg)
+{
+	__u16 port = bpf_ntohs(dport);
+
+	return port >= cfg->snat_port_min && port <= cfg->snat_port_max;
+}
+
+/*
  * The reply entry of a flow without SNAT. Its key (backend -> client:port)
  * can be in use by another flow: two frontends with the same backend, and a
  * client that used one source port for both. As netfilter does, the second

@@ -758,9 +758,25 @@ lb6_flow_new(void *ctx, const struct lb6_tuple *t, const struct lb4_tc_config *c
 /*
  * A packet of a known flow at ingress: a reply of one of this path's SNATed
  * flows (north-south: backend -> node; pod path: the pod answering itself,
- * hairpin), or the client's packet. LB6_FLOW_UNKNOWN when neither.
+ * hairpin; looked up only to a port of the SNAT range), or the client's
+ * packet. LB6_FLOW_UNKNOWN when neither.
  */
 #define LB6_FLOW_UNKNOWN (-2)
+
+/*
+ * False when the packet cannot be the reply of one of this path's SNATed
+ * flows (north-south masquerade to the node's IPv6 address, pod-path
+ * hairpin): their nat port always comes from the SNAT range
+ * (lb6_snat_alloc_port; lb_maybe_snat_reply in nat_flow.h has the cases).
+ * ICMPv6 never gets here (lb6_flow_ingress: errors go by their quote, echo
+ * is never translated). A new flow from an ephemeral port (pod path) or to a
+ * NodePort (north-south) skips the reply-key miss, and so does every other
+ * packet of a known flow whose destination port lies outside the range.
+ */
+static __always_inline bool lb6_flow_maybe_snat_reply(const struct lb6_tuple *t, const struct lb4_tc_config *cfg)
+{
+	return lb_maybe_snat_reply(t->dport, cfg);
+}
 
 static __noinline int
 lb6_flow_ingress_known(struct __sk_buff *skb, const struct lb6_packet *pkt, const struct lb4_tc_config *cfg,
@@ -769,11 +785,13 @@ lb6_flow_ingress_known(struct __sk_buff *skb, const struct lb6_packet *pkt, cons
 	struct lb6_ct_entry *e;
 	struct lb6_ct_key key;
 
-	lb6_ct_key_of(&key, &pkt->tuple, LB_CT_DIR_REPLY);
-	e = lb6_ct_lookup(&key);
-	if (e && (e->flags & LB_CT_FLAG_SNAT) && lb6_ct_on_path(e, path)) {
-		(void)lb6_ct_touch(e, cfg, &pkt->tuple, skb->len);
-		return lb6_flow_xlate_reply(skb, pkt, e, path, LB_HOOK_INGRESS);
+	if (lb6_flow_maybe_snat_reply(&pkt->tuple, cfg)) {
+		lb6_ct_key_of(&key, &pkt->tuple, LB_CT_DIR_REPLY);
+		e = lb6_ct_lookup(&key);
+		if (e && (e->flags & LB_CT_FLAG_SNAT) && lb6_ct_on_path(e, path)) {
+			(void)lb6_ct_touch(e, cfg, &pkt->tuple, skb->len);
+			return lb6_flow_xlate_reply(skb, pkt, e, path, LB_HOOK_INGRESS);
+		}
 	}
 	e = lb6_ct_live_original(skb, &pkt->tuple, cfg, path);
 	if (!e)

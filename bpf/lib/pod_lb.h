@@ -91,17 +91,13 @@ static __always_inline bool lb4_ct_is_hairpin(const struct lb4_ct_entry *e)
 /*
  * False when the packet cannot be the pod's reply in a hairpin flow: such a
  * reply goes to frontend:nat-port, and a hairpin flow's nat port always comes
- * from the SNAT range (lb4_snat_alloc_port keeps the client's port only when
- * it lies in the range). Most new flows start from an ephemeral port below
- * the default range (61000-65535), so they skip the reply-key lookup. A
- * hairpin flow opened before the agent was restarted with another range is
- * no longer found once its port falls outside the new one.
+ * from the SNAT range (lb_maybe_snat_reply, nat_flow.h). Most new flows start
+ * from an ephemeral port below the default range (61000-65535), so they skip
+ * the reply-key lookup.
  */
 static __always_inline bool lb4_pod_maybe_hairpin_reply(const struct lb4_tuple *t, const struct lb4_tc_config *cfg)
 {
-	__u16 port = bpf_ntohs(t->dport);
-
-	return port >= cfg->snat_port_min && port <= cfg->snat_port_max;
+	return lb_maybe_snat_reply(t->dport, cfg);
 }
 
 /* A packet to a frontend without backends: an ICMP port unreachable sent

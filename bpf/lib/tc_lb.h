@@ -3,7 +3,8 @@
  * tc_lb.h: north-south load balancing at TC on the node's external devices.
  *
  * Ingress (a packet arriving from outside):
- *   1. a reply of a SNATed flow (backend -> SNAT address:port): restore
+ *   1. a reply of a SNATed flow (backend -> SNAT address:port, a port of
+ *      the SNAT range: packets to other ports skip this lookup): restore
  *      frontend -> client and send it back out (redirect);
  *   2. a packet of a known flow (client -> frontend): apply its DNAT (+SNAT);
  *   3. a new flow to a NodePort / ExternalIP / LoadBalancer frontend: source
@@ -135,11 +136,17 @@ static __always_inline int lb4_tc_ingress(struct __sk_buff *skb)
 		return lb4_icmp_is_error(pkt.icmp_type) ? lb4_flow_icmp_error(skb, &pkt, LB_PATH_NORTH_SOUTH, LB_HOOK_INGRESS) : TC_ACT_OK;
 	cfg = lb4_tc_config_get();
 
-	lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
-	e = lb4_ct_lookup(&key);
-	if (e && (e->flags & LB_CT_FLAG_SNAT)) {
-		(void)lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
-		return lb4_flow_xlate_reply(skb, &pkt, e, LB_PATH_NORTH_SOUTH, LB_HOOK_INGRESS);
+	/* A reply of a SNATed flow: only to a port of the SNAT range
+	 * (lb_maybe_snat_reply, nat_flow.h). A client's packet to a NodePort
+	 * (30000-32767) or another Service port outside it, new flow or known,
+	 * skips this lookup's miss. */
+	if (lb_maybe_snat_reply(pkt.tuple.dport, &cfg)) {
+		lb4_ct_key_of(&key, &pkt.tuple, LB_CT_DIR_REPLY);
+		e = lb4_ct_lookup(&key);
+		if (e && (e->flags & LB_CT_FLAG_SNAT)) {
+			(void)lb4_ct_touch(e, &cfg, &pkt.tuple, skb->len);
+			return lb4_flow_xlate_reply(skb, &pkt, e, LB_PATH_NORTH_SOUTH, LB_HOOK_INGRESS);
+		}
 	}
 
 	e = lb4_ct_live_original(skb, &pkt.tuple, &cfg, LB_PATH_NORTH_SOUTH);

@@ -159,6 +159,45 @@ describe('IPv6 hairpin: a pod that reaches itself through its Service', () => {
     const want = bounced(ethernet6(icmp6(VIP, POD, 1, 4, Buffer.alloc(4), quote, 63)));
     checkRaw('ingress', unreach, want, TC_ACT_REDIRECT, 'hairpin port unreachable');
   });
+
+  // Ingress looks a SNATed flow's reply up only when its destination port
+  // lies in the SNAT range (nat_flow6.h, lb6_flow_maybe_snat_reply): the
+  // configured range, both ends included, not the default one.
+  test('with a configured SNAT range, the replies to its first and last ports are found', () => {
+    writeTcConfig(h.tc.config, { snatPortMin: 40200, snatPortMax: 40201 });
+    for (const port of [40200, 40201]) {
+      const syn: L4Spec6 = { proto: 'tcp', src: POD, dst: VIP, sport: port, dport: VIP_PORT, tcpFlags: TCP_SYN };
+      const { verdict, out } = run('ingress', frame6(syn));
+      assert.equal(verdict, TC_ACT_REDIRECT);
+      expectPacket(out, bounced(frame6({ ...syn, src: VIP, dst: POD, dport: SELF.port, hopLimit: 63 })), `hairpin request from ${port}`);
+      const reply: L4Spec6 = { proto: 'tcp', src: POD, dst: VIP, sport: SELF.port, dport: port, tcpFlags: TCP_SYN | TCP_ACK };
+      const r = run('ingress', frame6(reply));
+      assert.equal(r.verdict, TC_ACT_REDIRECT, `hairpin reply to ${port}`);
+      expectPacket(r.out, bounced(frame6({ ...reply, src: VIP, sport: VIP_PORT, dst: POD, dport: port, hopLimit: 63 })), `hairpin reply to ${port}`);
+    }
+    assert.deepEqual([...new Set(v6.rows().map((row) => row.nat))].sort(), [`[${VIP}]:40200`, `[${VIP}]:40201`]);
+  });
+
+  test('a UDP hairpin reply is found too; a Service port inside the SNAT range still opens a flow', () => {
+    v6.upsertFrontend({ address: VIP, port: 62000, proto: 'udp', flags: abi.LB_SVC_FLAG_CLUSTER_IP, revNatId: 46, backends: [SELF, BE2] });
+    const q: L4Spec6 = { proto: 'udp', src: POD, dst: VIP, sport: 63000, dport: 62000, payload: Buffer.from('q') };
+    let hairpin = false;
+    for (let sport = 63000; sport < 63064 && !hairpin; sport++) {
+      const { verdict, out } = run('ingress', frame6({ ...q, sport }));
+      if (verdict === TC_ACT_OK) {
+        expectPacket(out, frame6({ ...q, sport, dst: BE2.address, dport: BE2.port }), 'UDP to the other backend');
+        continue;
+      }
+      hairpin = true;
+      assert.equal(verdict, TC_ACT_REDIRECT);
+      expectPacket(out, bounced(frame6({ ...q, sport, src: VIP, dst: POD, dport: SELF.port, hopLimit: 63 })), 'UDP hairpin request');
+      const reply: L4Spec6 = { proto: 'udp', src: POD, dst: VIP, sport: SELF.port, dport: sport, payload: Buffer.from('a') };
+      const r = run('ingress', frame6(reply));
+      assert.equal(r.verdict, TC_ACT_REDIRECT);
+      expectPacket(r.out, bounced(frame6({ ...reply, src: VIP, sport: 62000, dst: POD, dport: sport, hopLimit: 63 })), 'UDP hairpin reply');
+    }
+    assert.ok(hairpin, 'one of 64 flows picked the pod itself');
+  });
 });
 
 describe('IPv6 frontend without backends: ICMPv6 port unreachable back into the pod', () => {

@@ -165,6 +165,34 @@ describe('NodePort to a remote backend: DNAT + SNAT to the node address', () => 
     assert.equal(h.counter(abi.LB_CNT_TC_SNAT_FAILED) - before, 1n);
   });
 
+  // Ingress looks a SNATed flow's reply up only when its destination port
+  // lies in the SNAT range (nat_flow.h, lb4_maybe_snat_reply): the
+  // configured range, both ends included, not the default one.
+  test('with a configured SNAT range, the replies to its first and last ports are restored', () => {
+    writeTcConfig(h.tc.config, { snatAddress: NODE, snatPortMin: 40200, snatPortMax: 40201 });
+    for (const port of [40200, 40201]) {
+      const syn: L4Spec = { proto: 'tcp', src: CLIENT, dst: NODE, sport: port, dport: NODE_PORT, tcpFlags: TCP_SYN };
+      check('ingress', syn, { ...syn, src: NODE, dst: REMOTE_BE.address, dport: REMOTE_BE.port });
+      const reply: L4Spec = { proto: 'tcp', src: REMOTE_BE.address, dst: NODE, sport: REMOTE_BE.port, dport: port, tcpFlags: TCP_SYN | TCP_ACK };
+      check('ingress', reply, { ...reply, src: NODE, sport: NODE_PORT, dst: CLIENT, dport: port });
+    }
+    assert.deepEqual(listConntrack(h.tc.conntrack).map((row) => row.snat).sort(), [`${NODE}:40200`, `${NODE}:40201`]);
+  });
+
+  test('a UDP Service port inside the SNAT range opens and follows its flow; a reply to a port outside the range passes untouched', () => {
+    h.upsertFrontend({ address: EXTERNAL_IP, port: 62000, proto: 'udp', flags: abi.LB_SVC_FLAG_EXTERNAL_IP, revNatId: 19, backends: [REMOTE_BE] });
+    const q: L4Spec = { proto: 'udp', src: CLIENT, dst: EXTERNAL_IP, sport: 63100, dport: 62000, payload: Buffer.from('q') };
+    check('ingress', q, { ...q, src: NODE, dst: REMOTE_BE.address, dport: REMOTE_BE.port });
+    const q2: L4Spec = { ...q, payload: Buffer.from('second') };
+    check('ingress', q2, { ...q2, src: NODE, dst: REMOTE_BE.address, dport: REMOTE_BE.port });
+    const a: L4Spec = { proto: 'udp', src: REMOTE_BE.address, dst: NODE, sport: REMOTE_BE.port, dport: 63100, payload: Buffer.from('a') };
+    check('ingress', a, { ...a, src: EXTERNAL_IP, sport: 62000, dst: CLIENT });
+    assert.equal(listConntrack(h.tc.conntrack).length, 1, 'one flow');
+    // The node's own connection (an ephemeral port below the range): not ours.
+    const own: L4Spec = { proto: 'tcp', src: REMOTE_BE.address, dst: NODE, sport: REMOTE_BE.port, dport: 40000, tcpFlags: TCP_SYN | TCP_ACK };
+    check('ingress', own, null);
+  });
+
   test('without a SNAT address remote backends are dropped and counted', () => {
     writeTcConfig(h.tc.config, {});
     const before = h.counter(abi.LB_CNT_TC_SNAT_FAILED);

@@ -118,6 +118,34 @@ describe('IPv6 NodePort to a remote backend: DNAT + SNAT to the node\'s IPv6 add
     check('ingress', reply, { ...reply, src: EXTERNAL_IP, sport: 53, dst: CLIENT, dport: 1234 });
   });
 
+  // Ingress looks a SNATed flow's reply up only when its destination port
+  // lies in the SNAT range (nat_flow6.h, lb6_flow_maybe_snat_reply): the
+  // configured range, both ends included, not the default one.
+  test('with a configured SNAT range, the replies to its first and last ports are restored', () => {
+    writeTcConfig(h.tc.config, { snatAddress: '198.18.0.1', snatPortMin: 40200, snatPortMax: 40201 });
+    for (const port of [40200, 40201]) {
+      const syn: L4Spec6 = { proto: 'tcp', src: CLIENT, dst: NODE, sport: port, dport: NODE_PORT, tcpFlags: TCP_SYN };
+      check('ingress', syn, { ...syn, src: NODE, dst: REMOTE_BE.address, dport: REMOTE_BE.port });
+      const reply: L4Spec6 = { proto: 'tcp', src: REMOTE_BE.address, dst: NODE, sport: REMOTE_BE.port, dport: port, tcpFlags: TCP_SYN | TCP_ACK };
+      check('ingress', reply, { ...reply, src: NODE, sport: NODE_PORT, dst: CLIENT, dport: port });
+    }
+    assert.deepEqual([...new Set(v6.rows().map((r) => r.nat))].sort(), [`[${NODE}]:40200`, `[${NODE}]:40201`]);
+  });
+
+  test('a UDP Service port inside the SNAT range opens and follows its flow; a reply to a port outside the range passes untouched', () => {
+    v6.upsertFrontend({ address: EXTERNAL_IP, port: 62000, proto: 'udp', flags: abi.LB_SVC_FLAG_EXTERNAL_IP, revNatId: 11, backends: [REMOTE_BE] });
+    const q: L4Spec6 = { proto: 'udp', src: CLIENT, dst: EXTERNAL_IP, sport: 63100, dport: 62000, payload: Buffer.from('q') };
+    check('ingress', q, { ...q, src: NODE, dst: REMOTE_BE.address, dport: REMOTE_BE.port });
+    const q2: L4Spec6 = { ...q, payload: Buffer.from('second') };
+    check('ingress', q2, { ...q2, src: NODE, dst: REMOTE_BE.address, dport: REMOTE_BE.port });
+    const a: L4Spec6 = { proto: 'udp', src: REMOTE_BE.address, dst: NODE, sport: REMOTE_BE.port, dport: 63100, payload: Buffer.from('a') };
+    check('ingress', a, { ...a, src: EXTERNAL_IP, sport: 62000, dst: CLIENT });
+    assert.equal(v6.rows().length, 2, 'one flow');
+    // The node's own connection (an ephemeral port below the range): not ours.
+    const own: L4Spec6 = { proto: 'tcp', src: REMOTE_BE.address, dst: NODE, sport: REMOTE_BE.port, dport: 40000, tcpFlags: TCP_SYN | TCP_ACK };
+    check('ingress', own, null);
+  });
+
   test('without an IPv6 SNAT address the flow is dropped and counted', () => {
     v6.setSnat(undefined);
     const before = h.counter(abi.LB_CNT_TC_SNAT_FAILED);
