@@ -68,12 +68,18 @@ const u32 = (n: number) => { const b = Buffer.alloc(4); b.writeUInt32LE(n, 0); r
 /** [vip index, rev-NAT id, backend ids in slot order]; backend 5 is backends[0], 6 backends[1]. */
 const FRONTENDS: Array<[number, number, number[]]> = [[0, 1, [5]], [1, 2, [6, 5]]];
 
-/** The three maps as an older Sluice pinned them (layout 1, recorded). */
+/**
+ * The three maps as an older Sluice pinned them (layout 1, recorded). The
+ * backends and rev-NAT hashes at the capacities the arrays have now: an
+ * array's size is its largest id, so a layout change keeps the pinned size
+ * and a smaller hash would make the start after grow the array (a capacity
+ * migration of its own).
+ */
 function pinSlotLayout(f: Family, bpffs: string): void {
   fs.mkdirSync(bpffs, { recursive: true });
   const svc = BpfMap.create({ type: MapType.HASH, name: f.svc, keySize: f.keySize, valueSize: 20, maxEntries: 1024, flags: 1 });
-  const be = BpfMap.create({ type: MapType.HASH, name: f.be, keySize: 4, valueSize: f.beValueSize, maxEntries: 1024, flags: 1 });
-  const rn = BpfMap.create({ type: MapType.HASH, name: f.revnat, keySize: 4, valueSize: f.rnValueSize, maxEntries: 1024, flags: 1 });
+  const be = BpfMap.create({ type: MapType.HASH, name: f.be, keySize: 4, valueSize: f.beValueSize, maxEntries: abi.SLUICE_MAX_BACKENDS, flags: 1 });
+  const rn = BpfMap.create({ type: MapType.HASH, name: f.revnat, keySize: 4, valueSize: f.rnValueSize, maxEntries: abi.SLUICE_MAX_REVNAT, flags: 1 });
   be.update(u32(5), f.beValue(f.backends[0]));
   be.update(u32(6), f.beValue(f.backends[1]));
   for (const [vi, revNat, ids] of FRONTENDS) {
