@@ -47,7 +47,7 @@ export type NewMaps = Pick<BpfObject, 'map'>;
  * translated alone), and for a map-in-map at any change. Called once at fill;
  * not repeated at finish, so only for maps that only the agent writes.
  */
-export type Refill = (from: BpfMap, obj: NewMaps, fromLayout: number) => { copied: number; skipped: number };
+export type Refill = (from: BpfMap, obj: NewMaps, fromLayout: number, opts?: { resume?: boolean }) => { copied: number; skipped: number };
 
 export type MapPolicy =
   /** Entries are state the data path needs (connections): copied; a layout change needs `translate` (or `refill`) or is refused. */
@@ -70,7 +70,7 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // layout 1 held the master and one entry per backend slot. Backends and
   // rev-NAT entries became ARRAYs indexed by the same ids (same key and
   // value: copied as they are).
-  [abi.SLUICE_MAP_SERVICES4]: { kind: 'carry', layout: 2, refill: (from, obj, layout) => slotsToRanges(SLOTS4, from, obj, layout) },
+  [abi.SLUICE_MAP_SERVICES4]: { kind: 'carry', layout: 2, refill: (from, obj, layout, opts) => slotsToRanges(SLOTS4, from, obj, layout, opts) },
   [abi.SLUICE_MAP_RANGES4]: { kind: 'carry' },
   [abi.SLUICE_MAP_BACKENDS4]: { kind: 'carry', layout: 2, translate: (k, v) => [k, v] },
   [abi.SLUICE_MAP_REVNAT4]: { kind: 'carry', layout: 2, translate: (k, v) => [k, v] },
@@ -128,7 +128,7 @@ export const MAP_POLICIES: Record<string, MapPolicy> = {
   // IPv6 (issue 14): the same policies as their IPv4 twins, layout 2 too
   // (one master per frontend naming a range of sluice_rng6; backends and
   // rev-NAT entries in ARRAYs indexed by the same ids as the hashes' keys).
-  [abi.SLUICE_MAP_SERVICES6]: { kind: 'carry', layout: 2, refill: (from, obj, layout) => slotsToRanges(SLOTS6, from, obj, layout) },
+  [abi.SLUICE_MAP_SERVICES6]: { kind: 'carry', layout: 2, refill: (from, obj, layout, opts) => slotsToRanges(SLOTS6, from, obj, layout, opts) },
   [abi.SLUICE_MAP_RANGES6]: { kind: 'carry' },
   [abi.SLUICE_MAP_BACKENDS6]: { kind: 'carry', layout: 2, translate: (k, v) => [k, v] },
   [abi.SLUICE_MAP_REVNAT6]: { kind: 'carry', layout: 2, translate: (k, v) => [k, v] },
@@ -233,14 +233,35 @@ export class MapMigration {
   private readonly policies: Record<string, MapPolicy>;
   private readonly declared: MapDescription[];
   private readonly requested: Record<string, number>;
+  /** Old maps of a migration a kill cut short, still pinned aside: copied again after the swap, unpinned at finish. */
+  private readonly interrupted = new Map<string, Interrupted>();
   private moved = false;
 
   private constructor(private readonly objectPath: string, private readonly opts: MigrationOptions, declared: MapDescription[], requested: Record<string, number>) {
     this.policies = { ...MAP_POLICIES, ...(opts.policies ?? {}) };
     this.declared = declared;
     this.requested = requested;
-    finishInterrupted(opts.bpffs, this.policies);
-    this.changes = plan(opts.bpffs, declared, requested, this.policies);
+    for (const i of finishInterrupted(opts.bpffs, this.policies, new Set(declared.map((d) => d.name)))) this.interrupted.set(i.name, i);
+    try {
+      this.changes = plan(opts.bpffs, declared, requested, this.policies);
+    } catch (err) {
+      this.closeInterrupted(); // their pins stay aside: the next start finishes them
+      throw err;
+    }
+    // A map changed again (another capacity) while its last migration was
+    // unfinished: that one ends here, so open() can move the pin aside.
+    for (const c of this.changes) {
+      const i = this.interrupted.get(c.map);
+      if (!i) continue;
+      i.from.close();
+      this.interrupted.delete(c.map);
+      fs.rmSync(path.join(opts.bpffs, oldPinName(c.map)), { force: true });
+    }
+  }
+
+  private closeInterrupted(): void {
+    for (const i of this.interrupted.values()) i.from.close();
+    this.interrupted.clear();
   }
 
   /** Plan the migration of the maps `objectPath` declares (refusals throw here). */
@@ -320,6 +341,14 @@ export class MapMigration {
       fs.rmSync(path.join(this.opts.bpffs, oldPinName(c.map)), { force: true });
     }
     this.old.clear();
+    // An interrupted migration's old map: what the old programs wrote until
+    // the swap (insert-only, as above), then its pin goes.
+    for (const i of this.interrupted.values()) {
+      if (i.recopy) copyEntries(i.from, obj.map(i.name), BPF_NOEXIST, i.translate);
+      i.from.close();
+      fs.rmSync(path.join(this.opts.bpffs, oldPinName(i.name)), { force: true });
+    }
+    this.interrupted.clear();
     for (const name of Object.keys(RETIRED_MAPS)) fs.rmSync(path.join(this.opts.bpffs, name), { force: true });
     recordLayouts(this.opts.bpffs, this.declared.map((d) => [d.name, layoutOf(this.policies, d.name)]));
     return [...this.results.values()];
@@ -327,6 +356,7 @@ export class MapMigration {
 
   /** Before any program was swapped: put the old pins back. */
   abort(): void {
+    this.closeInterrupted(); // still pinned aside: the next start finishes them
     if (!this.moved) return;
     for (const [name, m] of this.old) {
       m.close();
@@ -391,7 +421,7 @@ const SLOTS6: SlotLayout = { services: abi.SLUICE_MAP_SERVICES6, ranges: abi.SLU
  * frontend that does not fit is skipped (the agent's first sync writes it).
  * The agent adopts the result (ranges.ts).
  */
-function slotsToRanges(layout: SlotLayout, from: BpfMap, obj: NewMaps, fromLayout: number): { copied: number; skipped: number } {
+function slotsToRanges(layout: SlotLayout, from: BpfMap, obj: NewMaps, fromLayout: number, opts: { resume?: boolean } = {}): { copied: number; skipped: number } {
   const K = layout.oldKeySize;
   const F = layout.frontendSize;
   if (fromLayout !== 1 || from.keySize !== K) throw new MigrationRefused(`${from.name}: no translation from layout ${fromLayout} (key ${from.keySize} bytes)`);
@@ -421,6 +451,13 @@ function slotsToRanges(layout: SlotLayout, from: BpfMap, obj: NewMaps, fromLayou
     const ids = slots.get(frontend);
     if (next + count > ranges.maxEntries) {
       skipped++;
+      continue;
+    }
+    // resume (finishing a fill a kill cut short): the old map reads back in
+    // the same order, so every frontend gets the same range as at the fill;
+    // one the fill wrote is kept as it is.
+    if (opts.resume && services.lookup(Buffer.from(frontend, 'latin1'))) {
+      next += count;
       continue;
     }
     if (count > 0) {
@@ -501,51 +538,122 @@ function plan(bpffs: string, declared: MapDescription[], requested: Record<strin
   return changes;
 }
 
+/** The old map of a migration a kill cut short (pinned as `<name>_migrating` until finish). */
+interface Interrupted {
+  name: string;
+  from: BpfMap;
+  /** Copied again (insert-only) after the swap: a hash whose entries the old programs may still write. */
+  recopy: boolean;
+  translate?: Translate;
+}
+
 /**
  * A migration cut short (the agent killed between open and finish) leaves
- * `<name>_migrating`: if the new map exists, copy what it lacks and unpin the
- * old one; if not, put the old one back, as if nothing had started. A
- * map-in-map's entries read back as inner map ids, which copyEntries cannot
- * write: its refill points the new map at the old inner maps (a kill before
- * fill left the new map empty; refillMaglevOuter fills only indices the new
- * map lacks), so every Maglev frontend keeps its table.
+ * `<name>_migrating`. Until this start swaps the links, the old programs
+ * still run on it. Handled by the object that declares the map (a map of
+ * another object waits for that object's load: its programs are swapped
+ * there), before its plan:
+ *   - no new map (killed before the load pinned it): put the old one back,
+ *     as if nothing had started (plan migrates it again);
+ *   - a new map: fill it from the old one by the policy, as the fill would
+ *     have; a fill that ran is not repeated (hashes insert-only, arrays only
+ *     when the new one is all zero, refills only what the new map lacks).
+ *     Hashes are copied again after the swap (finish), for what the old
+ *     programs wrote meanwhile, and the old pin goes at finish;
+ *   - a new map that cannot be filled because the load was killed before it
+ *     created a map the refill writes (the slot layout's range array):
+ *     discarded, the old one put back (no program used the new map).
+ * A map-in-map's entries read back as inner map ids, which copyEntries
+ * cannot write: its refill points the new map at the old inner maps, so
+ * every Maglev frontend keeps its table. The slot-layout services maps are
+ * refilled into masters + ranges (slotsToRanges), with their backends and
+ * rev-NAT arrays copied, so every frontend is back before the swap with its
+ * ids (the agent's sync adopts them).
  */
-function finishInterrupted(bpffs: string, policies: Record<string, MapPolicy>): void {
-  if (!fs.existsSync(bpffs)) return;
+function finishInterrupted(bpffs: string, policies: Record<string, MapPolicy>, declared: Set<string>): Interrupted[] {
+  const out: Interrupted[] = [];
+  if (!fs.existsSync(bpffs)) return out;
   // Read once, when a map-in-map needs them: the records of the old maps (finish records the new ones).
   let layouts: Map<string, number> | undefined;
   for (const file of fs.readdirSync(bpffs)) {
     if (!file.endsWith('_migrating')) continue;
     const name = file.slice(0, -'_migrating'.length);
+    // Another object's map (tc_lb's conntrack at sock_lb's load): its old
+    // programs run until that object's swap, which finishes it.
+    if (!declared.has(name) && name in MAP_POLICIES) continue;
     const oldPin = path.join(bpffs, file);
     const pin = path.join(bpffs, name);
-    if (!fs.existsSync(pin)) {
+    const putBack = () => {
+      fs.rmSync(pin, { force: true });
       fs.renameSync(oldPin, pin);
+    };
+    if (!fs.existsSync(pin)) {
+      putBack();
       continue;
     }
     const policy = policies[name] ?? DEFAULT_POLICY;
     const from = BpfMap.fromPinned(oldPin);
-    const to = BpfMap.fromPinned(pin);
+    let recopy = false;
+    let translate: Translate | undefined;
+    let restored = false;
+    const opened: BpfMap[] = [];
     try {
+      const to = BpfMap.fromPinned(pin);
+      opened.push(to);
       const sameLayout = from.type === to.type && from.keySize === to.keySize && from.valueSize === to.valueSize;
-      if (MAP_IN_MAP.has(from.type)) {
-        if (policy.kind === 'carry' && policy.refill) {
-          const layout = pinnedLayoutOf(layouts ??= readLayouts(bpffs), name, sameLayout, policy.layout ?? 1);
-          policy.refill(from, { map: (n) => { if (n !== name) throw new Error(`${name}: an interrupted refill writes only its own map, not ${n}`); return to; } }, layout);
+      translate = sameLayout || policy.kind === 'drop' ? undefined : policy.translate;
+      const refill = policy.kind === 'carry' ? policy.refill : undefined;
+      if (policy.kind === 'drop' || NO_ENTRIES.has(from.type)) {
+        // starts empty by policy
+      } else if (refill && (MAP_IN_MAP.has(from.type) || !sameLayout)) {
+        const layout = pinnedLayoutOf(layouts ??= readLayouts(bpffs), name, sameLayout, policy.layout ?? 1);
+        let missing: string | undefined;
+        const maps: NewMaps = {
+          map: (n) => {
+            if (n === name) return to;
+            const p = path.join(bpffs, n);
+            if (!declared.has(n) || !fs.existsSync(p)) {
+              missing = n;
+              throw new Error(`${name}: the refill writes ${n}, which is not pinned`);
+            }
+            const m = BpfMap.fromPinned(p);
+            opened.push(m);
+            return m;
+          },
+        };
+        try {
+          refill(from, maps, layout, { resume: true });
+        } catch (err) {
+          if (missing === undefined) throw err;
+          restored = true; // the load was killed before it created `missing`
         }
-      } else if (policy.kind !== 'drop' && !NO_ENTRIES.has(from.type) && !ARRAY_TYPES.has(from.type) && sameLayout) {
-        copyEntries(from, to, BPF_NOEXIST);
+      } else if (MAP_IN_MAP.has(from.type) || MAP_IN_MAP.has(to.type)) {
+        // inner map ids: nothing to copy without a refill
+      } else if (ARRAY_TYPES.has(to.type)) {
+        // Every index exists: an all-zero array is one the fill never wrote.
+        if ((sameLayout || translate) && to.lookupBatch().values.every((b) => b === 0)) copyEntries(from, to, BPF_ANY, translate);
+      } else if (sameLayout || translate) {
+        copyEntries(from, to, BPF_NOEXIST, translate);
+        recopy = true;
       }
-    } finally {
+    } catch (err) {
       from.close();
-      to.close();
+      throw err;
+    } finally {
+      for (const m of opened) m.close();
     }
-    fs.rmSync(oldPin, { force: true });
+    if (restored) {
+      from.close();
+      putBack();
+      continue;
+    }
+    out.push({ name, from, recopy, translate });
     // The record names the old map's layout (finish would have recorded the
     // new one): without it plan takes the new map's layout from its shape,
     // instead of migrating it again from the old layout.
     forgetLayout(bpffs, name);
   }
+  return out;
 }
 
 const { E2BIG, EEXIST, ENOSPC } = os.constants.errno;
