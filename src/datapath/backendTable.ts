@@ -85,6 +85,18 @@ export class BackendTable {
     this.zoneOf[b.id] = b.zone;
   }
 
+  /** An IPv4 backend from its identity number (backendKeyOf): no address string parsed again. */
+  setIp4(id: number, key: number, flags: number, zone: number): void {
+    this.grow(id);
+    this.byNumber.set(key, id);
+    this.addr[id] = Math.floor(key / 131072);
+    if (this.addr6.size > 0) this.addr6.delete(id);
+    this.port[id] = Math.floor(key / 2) % 65536;
+    this.bits[id] = PRESENT | (key % 2 === 1 ? UDP : 0);
+    this.flagsOf[id] = flags;
+    this.zoneOf[id] = zone;
+  }
+
   /** Removes backend `id` (and its key, if the key still names it). */
   deleteId(id: number): void {
     const b = this.byId(id);

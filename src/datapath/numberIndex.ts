@@ -10,11 +10,19 @@ const DELETED = -2;
 const TWO_32 = 4294967296;
 
 export class NumberIndex {
-  private keys = new Float64Array(1024);
-  private vals = new Int32Array(1024).fill(EMPTY);
+  private keys: Float64Array;
+  private vals: Int32Array;
   private count = 0;
   /** Live entries plus tombstones: what decides when to grow. */
   private used = 0;
+
+  /** Room for `expected` keys without a rehash (a power of two at least twice that). */
+  constructor(expected = 512) {
+    let slots = 1024;
+    while (slots < expected * 2) slots *= 2;
+    this.keys = new Float64Array(slots);
+    this.vals = new Int32Array(slots).fill(EMPTY);
+  }
 
   get size(): number {
     return this.count;

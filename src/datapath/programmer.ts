@@ -12,7 +12,8 @@ import type { SockLbMaps, SockLbMaps6 } from './maps';
 import type { TypedMap } from './typedMap';
 import { bytesToIp6, ip4ToNumber, ip6ToBytes, isIp6, numberToIp4, protoName, protoNumber, type ProtoName } from './addr';
 import { IdAllocator } from './ids';
-import { RangeBatch, ServiceEntryBatch } from './serviceBatch';
+import { BackendBatch, RangeBatch, ServiceEntryBatch } from './serviceBatch';
+import { NumberIndex } from './numberIndex';
 import { RangeAllocator } from './ranges';
 import { readSourceRanges, readSourceRanges6, syncSourceRanges, syncSourceRanges6, syncSourceRangesOf } from './tc/sourceRanges';
 import { ServiceNameWriter, type ServiceName } from './serviceNames';
@@ -445,7 +446,7 @@ export class LbProgrammer {
     this.maglev?.flushRemovals();
     result.deletedBackendIds = this.collectGarbage();
     result.backendsDeleted = result.deletedBackendIds.length;
-    this.recordServiceNames(wanted.values());
+    this.recordServiceNames(wanted);
     return result;
   }
 
@@ -484,46 +485,80 @@ export class LbProgrammer {
 
   private writeFrontends(frontends: FrontendSpec[], result: ApplyResult): void {
     if (frontends.length === 0) return;
-    // 1. backends and rev-NAT entries (new or changed).
-    const backendWrites: Array<[number, abi.Lb4Backend]> = [];
+    // 1. backends and rev-NAT entries (new or changed). IPv4 backends are
+    // encoded into one batch straight from their identity number, with a
+    // typed-array index of the batch's keys: at a cold start this loop runs
+    // for every backend (100k+), and an object, a Map entry and a second
+    // parse of the address per backend were most of the write's time.
+    const backendWrites = new BackendBatch(frontends.length * 8);
+    const pending4 = new NumberIndex(frontends.length * 8); // backendKeyOf -> index in backendWrites
     const backend6Writes = new Map<number, abi.Lb6Backend>(); // by id: a later frontend of the batch may change flags
-    const idsFor = new Map<FrontendSpec, number[]>();
-    // Backends written by this batch, by key: frontends of one batch often
+    // IPv6 backends written by this batch, by key: frontends of one batch often
     // share backends (ClusterIP and NodePort of one Service), and must share ids.
-    const pending = new Map<number | string, ProgrammedBackend>();
-    for (const f of frontends) {
-      const ids: number[] = [];
-      for (const b of f.backends) {
-        if (b.proto !== f.proto) throw new Error(`${frontendId(f)}: backend ${backendText(b)} has another protocol`);
+    const pending6 = new Map<string, ProgrammedBackend>();
+    const idsFor: number[][] = new Array(frontends.length);
+    const fids: string[] = new Array(frontends.length);
+    for (let fi = 0; fi < frontends.length; fi++) {
+      const f = frontends[fi]!;
+      const fid = frontendId(f);
+      fids[fi] = fid;
+      const f6 = isIp6(f.address);
+      const ids: number[] = new Array(f.backends.length);
+      for (let bi = 0; bi < f.backends.length; bi++) {
+        const b = f.backends[bi]!;
+        if (b.proto !== f.proto) throw new Error(`${fid}: backend ${backendText(b)} has another protocol`);
         // Each family's backends live in that family's map (the socket hook rewrites one family's address).
-        if (isIp6(b.address) !== isIp6(f.address)) throw new Error(`${frontendId(f)}: backend ${backendText(b)} is of another address family`);
+        if (isIp6(b.address) !== f6) throw new Error(`${fid}: backend ${backendText(b)} is of another address family`);
         const key = backendKeyOf(b);
-        let known: { id: number; flags: number; zone: number } | undefined = pending.get(key);
+        const flags = backendFlags(b);
+        const zone = b.zone ?? 0;
+        if (typeof key === 'number') {
+          const at = pending4.get(key);
+          if (at !== undefined) {
+            if (backendWrites.flagsAt(at) !== flags || backendWrites.zoneAt(at) !== zone) backendWrites.setMeta(at, flags, zone);
+            ids[bi] = backendWrites.idAt(at);
+            continue;
+          }
+          const known = this.backends.idOf(key);
+          if (known !== undefined && this.backends.same(known, flags, zone)) {
+            ids[bi] = known;
+            continue;
+          }
+          protoNumber(b.proto); // a named error for a protocol the maps cannot hold
+          const id = known ?? this.takeRetiring(key) ?? this.backendIds.allocate();
+          pending4.set(key, backendWrites.add(id, key, flags, zone));
+          ids[bi] = id;
+          continue;
+        }
+        let known: { id: number; flags: number; zone: number } | undefined = pending6.get(key);
         if (!known) {
           const id = this.backends.idOf(key);
           if (id !== undefined) known = { id, flags: this.backends.flags(id), zone: this.backends.zone(id) };
         }
-        const flags = backendFlags(b);
-        const zone = b.zone ?? 0;
         if (!known || known.flags !== flags || known.zone !== zone) {
           const id = known?.id ?? this.takeRetiring(key) ?? this.backendIds.allocate();
           const record: ProgrammedBackend = { id, address: b.address, port: b.port, proto: b.proto, flags, zone };
           known = record;
-          if (typeof key === 'string') backend6Writes.set(id, { address: ip6ToBytes(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone });
-          else if (!pending.has(key)) backendWrites.push([id, { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone }]);
-          else backendWrites[backendWrites.findIndex(([wid]) => wid === id)]![1] = { address: ip4ToNumber(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone };
-          pending.set(key, record);
+          backend6Writes.set(id, { address: ip6ToBytes(b.address), port: b.port, proto: protoNumber(b.proto), flags, zone });
+          pending6.set(key, record);
         }
-        ids.push(known.id);
+        ids[bi] = known.id;
       }
-      idsFor.set(f, ids);
+      idsFor[fi] = ids;
     }
-    const newBackends = [...pending.values()];
+    const newBackendIds = () => {
+      const out = [...pending6.values()].map((b) => b.id);
+      for (let i = 0; i < backendWrites.count; i++) out.push(backendWrites.idAt(i));
+      return out;
+    };
     const revNatWrites: Array<[number, abi.Lb4ReverseNat]> = [];
     const revNat6Writes: Array<[number, abi.Lb6ReverseNat]> = [];
     const newRevNats = new Map<string, number>();
-    for (const f of frontends) {
+    const revNatKeys: string[] = new Array(frontends.length);
+    for (let fi = 0; fi < frontends.length; fi++) {
+      const f = frontends[fi]!;
       const key = revNatKeyOf(f);
+      revNatKeys[fi] = key;
       if (!this.revNats.has(key) && !newRevNats.has(key)) {
         const id = this.revNatIds.allocate();
         newRevNats.set(key, id);
@@ -532,7 +567,7 @@ export class LbProgrammer {
       }
     }
     try {
-      this.maps.backends.setMany(backendWrites);
+      backendWrites.writeTo(this.maps.backends);
       this.maps.revNat.setMany(revNatWrites);
       if (backend6Writes.size > 0 || revNat6Writes.length > 0) {
         checkIds6(this.v6().backends, backend6Writes.keys(), 'backend');
@@ -542,19 +577,23 @@ export class LbProgrammer {
       }
     } catch (err) {
       // Ids allocated for entries that never landed go back to the pool.
-      for (const b of newBackends) if (!this.backends.has(backendKeyOf(b))) this.backendIds.unallocate(b.id);
+      for (let i = 0; i < backendWrites.count; i++) if (!this.backends.has(backendWrites.keyAt(i))) this.backendIds.unallocate(backendWrites.idAt(i));
+      for (const b of pending6.values()) if (!this.backends.has(backendKeyOf(b))) this.backendIds.unallocate(b.id);
       for (const id of newRevNats.values()) this.revNatIds.unallocate(id);
       throw err;
     }
-    for (const b of newBackends) this.backends.set(b);
+    for (let i = 0; i < backendWrites.count; i++) {
+      this.backends.setIp4(backendWrites.idAt(i), backendWrites.keyAt(i), backendWrites.flagsAt(i), backendWrites.zoneAt(i));
+    }
+    for (const b of pending6.values()) this.backends.set(b);
     for (const [k, id] of newRevNats) this.revNats.set(k, id);
-    result.backendsWritten += backendWrites.length + backend6Writes.size;
+    result.backendsWritten += backendWrites.count + backend6Writes.size;
 
     // 1b. Maglev tables of frontends that use it (before the master that
     // turns the algorithm on; unchanged backend sets are not rebuilt).
-    for (const f of frontends) {
-      if (algorithmOf(f) === abi.LB_ALG_MAGLEV) this.syncMaglev(f, this.revNats.get(revNatKeyOf(f))!, idsFor.get(f)!);
-    }
+    frontends.forEach((f, fi) => {
+      if (algorithmOf(f) === abi.LB_ALG_MAGLEV) this.syncMaglev(f, this.revNats.get(revNatKeys[fi]!)!, idsFor[fi]!);
+    });
     this.maglev?.flush();
 
     // 2. a new range for each new backend set (in its family's array),
@@ -572,14 +611,15 @@ export class LbProgrammer {
       for (const [r, start, size] of newRanges) r.unallocate(start, size);
     };
     try {
-      for (const f of frontends) {
-        const id = frontendId(f);
-        const ids = idsFor.get(f)!;
+      for (let fi = 0; fi < frontends.length; fi++) {
+        const f = frontends[fi]!;
+        const id = fids[fi]!;
+        const ids = idsFor[fi]!;
         if (ids.length > abi.SLUICE_MAX_SLOTS_PER_SERVICE) {
           throw new Error(`${id}: ${ids.length} backends exceed the ${abi.SLUICE_MAX_SLOTS_PER_SERVICE} slots of one frontend`);
         }
         const cur = this.frontends.get(id);
-        const revNatId = this.revNats.get(revNatKeyOf(f))!;
+        const revNatId = this.revNats.get(revNatKeys[fi]!)!;
         const update: ProgrammedFrontend = { id, address: f.address, port: f.port, proto: f.proto, scope: f.scope, flags: f.flags, affinityTimeout: f.affinityTimeout, algorithm: algorithmOf(f), revNatId, backendIds: ids, sourceRanges: f.sourceRanges?.length ? [...f.sourceRanges].sort() : NO_RANGES };
         const v6 = isIp6(f.address);
         const ranges = v6 ? this.ranges6Of() : this.ranges;
@@ -601,7 +641,7 @@ export class LbProgrammer {
       }
     } catch (err) {
       unallocate();
-      for (const b of newBackends) this.orphans.add(b.id);
+      for (const id of newBackendIds()) this.orphans.add(id);
       throw err;
     }
     // Source ranges are written before the master that turns them on, and
@@ -635,7 +675,7 @@ export class LbProgrammer {
         if (v && v.count > 0) visible6.add(v.backend_id);
       }
       for (const [r, start, size] of newRanges) if (!(r === this.ranges ? visible : visible6).has(start)) r.unallocate(start, size);
-      for (const b of newBackends) this.orphans.add(b.id);
+      for (const id of newBackendIds()) this.orphans.add(id);
       throw err;
     }
     for (const [r, start, size] of oldRanges) r.release(start, size);
@@ -690,12 +730,12 @@ export class LbProgrammer {
   }
 
   /** Names of programmed frontends for the CLI (informational: after the frontends, and only where they differ). */
-  private recordServiceNames(specs: Iterable<FrontendSpec>): void {
+  private recordServiceNames(specs: Map<string, FrontendSpec>): void {
     const names = this.serviceNameWriter();
     if (!names) return;
     const batch: Array<{ revNatId: number; proto: ProtoName; name: ServiceName }> = [];
-    for (const f of specs) {
-      const programmed = this.frontends.get(frontendId(f));
+    for (const [id, f] of specs) {
+      const programmed = this.frontends.get(id);
       if (f.service && programmed) batch.push({ revNatId: programmed.revNatId, proto: f.proto, name: f.service });
     }
     names.writeMany(batch);

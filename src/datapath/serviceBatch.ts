@@ -8,6 +8,7 @@ import type { TypedMap } from './typedMap';
 
 const KEY = abi.LB4_FRONTEND_KEY_SIZE;
 const VALUE = abi.LB4_SERVICE_SIZE;
+const BACKEND = abi.LB4_BACKEND_SIZE;
 
 export class ServiceEntryBatch {
   private keys: Buffer;
@@ -79,6 +80,81 @@ export class RangeBatch {
     const values = new Uint32Array(this.values.length * 2);
     keys.set(this.keys);
     values.set(this.values);
+    this.keys = keys;
+    this.values = values;
+  }
+}
+
+/**
+ * IPv4 backend entries (id -> lb4_backend) for one batch update, encoded
+ * from a backend's identity number (backendKeyOf) so the address string is
+ * parsed once per backend, not once per use; flags and zone may still change
+ * while the batch fills (a later frontend of the batch names the backend with
+ * other flags: the entry is rewritten in place, the id stays).
+ */
+export class BackendBatch {
+  private ids: Uint32Array;
+  /** backendKeyOf() of each entry (address * 2^17 + port * 2 + udp). */
+  private keys: Float64Array;
+  private values: Buffer;
+  count = 0;
+
+  constructor(capacity = 1024) {
+    this.ids = new Uint32Array(capacity);
+    this.keys = new Float64Array(capacity);
+    this.values = Buffer.alloc(capacity * BACKEND);
+  }
+
+  /** Adds backend `id` with identity `key`; returns its index in the batch. */
+  add(id: number, key: number, flags: number, zone: number): number {
+    if (this.count === this.ids.length) this.grow();
+    const i = this.count++;
+    this.ids[i] = id;
+    this.keys[i] = key;
+    const off = i * BACKEND;
+    this.values.writeUInt32BE(Math.floor(key / 131072), off);
+    this.values.writeUInt16BE(Math.floor(key / 2) % 65536, off + 4);
+    this.values[off + 6] = key % 2 === 1 ? abi.LB_PROTO_UDP : abi.LB_PROTO_TCP;
+    this.setMeta(i, flags, zone);
+    return i;
+  }
+
+  setMeta(i: number, flags: number, zone: number): void {
+    const off = i * BACKEND;
+    this.values[off + 7] = flags & 0xff;
+    this.values.writeUInt32LE(zone >>> 0, off + 8);
+  }
+
+  idAt(i: number): number {
+    return this.ids[i]!;
+  }
+
+  keyAt(i: number): number {
+    return this.keys[i]!;
+  }
+
+  flagsAt(i: number): number {
+    return this.values[i * BACKEND + 7]!;
+  }
+
+  zoneAt(i: number): number {
+    return this.values.readUInt32LE(i * BACKEND + 8);
+  }
+
+  /** One batch update (no-op when empty). */
+  writeTo(map: TypedMap<number, abi.Lb4Backend>): void {
+    if (this.count === 0) return;
+    map.map.updateBatch(Buffer.from(this.ids.buffer, 0, this.count * 4), this.values.subarray(0, this.count * BACKEND), this.count);
+  }
+
+  private grow(): void {
+    const ids = new Uint32Array(this.ids.length * 2);
+    const keys = new Float64Array(this.keys.length * 2);
+    const values = Buffer.alloc(this.values.length * 2);
+    ids.set(this.ids);
+    keys.set(this.keys);
+    this.values.copy(values);
+    this.ids = ids;
     this.keys = keys;
     this.values = values;
   }

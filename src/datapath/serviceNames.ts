@@ -33,6 +33,27 @@ function fixed(value: string, size: number): Buffer {
   return buf;
 }
 
+/** Byte offsets of the fields in lb_svc_name (from the generated layout). */
+const NAME_OFFSETS = {
+  namespace: fieldOffset('namespace'),
+  name: fieldOffset('name'),
+  portName: fieldOffset('port_name'),
+} as const;
+
+function fieldOffset(name: string): number {
+  const field = abi.lb_svc_nameLayout.fields.find((f) => f.name === name);
+  if (!field) throw new Error(`lb_svc_name has no field ${name}`);
+  return field.offset;
+}
+
+/**
+ * fixed() written in place into a zeroed buffer: Buffer#write stops before a
+ * character that does not fit whole, which is the same cut.
+ */
+function writeFixed(buf: Buffer, off: number, value: string, size: number): void {
+  if (value.length > 0) buf.write(value, off, size, 'utf8');
+}
+
 export function encodeServiceName(n: ServiceName): abi.LbSvcName {
   return {
     namespace: fixed(n.namespace, FIELD_SIZES.namespace),
@@ -81,20 +102,34 @@ export class ServiceNameWriter {
     this.writeMany([{ revNatId, proto, name }]);
   }
 
-  /** The names that differ from the map's, in one batched update (a full sync names 20k frontends at 10k Services). */
+  /**
+   * The names that differ from the map's, in one batched update (a full sync
+   * names 20k frontends at 10k Services), encoded straight into the batch's
+   * buffers; both scopes of a frontend share its key and are written once.
+   */
   writeMany(names: Iterable<{ revNatId: number; proto: ProtoName; name: ServiceName }>): void {
-    const entries: Array<[abi.LbSvcNameKey, abi.LbSvcName]> = [];
-    const known: Array<[number, ServiceName]> = [];
-    for (const { revNatId, proto, name } of names) {
-      const k = numberKey(revNatId, proto);
-      const cur = this.known.get(k);
-      if (cur && cur.namespace === name.namespace && cur.name === name.name && cur.portName === name.portName) continue;
-      entries.push([keyOf(revNatId, proto), encodeServiceName(name)]);
-      known.push([k, name]);
+    const changed = new Map<number, { revNatId: number; proto: ProtoName; name: ServiceName }>();
+    for (const n of names) {
+      const k = numberKey(n.revNatId, n.proto);
+      const cur = changed.get(k)?.name ?? this.known.get(k);
+      if (cur && cur.namespace === n.name.namespace && cur.name === n.name.name && cur.portName === n.name.portName) continue;
+      changed.set(k, n);
     }
-    if (entries.length === 0) return;
-    this.map.setMany(entries);
-    for (const [k, name] of known) this.known.set(k, name);
+    if (changed.size === 0) return;
+    const ks = abi.LB_SVC_NAME_KEY_SIZE;
+    const vs = abi.LB_SVC_NAME_SIZE;
+    const keys = Buffer.alloc(changed.size * ks);
+    const values = Buffer.alloc(changed.size * vs);
+    let i = 0;
+    for (const { revNatId, proto, name } of changed.values()) {
+      abi.encodeLbSvcNameKey(keyOf(revNatId, proto), keys, i * ks);
+      writeFixed(values, i * vs + NAME_OFFSETS.namespace, name.namespace, FIELD_SIZES.namespace);
+      writeFixed(values, i * vs + NAME_OFFSETS.name, name.name, FIELD_SIZES.name);
+      writeFixed(values, i * vs + NAME_OFFSETS.portName, name.portName, FIELD_SIZES.portName);
+      i++;
+    }
+    this.map.map.updateBatch(keys, values, changed.size);
+    for (const [k, { name }] of changed) this.known.set(k, name);
   }
 
   forget(revNatId: number, proto: ProtoName): void {

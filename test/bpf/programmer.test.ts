@@ -11,6 +11,7 @@ import { openSockLbMaps, type SockLbMaps } from '../../src/datapath/maps';
 import { LbProgrammer, type FrontendSpec } from '../../src/datapath/programmer';
 import { LB_SVC_FLAG_CLUSTER_IP, LB_SVC_FLAG_NODEPORT, SLUICE_MAP_SERVICES4, SLUICE_MAP_BACKENDS4, SLUICE_MAP_BACKENDS6, SLUICE_MAP_RANGES4 } from '../../src/abi/generated';
 import { bytesToIp6, ip6ToBytes } from '../../src/datapath/addr';
+import { decodeServiceName, encodeServiceName, readServiceNames } from '../../src/datapath/serviceNames';
 import { cgroup2Root, bpffsRoot } from '../helpers/sandbox';
 
 let bpffs: string;
@@ -167,15 +168,16 @@ test('the Service names of one apply go to the names map in one batched update, 
   const names = maps.serviceNames!;
   const single: unknown[] = [];
   const batches: number[] = [];
-  const set = names.set.bind(names);
-  const setMany = names.setMany.bind(names);
-  names.set = (k, v) => {
+  // Spied at the syscall wrappers: the writer encodes its batch itself.
+  const update = names.map.update.bind(names.map);
+  const updateBatch = names.map.updateBatch.bind(names.map);
+  names.map.update = (k, v, flags) => {
     single.push(k);
-    set(k, v);
+    update(k, v, flags);
   };
-  names.setMany = (entries) => {
-    batches.push(entries.length);
-    setMany(entries);
+  names.map.updateBatch = (keys, values, count, flags) => {
+    batches.push(count);
+    updateBatch(keys, values, count, flags);
   };
   const p = LbProgrammer.adopt(maps);
   const specs = Array.from({ length: 300 }, (_, i) => ({ ...fe(`10.96.${i >> 8}.${i & 0xff}`, 80, backends(1)), service: { namespace: 'default', name: `s${i}`, portName: 'http' } }));
@@ -189,6 +191,32 @@ test('the Service names of one apply go to the names map in one batched update, 
   p.apply(specs, { prune: true });
   assert.deepEqual(batches, [1]);
   assert.equal(single.length, 0);
+});
+
+test('names written in place equal the codec\'s: over-long fields cut at a character boundary, full-length fields kept, both scopes one entry', () => {
+  const p = LbProgrammer.adopt(maps);
+  const wanted = [
+    { namespace: 'default', name: 'n'.repeat(64), portName: 'ééééééééé' }, // 64 bytes kept whole; 18 bytes cut to 16
+    { namespace: 'ns', name: 'é'.repeat(40), portName: '' }, // 80 bytes cut to 64
+  ];
+  const specs: FrontendSpec[] = wanted.flatMap((service, i) => [
+    { ...fe(`10.96.9.${i + 1}`, 80, backends(1)), scope: 'internal' as const, service },
+    { ...fe(`10.96.9.${i + 1}`, 80, backends(1)), service },
+  ]);
+  const batches: number[] = [];
+  const updateBatch = maps.serviceNames!.map.updateBatch.bind(maps.serviceNames!.map);
+  maps.serviceNames!.map.updateBatch = (keys, values, count, flags) => {
+    batches.push(count);
+    updateBatch(keys, values, count, flags);
+  };
+  assert.equal(p.apply(specs, { prune: true }).failures.length, 0);
+  assert.deepEqual(batches, [2], 'one entry per rev-NAT id and protocol');
+  const read = readServiceNames(maps.serviceNames!);
+  const byName = [...read.values()].sort((a, b) => a.namespace.localeCompare(b.namespace));
+  assert.deepEqual(byName, wanted.map((n) => decodeServiceName(encodeServiceName(n))).sort((a, b) => a.namespace.localeCompare(b.namespace)));
+  assert.equal(byName[0]!.name.length, 64);
+  assert.equal(byName[0]!.portName, 'éééééééé');
+  assert.equal(byName[1]!.name, 'é'.repeat(32));
 });
 
 test('IPv6 frontends get ranges of sluice_rng6 (make-before-break, a new range per backend-set change); an IPv6 id beyond a small sluice_be6 is refused naming the map, IPv4 unaffected', async () => {
