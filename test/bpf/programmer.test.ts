@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { installSockLb, uninstall } from '../../src/datapath/sockLb';
 import { openSockLbMaps, type SockLbMaps } from '../../src/datapath/maps';
 import { LbProgrammer, type FrontendSpec } from '../../src/datapath/programmer';
-import { LB_SVC_FLAG_CLUSTER_IP, LB_SVC_FLAG_NODEPORT, SLUICE_MAP_SERVICES4, SLUICE_MAP_BACKENDS4, SLUICE_MAP_BACKENDS6, SLUICE_MAP_RANGES4 } from '../../src/abi/generated';
+import { LB_BACKEND_FLAG_TERMINATING, LB_SVC_FLAG_CLUSTER_IP, LB_SVC_FLAG_NODEPORT, SLUICE_MAP_SERVICES4, SLUICE_MAP_BACKENDS4, SLUICE_MAP_BACKENDS6, SLUICE_MAP_RANGES4 } from '../../src/abi/generated';
 import { bytesToIp6, ip6ToBytes } from '../../src/datapath/addr';
 import { decodeServiceName, encodeServiceName, readServiceNames } from '../../src/datapath/serviceNames';
 import { cgroup2Root, bpffsRoot } from '../helpers/sandbox';
@@ -61,6 +61,28 @@ test('frontends of one batch that share backends share their ids; every range en
     }
   }
   assert.deepEqual(mapContents(), { services: 2, backends: [[1, 1], [2, 2]], revNat: 2 });
+});
+
+test('a backend two frontends of one batch name with other flags and zones is one entry, one id: the later frontend\'s flags win, address, port and protocol as given', () => {
+  const p = LbProgrammer.adopt(maps);
+  const udp = [{ address: '198.18.1.7', port: 5353, proto: 'udp' as const }];
+  const r = p.apply([
+    fe('10.96.0.1', 80, [{ ...backends(1)[0]!, zone: 2 }]),
+    fe('198.18.0.1', 30080, [{ ...backends(1)[0]!, terminating: true, zone: 3 }], LB_SVC_FLAG_NODEPORT),
+    { ...fe('10.96.0.2', 53, udp), proto: 'udp' },
+  ], { prune: true });
+  assert.equal(r.failures.length, 0);
+  assert.equal(r.backendsWritten, 2);
+  const [a, b] = p.programmedFrontends();
+  assert.deepEqual(a!.backendIds, b!.backendIds);
+  const entry = maps.backends.get(a!.backendIds[0]!)!;
+  assert.deepEqual(entry, { address: 0xc6120101, port: 8080, proto: 6, flags: LB_BACKEND_FLAG_TERMINATING, zone: 3 });
+  assert.deepEqual(p.backendById(a!.backendIds[0]!), { id: a!.backendIds[0], address: '198.18.1.1', port: 8080, proto: 'tcp', flags: LB_BACKEND_FLAG_TERMINATING, zone: 3 });
+  const u = p.programmedFrontends().find((f) => f.proto === 'udp')!;
+  assert.deepEqual(maps.backends.get(u.backendIds[0]!), { address: 0xc6120107, port: 5353, proto: 17, flags: 0, zone: 0 });
+  // An unsupported protocol is still a named failure of its frontend.
+  const bad = p.apply([{ ...fe('10.96.0.3', 80, [{ address: '198.18.1.9', port: 80, proto: 'sctp' as never }]), proto: 'sctp' as never }], { prune: false });
+  assert.match(bad.failures[0]?.error.message ?? '', /unsupported protocol "sctp"/);
 });
 
 test('a restarted programmer adopts the maps: same ids, nothing rewritten, nothing flushed', () => {
