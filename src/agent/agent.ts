@@ -92,7 +92,7 @@ async function startDataPath(config: AgentConfig, log: Logger, c: StartContext):
   const maxEntries = mapCapacities(config.maxEntries, config.bpffs, v6.ipv6);
   log.info({ ipv6Tables: v6.ipv6 ? 'full' : 'small', why: v6.why }, 'IPv6 table capacity');
   const install = await installSockLbAsync({ bpffs: config.bpffs, cgroupPath: config.cgroupPath, maxEntries, socketLb });
-  const { migrated, ...links } = install;
+  const { migrated, created, ...links } = install;
   if (migrated.length > 0) log.info({ migrated: summarize(migrated) }, 'pinned maps migrated to their new capacity or layout; programs switched in place');
   log.info({ bpffs: config.bpffs, cgroup: config.cgroupPath, socketLB: config.socketLB, hostNetns: config.hostNetns ?? 'own', ...links }, 'socket load balancer attached');
   await yieldToIo();
@@ -111,6 +111,8 @@ async function startDataPath(config: AgentConfig, log: Logger, c: StartContext):
   const writeNodeAddresses = nodeAddressWriter(maps, metrics, log);
   let podFrontendsFailedLogged = false;
   const syncer: Syncer = new Syncer(state, maps, {
+    // Maps the install just created are all zero: adoption need not read them (ARRAY tables: ~250 ns a slot in the kernel).
+    emptyMaps: new Set(created ?? []),
     ...(podFrontends ? { podFrontends } : {}),
     nodeName: config.nodeName,
     localAddresses: localInterfaceAddresses,

@@ -66,6 +66,8 @@ let mallocTrim: ((pad: number) => number) | undefined;
 
 export interface SyncerOptions {
   nodeName: string;
+  /** Pinned maps known to be empty (created by this start's install): adoption skips reading them. */
+  emptyMaps?: ReadonlySet<string>;
   /** The node's own addresses now (interfaces of the agent's netns); NodePorts listen on these. */
   localAddresses?: () => string[];
   /** Backends were deleted from the maps (the TC path forgets their flows). */
@@ -202,7 +204,7 @@ export class Syncer {
     private readonly log: Logger,
   ) {
     // A restart cleans what a crash left before anything else is written.
-    const { programmer, repaired } = LbProgrammer.adoptAndRepair(maps);
+    const { programmer, repaired } = LbProgrammer.adoptAndRepair(maps, opts.emptyMaps ? { emptyMaps: opts.emptyMaps } : {});
     // Removed IPv4 backends stay readable for 1 s (the range grace period): see LbProgrammer.setBackendGrace.
     programmer.setBackendGrace(1000);
     this.programmer = programmer;

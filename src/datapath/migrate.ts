@@ -278,6 +278,15 @@ export class MapMigration {
     }
   }
 
+  /**
+   * Declared maps with no pin (and none moved aside by an unfinished
+   * migration): the load creates them, all zero. Read before open().
+   */
+  unpinnedMaps(): string[] {
+    return this.declared.map((d) => d.name)
+      .filter((n) => !fs.existsSync(path.join(this.opts.bpffs, n)) && !fs.existsSync(path.join(this.opts.bpffs, oldPinName(n))));
+  }
+
   /** Move the changed maps' pins aside and open the object (load it next). */
   open(): BpfObject {
     this.moved = true; // abort() puts back whatever was moved, even if this loop fails half-way

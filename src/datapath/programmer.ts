@@ -97,6 +97,12 @@ export interface RepairReport {
   maglevTables?: number;
 }
 
+export interface AdoptOptions {
+  rangeGraceMs?: number;
+  /** Names of pinned maps known to be empty (created by this start's install): not read. */
+  emptyMaps?: ReadonlySet<string>;
+}
+
 export function frontendId(f: { address: string; port: number; proto: string; scope: ScopeName }): string {
   // join() makes one flat string; a template literal leaves a rope of 3-4
   // heap objects, and ids are kept by the thousand (programmer, syncer).
@@ -194,9 +200,13 @@ export class LbProgrammer {
   }
 
   /** Read what the pinned maps hold: a restarted agent continues from there. */
-  static adopt(maps: SockLbMaps, opts: { rangeGraceMs?: number } = {}): LbProgrammer {
+  static adopt(maps: SockLbMaps, opts: AdoptOptions = {}): LbProgrammer {
     const p = new LbProgrammer(maps, opts);
-    for (const [id, b] of maps.backends.readAll()) {
+    // A map the install just created holds nothing: reading an ARRAY table
+    // costs ~250 ns a slot in the kernel (262 144 backends: ~65 ms) before
+    // the first sync can start.
+    const read = <E>(m: { name: string; readAll(): E[] } | undefined): E[] => (!m || opts.emptyMaps?.has(m.name) ? [] : m.readAll());
+    for (const [id, b] of read(maps.backends)) {
       const backend: ProgrammedBackend = {
         id, address: numberToIp4(b.address), port: b.port, proto: protoName(b.proto) as ProtoName, flags: b.flags, zone: b.zone,
       };
@@ -204,7 +214,7 @@ export class LbProgrammer {
       p.backendIds.reserve(id);
       p.orphans.add(id); // unreferenced until a frontend below points at it
     }
-    for (const [id, b] of maps.v6?.backends.readAll() ?? []) {
+    for (const [id, b] of read(maps.v6?.backends)) {
       const backend: ProgrammedBackend = {
         id, address: bytesToIp6(b.address), port: b.port, proto: protoName(b.proto) as ProtoName, flags: b.flags, zone: b.zone,
       };
@@ -213,11 +223,11 @@ export class LbProgrammer {
       p.orphans.add(id);
     }
     const revNatIds: number[] = [];
-    for (const [id] of maps.v6?.revNat.readAll() ?? []) {
+    for (const [id] of read(maps.v6?.revNat)) {
       p.revNatIds.reserve(id);
       revNatIds.push(id);
     }
-    for (const [id] of maps.revNat.readAll()) {
+    for (const [id] of read(maps.revNat)) {
       // rev-NAT entries are per frontend address:port; the protocol is not
       // stored, so recover it from the master entries below.
       p.revNatIds.reserve(id);
@@ -288,7 +298,7 @@ export class LbProgrammer {
    * path, so removing them changes no connection. For the agent at start;
    * the CLI's views use plain adopt(), which writes nothing.
    */
-  static adoptAndRepair(maps: SockLbMaps, opts: { rangeGraceMs?: number } = {}): { programmer: LbProgrammer; repaired: RepairReport } {
+  static adoptAndRepair(maps: SockLbMaps, opts: AdoptOptions = {}): { programmer: LbProgrammer; repaired: RepairReport } {
     const p = LbProgrammer.adopt(maps, opts);
     const { revNatIds } = p.leftovers;
     for (const id of revNatIds) {

@@ -59,6 +59,8 @@ export interface InstallResult {
   replaced: string[]; // pinned links updated in place
   /** Pinned maps replaced because their capacity or layout changed (migrate.ts). */
   migrated: MigratedMap[];
+  /** Maps this install created (no pin before it): empty, nothing to adopt from them. */
+  created?: string[];
 }
 
 export interface InstallOptions {
@@ -125,8 +127,9 @@ function* installSteps(opts: InstallOptions): Generator<BpfObject, InstallResult
   // Pinned maps whose capacity or layout changed are replaced here (see
   // migrate.ts); a refusal throws before anything is touched.
   const migration = MapMigration.plan(bpfObjectPath('sock_lb.bpf.o'), { bpffs: opts.bpffs, maxEntries: opts.maxEntries, policies: opts.policies });
+  const created = migration.unpinnedMaps();
   const obj = migration.open();
-  const result: InstallResult = { attached: [], replaced: [], migrated: [] };
+  const result: InstallResult = { attached: [], replaced: [], migrated: [], created };
   let swapped = false;
   try {
     try {

@@ -17,13 +17,14 @@ import { cgroup2Root, bpffsRoot } from '../helpers/sandbox';
 let bpffs: string;
 let cgroup: string;
 let maps: SockLbMaps;
+let installed: ReturnType<typeof installSockLb>;
 
 function install(maxEntries?: Record<string, number>): void {
   const id = randomBytes(4).toString('hex');
   bpffs = path.join(bpffsRoot(), `sluice-prog-${id}`);
   cgroup = path.join(cgroup2Root(), `sluice-prog-${id}`);
   fs.mkdirSync(cgroup);
-  installSockLb({ bpffs, cgroupPath: cgroup, maxEntries });
+  installed = installSockLb({ bpffs, cgroupPath: cgroup, maxEntries });
   maps = openSockLbMaps(bpffs);
 }
 
@@ -83,6 +84,22 @@ test('a backend two frontends of one batch name with other flags and zones is on
   // An unsupported protocol is still a named failure of its frontend.
   const bad = p.apply([{ ...fe('10.96.0.3', 80, [{ address: '198.18.1.9', port: 80, proto: 'sctp' as never }]), proto: 'sctp' as never }], { prune: false });
   assert.match(bad.failures[0]?.error.message ?? '', /unsupported protocol "sctp"/);
+});
+
+test('the install names the maps it created (empty: adoption skips reading them); a second install on the same pins, or one finishing an interrupted migration, names none of those', () => {
+  const tables = [maps.backends.name, maps.revNat.name, maps.services.name];
+  for (const t of tables) assert.ok(installed.created?.includes(t), `${t} created by the first install`);
+  const p = LbProgrammer.adopt(maps);
+  assert.equal(p.apply([fe('10.96.0.1', 80, backends(1, 2))], { prune: true }).failures.length, 0);
+  // Started again on full pins: nothing is "created", so everything is read and adopted.
+  const again = installSockLb({ bpffs, cgroupPath: cgroup });
+  assert.deepEqual(again.created, []);
+  const adopted = LbProgrammer.adoptAndRepair(maps, { emptyMaps: new Set(again.created) }).programmer;
+  assert.deepEqual(adopted.programmedFrontends().map((f) => f.backendIds), p.programmedFrontends().map((f) => f.backendIds));
+  assert.equal(adopted.backendCount(), 2);
+  // A pin moved aside by a migration a kill cut short is not a new map.
+  fs.renameSync(path.join(bpffs, maps.backends.name), path.join(bpffs, `${maps.backends.name}_migrating`));
+  assert.ok(!installSockLb({ bpffs, cgroupPath: cgroup }).created?.includes(maps.backends.name));
 });
 
 test('a restarted programmer adopts the maps: same ids, nothing rewritten, nothing flushed', () => {
