@@ -27,7 +27,7 @@ import * as path from 'node:path';
 import { startApiServer, type ApiServerHandle } from '../src/k8s/apiserver';
 import { openSockLbMaps, type SockLbMaps } from '../src/datapath/maps';
 import { ip4ToNumber } from '../src/datapath/addr';
-import { LB_PROTO_TCP, LB_PROTO_UDP, LB_SCOPE_EXTERNAL, SLUICE_MAP_BACKENDS4, SLUICE_MAP_RANGES4, SLUICE_MAX_RANGE4, SLUICE_MAP_COUNTERS, SLUICE_MAP_REVNAT4, SLUICE_MAP_SERVICES4 } from '../src/abi/generated';
+import { LB_PROTO_TCP, LB_PROTO_UDP, LB_SCOPE_EXTERNAL, SLUICE_MAP_BACKENDS4, SLUICE_MAP_RANGES4, SLUICE_MAX_RANGE4, SLUICE_MAP_COUNTERS, SLUICE_MAP_REVNAT4, SLUICE_MAP_SERVICES4, SLUICE_MAP_SVC_NAMES } from '../src/abi/generated';
 import { AgentProcess } from '../src/lab/agentProcess';
 import { run } from './exec';
 import { BENCH_NODEPORT_RANGE, BENCH_SERVICE_CIDR, REALISTIC_SERVICE_CIDR, preload, sliceObject, vipOf, type ClusterShape } from './k8sobjects';
@@ -226,6 +226,25 @@ function probeHealthz(agent: AgentProcess): { stop(): Promise<Percentiles & { fa
   };
 }
 
+/**
+ * The agent's map capacities for S Services x `protos` ports x 10 endpoints
+ * (defaults hold 10k; 100k needs more). Realistic endpoint addresses come
+ * from 198.18.0.0/15, so at most 131 072 distinct backends per protocol.
+ */
+export function controlPlaneMaxEntries(services: number, protos: number): Record<string, number> {
+  const atLeast = (n: number, min: number) => Math.max(min, 2 ** Math.ceil(Math.log2(n * 1.1)));
+  const ports = services * protos;
+  return {
+    [SLUICE_MAP_SERVICES4]: atLeast(ports, 524288),
+    [SLUICE_MAP_RANGES4]: atLeast(ports * BACKEND_COUNT * 1.25, SLUICE_MAX_RANGE4),
+    [SLUICE_MAP_BACKENDS4]: atLeast(Math.min(services * BACKEND_COUNT, 131072) * protos, 262144),
+    [SLUICE_MAP_REVNAT4]: atLeast(ports, 65536),
+    // One name per frontend: at 100k x 2 ports the default 131 072 filled,
+    // and every first sync threw there (the 100k part never reached its changes).
+    [SLUICE_MAP_SVC_NAMES]: atLeast(ports, 131072),
+  };
+}
+
 export async function measureControlPlane(o: ControlPlaneOptions): Promise<ControlPlaneResult> {
   const SHAPE: ClusterShape = o.realistic === false ? { ...REALISTIC, realistic: false } : REALISTIC;
   const started = Date.now();
@@ -248,13 +267,7 @@ export async function measureControlPlane(o: ControlPlaneOptions): Promise<Contr
 
     // Maps sized for the scale (defaults hold 10k x 10; 100k needs more).
     const config = path.join(tmp, 'agent.yaml');
-    const atLeast = (n: number, min: number) => Math.max(min, 2 ** Math.ceil(Math.log2(n * 1.1)));
-    const ports = o.services * SHAPE.protos.length;
-    fs.writeFileSync(config, ['maxEntries:',
-      `  ${SLUICE_MAP_SERVICES4}: ${atLeast(ports, 524288)}`,
-      `  ${SLUICE_MAP_RANGES4}: ${atLeast(ports * BACKEND_COUNT * 1.25, SLUICE_MAX_RANGE4)}`,
-      `  ${SLUICE_MAP_BACKENDS4}: ${atLeast(Math.min(o.services * BACKEND_COUNT, 131072) * SHAPE.protos.length, 262144)}`,
-      `  ${SLUICE_MAP_REVNAT4}: ${atLeast(ports, 65536)}`, ''].join('\n'));
+    fs.writeFileSync(config, ['maxEntries:', ...Object.entries(controlPlaneMaxEntries(o.services, SHAPE.protos.length)).map(([map, n]) => `  ${map}: ${n}`), ''].join('\n'));
     agent = new AgentProcess(['--config', config,
       '--kubeconfig', kubeconfig, '--node-name', NODE.name, '--cgroup-path', cgroup, '--bpffs', bpffs,
       '--healthz-bind-address', '127.0.0.1:0', '--metrics-bind-address', '127.0.0.1:0', '--log-level', 'debug',
