@@ -138,7 +138,7 @@ export function controlPlaneMarkdown(rep: ControlPlaneReport): string[] {
     lines.push('| writer | Services | changes | p50 ms | p99 ms | max ms | note |');
     lines.push('|---|---:|---:|---:|---:|---:|---|');
     if (ch && cp) {
-      lines.push(`| Sluice agent: API write -> the agent's stamp of its map writes returning (both master entries, 9 backends), confirmed by reading the map | ${cp.services} | ${ch.n} | ${ms(ch.p50)} | ${ms(ch.p99)} | ${ms(ch.max)} | agent's own sync pass p50 ${ms(ch.agentSyncMs.p50)} / p99 ${ms(ch.agentSyncMs.p99)} ms; the API write itself p50 ${ms(ch.apiWriteMs.p50)} ms${ch.seenMs ? `; read back by the bench's 1 ms poll p50 ${ms(ch.seenMs.p50)} / p99 ${ms(ch.seenMs.p99)} ms` : ''}${ch.timeouts ? `; ${ch.timeouts} not seen in 2 s` : ''} |`);
+      lines.push(`| Sluice agent: API write -> the agent's stamp of its map writes returning (both master entries, 9 backends), confirmed by reading the map | ${cp.services} | ${ch.n} | ${ms(ch.p50)} | ${ms(ch.p99)} | ${ms(ch.max)} | agent's own sync pass p50 ${ms(ch.agentSyncMs.p50)} / p99 ${ms(ch.agentSyncMs.p99)} ms; the API write itself p50 ${ms(ch.apiWriteMs.p50)} ms${ch.watchMs ? `; API write + watch to the agent's store p50 ${ms(ch.watchMs.p50)} / p99 ${ms(ch.watchMs.p99)} ms, the agent's share p50 ${ms(ch.agentMs.p50)} / p99 ${ms(ch.agentMs.p99)} ms` : ''}${ch.seenMs ? `; read back by the bench after the agent's line p50 ${ms(ch.seenMs.p50)} / p99 ${ms(ch.seenMs.p99)} ms` : ''}${ch.timeouts ? `; ${ch.timeouts} not seen in 2 s` : ''} |`);
     }
     for (const s of ru?.series ?? []) {
       lines.push(`| ${s.label} | ${ru!.services} | ${s.stats.n} | ${ms(s.stats.p50)} | ${s.stats.n >= 20 ? ms(s.stats.p99) : '–'} | ${ms(s.stats.max)} | ${s.note ?? ''} |`);

@@ -27,6 +27,13 @@ export class ClusterState {
   private nodeChanged = false;
   /** serviceKey -> earliest endpoints change not yet programmed (ms). */
   private triggerTimes = new Map<string, number>();
+  /**
+   * When the oldest change not yet taken arrived here (process.hrtime,
+   * CLOCK_MONOTONIC ns; 0: none pending): with the pass's map stamp it
+   * splits a change's latency into the API and the watch's share and the
+   * agent's own (bench/controlplane.ts).
+   */
+  private firstChangeAtNs = 0n;
 
   private readonly pool = new StringPool();
   /** "Kind namespace/name" -> the message it was last rejected with (one log line per distinct rejection). */
@@ -135,6 +142,7 @@ export class ClusterState {
     if (node !== undefined && !this.readable('Node', node, () => node)) return;
     this.node = node;
     this.nodeChanged = true;
+    this.stampChange();
     this.onChange();
   }
 
@@ -146,14 +154,16 @@ export class ClusterState {
    * Take the set of changed Services; `nodeChanged` says the Node object
    * changed (the syncer decides whether what it derives from it did).
    */
-  takeDirty(): { keys: Set<string>; nodeChanged: boolean; triggerTimes: Map<string, number> } {
+  takeDirty(): { keys: Set<string>; nodeChanged: boolean; triggerTimes: Map<string, number>; firstChangeAtNs: bigint } {
     const nodeChanged = this.nodeChanged;
     const keys = this.dirty;
     const triggerTimes = this.triggerTimes;
+    const firstChangeAtNs = this.firstChangeAtNs;
     this.dirty = new Set();
     this.triggerTimes = new Map();
     this.nodeChanged = false;
-    return { keys, nodeChanged, triggerTimes };
+    this.firstChangeAtNs = 0n;
+    return { keys, nodeChanged, triggerTimes, firstChangeAtNs };
   }
 
   hasPending(): boolean {
@@ -167,6 +177,11 @@ export class ClusterState {
 
   private mark(key: string): void {
     this.dirty.add(key);
+    this.stampChange();
     this.onChange();
+  }
+
+  private stampChange(): void {
+    if (this.firstChangeAtNs === 0n) this.firstChangeAtNs = process.hrtime.bigint();
   }
 }

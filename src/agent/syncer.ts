@@ -138,14 +138,20 @@ export interface SyncReport {
    * an API write -> map entry without its own poll's wake-up in the figure.
    */
   mapsWrittenAtNs?: number;
+  /**
+   * When the oldest change this pass folded in was recorded by the watch's
+   * store (same clock; absent when no change was pending, e.g. a periodic
+   * pass): mapsWrittenAtNs minus this is the agent's own share of a change.
+   */
+  changedAtNs?: number;
   /** The pass took a Node update (whatever it changed): a test waits for the pass that handled one. */
   nodeChanged: boolean;
   /** The pass re-translated every Service (a full pass, or the derived node context changed). */
   everyService: boolean;
 }
 
-/** What a pass covered: SyncReport's nodeChanged and everyService. */
-type PassScope = Pick<SyncReport, 'nodeChanged' | 'everyService'>;
+/** What a pass covered: SyncReport's nodeChanged and everyService (and when its oldest change arrived). */
+type PassScope = Pick<SyncReport, 'nodeChanged' | 'everyService' | 'changedAtNs'>;
 
 export class Syncer {
   private programmer: LbProgrammer;
@@ -391,7 +397,7 @@ export class Syncer {
 
   /** Which Services a pass translates: the changed ones, or all when the derived node context changed. */
   private collect(full: boolean): { keys: Set<string>; triggerTimes: Map<string, number>; node: NodeContext; scope: PassScope } {
-    const { keys, nodeChanged, triggerTimes } = this.state.takeDirty();
+    const { keys, nodeChanged, triggerTimes, firstChangeAtNs } = this.state.takeDirty();
     const before = this.lastNode;
     const node = this.node(full);
     this.opts.onNodeAddresses?.(node.addresses);
@@ -402,7 +408,7 @@ export class Syncer {
       if (fingerprint !== this.nodeFingerprint) all = true;
       this.nodeFingerprint = fingerprint;
     }
-    const scope = { nodeChanged, everyService: all };
+    const scope: PassScope = { nodeChanged, everyService: all, ...(firstChangeAtNs > 0n ? { changedAtNs: Number(firstChangeAtNs) } : {}) };
     return { keys: all ? new Set([...this.state.services.keys(), ...this.desired.keys(), ...keys]) : keys, triggerTimes, node, scope };
   }
 

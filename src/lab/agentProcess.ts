@@ -54,6 +54,8 @@ export class AgentProcess {
   private readonly child: ChildProcess;
   private readonly exitPromise: Promise<number | null>;
   private exitCode: number | null | undefined;
+  /** Told after new lines arrived (waitForLine). */
+  private readonly lineWaiters = new Set<() => void>();
 
   constructor(args: string[], opts: AgentProcessOptions = {}) {
     const agent = [process.execPath, ...(opts.nodeFlags ?? agentNodeFlags()), sluiceBin, 'agent', ...args];
@@ -74,6 +76,7 @@ export class AgentProcess {
           this.lines.push({ level: 30, time: Date.now(), msg: line });
         }
       }
+      for (const wake of [...this.lineWaiters]) wake();
     });
     this.child.stderr!.setEncoding('utf8').on('data', (d: string) => {
       if (this.stderr.length < 65536) this.stderr += d;
@@ -117,6 +120,33 @@ export class AgentProcess {
       if (Date.now() > end) throw new Error(`agent: no ${pattern} within ${timeoutMs} ms: ${this.tail()}`);
       await new Promise((r) => setTimeout(r, 5));
     }
+  }
+
+  /**
+   * The first line from index `from` on that matches, as soon as its output
+   * arrives (no timer polls meanwhile: a bench timing the agent leaves the
+   * CPU to it); undefined after timeoutMs or once the agent exited.
+   */
+  waitForLine(match: (line: AgentLine) => boolean, from: number, timeoutMs: number): Promise<{ line: AgentLine; index: number } | undefined> {
+    return new Promise((resolve) => {
+      let next = from;
+      const finish = (found: { line: AgentLine; index: number } | undefined) => {
+        this.lineWaiters.delete(check);
+        clearTimeout(timer);
+        resolve(found);
+      };
+      const check = () => {
+        for (; next < this.lines.length; next++) {
+          const line = this.lines[next]!;
+          if (match(line)) return finish({ line, index: next });
+        }
+        if (this.exited) finish(undefined);
+      };
+      const timer = setTimeout(() => finish(undefined), timeoutMs);
+      this.lineWaiters.add(check);
+      void this.exitPromise.then(check);
+      check();
+    });
   }
 
   /** /proc/PID/status memory fields, bytes. */
