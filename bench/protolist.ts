@@ -11,7 +11,9 @@
 // conditions...) and writes each list as JSON and protobuf to DIR: the
 // fixtures of test/unit/k8s-proto.test.ts.
 //
-//   node dist/bench/protolist.js --etcd-seed /var/cache/sluice/snapshots/<key>/etcd [--rounds 3] [--capture test/fixtures/k8sproto]
+//   node dist/bench/protolist.js --etcd-seed /var/cache/sluice/snapshots/<key>/etcd [--rounds 3] [--capture test/fixtures/k8sproto] [--dump DIR]
+//
+// --dump keeps the first round's pages for bench/protodecode.ts (decode alone, cold process).
 import { deepStrictEqual } from 'node:assert';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { request } from 'node:https';
@@ -57,7 +59,7 @@ const RESOURCES = [
 
 interface ListRun { bytes: number; pages: number; wallMs: number; maxPageMs: number; decodeMs: number; items: unknown[] }
 
-async function listAll(cp: ControlPlane, r: (typeof RESOURCES)[number], proto: boolean): Promise<ListRun> {
+async function listAll(cp: ControlPlane, r: (typeof RESOURCES)[number], proto: boolean, dump?: string): Promise<ListRun> {
   const out: ListRun = { bytes: 0, pages: 0, wallMs: 0, maxPageMs: 0, decodeMs: 0, items: [] };
   const t0 = performance.now();
   let token: string | undefined;
@@ -66,6 +68,7 @@ async function listAll(cp: ControlPlane, r: (typeof RESOURCES)[number], proto: b
     const res = await send(cp, 'GET', `${r.path}?${q}`, proto ? `${PROTOBUF_CONTENT_TYPE}, application/json` : 'application/json');
     if (res.status !== 200) throw new Error(`${r.name}: HTTP ${res.status}`);
     if (proto !== res.type.startsWith(PROTOBUF_CONTENT_TYPE)) throw new Error(`${r.name}: answered ${res.type}`);
+    if (dump) writeFileSync(join(dump, `${r.name}-${out.pages}.${proto ? 'pb' : 'json'}`), res.body);
     out.bytes += res.body.length;
     out.pages++;
     out.maxPageMs = Math.max(out.maxPageMs, res.ms);
@@ -116,12 +119,14 @@ async function main(): Promise<void> {
   const processes: ManagedProcess[] = [];
   try {
     const cp = await startControlPlane(bins.binaries, dir, processes, { ...UPSTREAM_CONTROL_PLANE, etcdSeedDir: seed, controllerManager: false });
+    const dump = arg('dump');
+    if (dump) mkdirSync(dump, { recursive: true });
     const cap = arg('capture');
     if (cap) await capture(cp, cap);
     for (let round = 0; round < rounds; round++) {
       for (const r of RESOURCES) {
         const runs: Record<string, ListRun> = {};
-        for (const proto of round % 2 ? [true, false] : [false, true]) runs[proto ? 'protobuf' : 'json'] = await listAll(cp, r, proto);
+        for (const proto of round % 2 ? [true, false] : [false, true]) runs[proto ? 'protobuf' : 'json'] = await listAll(cp, r, proto, round === 0 ? dump : undefined);
         const [j, p] = [runs['json']!, runs['protobuf']!];
         const pj = new StringPool();
         const pp = new StringPool();

@@ -46,13 +46,19 @@ function readTime(r: Reader): string | null {
     else r.skip(t & 7);
   }
   r.close(end);
+  if (seconds === lastSeconds) return lastTime;
   const d = new Date(seconds * 1000);
   if (Number.isNaN(d.getTime())) r.fail(`time ${seconds} s out of range`);
-  return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
+  lastSeconds = seconds;
+  lastTime = d.toISOString().replace(/\.\d{3}Z$/, 'Z');
+  return lastTime;
 }
+// Objects listed together were mostly created in the same second.
+let lastSeconds = NaN;
+let lastTime = '';
 
 /** One map<string,string> entry into `into`; with `only`, entries whose key is not in it are skipped unread. */
-function readMapEntry(r: Reader, into: Record<string, string>, only?: readonly Buffer[]): void {
+function readMapEntry(r: Reader, into: Record<string, string> | DecodedMeta, only?: readonly Buffer[]): void {
   const end = r.lengthEnd();
   let key: string | undefined;
   let value = '';
@@ -70,7 +76,9 @@ function readMapEntry(r: Reader, into: Record<string, string>, only?: readonly B
     else r.skip(t & 7);
   }
   r.close(end);
-  into[key ?? ''] = value;
+  // With `only`: `into` is the metadata, and the annotations object exists only once a kept key is found.
+  if (only) ((into as DecodedMeta).annotations ??= {})[key ?? ''] = value;
+  else (into as Record<string, string>)[key ?? ''] = value;
 }
 
 /** The annotation keys a kind's decoder keeps (the rest, e.g. kubectl's last-applied-configuration, is skipped unread). */
@@ -83,16 +91,16 @@ export function readObjectMeta(r: Reader, annotations: readonly Buffer[]): Decod
     const t = r.uint();
     switch (t) {
       case 10: // 1 name
-        m.name = r.string();
+        { const v = r.nonEmpty(); if (v !== undefined) m.name = v; }
         break;
       case 26: // 3 namespace
-        m.namespace = r.string();
+        { const v = r.nonEmpty(); if (v !== undefined) m.namespace = v; }
         break;
       case 42: // 5 uid
-        m.uid = r.string();
+        { const v = r.nonEmpty(); if (v !== undefined) m.uid = v; }
         break;
       case 50: // 6 resourceVersion
-        m.resourceVersion = r.string();
+        { const v = r.nonEmpty(); if (v !== undefined) m.resourceVersion = v; }
         break;
       case 66: // 8 creationTimestamp
         m.creationTimestamp = readTime(r);
@@ -102,15 +110,13 @@ export function readObjectMeta(r: Reader, annotations: readonly Buffer[]): Decod
         break;
       case 98: // 12 annotations
         if (annotations.length === 0) r.skip(2);
-        else readMapEntry(r, (m.annotations ??= {}), annotations);
+        else readMapEntry(r, m, annotations);
         break;
       default:
         r.skip(t & 7);
     }
   }
   r.close(end);
-  for (const k of ['name', 'namespace', 'uid', 'resourceVersion'] as const) if (m[k] === '') delete m[k];
-  if (m.annotations && Object.keys(m.annotations).length === 0) delete m.annotations;
   return m;
 }
 
@@ -119,13 +125,11 @@ function readListMeta(r: Reader): DecodedList<never>['metadata'] {
   const m: DecodedList<never>['metadata'] = {};
   while (r.pos < end) {
     const t = r.uint();
-    if (t === 18) m.resourceVersion = r.string();
-    else if (t === 26) m.continue = r.string();
+    if (t === 18) { const v = r.nonEmpty(); if (v !== undefined) m.resourceVersion = v; }
+    else if (t === 26) { const v = r.nonEmpty(); if (v !== undefined) m.continue = v; }
     else r.skip(t & 7);
   }
   r.close(end);
-  if (m.resourceVersion === '') delete m.resourceVersion;
-  if (m.continue === '') delete m.continue;
   return m;
 }
 

@@ -30,19 +30,16 @@ function readPort(r: Reader): V1ServicePort {
   while (r.pos < end) {
     const t = r.uint();
     switch (t) {
-      case 10: p.name = r.string(); break;
-      case 18: p.protocol = r.string(); break;
+      case 10: { const v = r.nonEmpty(); if (v !== undefined) p.name = v; } break;
+      case 18: { const v = r.nonEmpty(); if (v !== undefined) p.protocol = v; } break;
       case 24: p.port = r.int32(); break;
       case 34: p.targetPort = readIntOrString(r); break;
-      case 40: p.nodePort = r.int32(); break;
+      case 40: { const v = r.int32(); if (v !== 0) p.nodePort = v; break; }
       case 50: p.appProtocol = r.string(); break;
       default: r.skip(t & 7);
     }
   }
   r.close(end);
-  if (p.name === '') delete p.name;
-  if (p.protocol === '') delete p.protocol;
-  if (p.nodePort === 0) delete p.nodePort;
   p.port ??= 0;
   return p as V1ServicePort;
 }
@@ -97,16 +94,16 @@ function readSpec(r: Reader): V1ServiceSpec {
     switch (t) {
       case 10: (s.ports ??= []).push(readPort(r)); break;
       case 18: readSelector(r, (s.selector ??= {})); break;
-      case 26: s.clusterIP = r.string(); break;
-      case 34: s.type = r.string(); break;
+      case 26: { const v = r.nonEmpty(); if (v !== undefined) s.clusterIP = v; } break;
+      case 34: { const v = r.nonEmpty(); if (v !== undefined) s.type = v; } break;
       case 42: s.externalIPs = readStrings(r, s.externalIPs); break;
-      case 58: s.sessionAffinity = r.string(); break;
-      case 66: s.loadBalancerIP = r.string(); break;
+      case 58: { const v = r.nonEmpty(); if (v !== undefined) s.sessionAffinity = v; } break;
+      case 66: { const v = r.nonEmpty(); if (v !== undefined) s.loadBalancerIP = v; } break;
       case 74: s.loadBalancerSourceRanges = readStrings(r, s.loadBalancerSourceRanges); break;
-      case 82: s.externalName = r.string(); break;
-      case 90: s.externalTrafficPolicy = r.string(); break;
-      case 96: s.healthCheckNodePort = r.int32(); break;
-      case 104: s.publishNotReadyAddresses = r.bool(); break;
+      case 82: { const v = r.nonEmpty(); if (v !== undefined) s.externalName = v; } break;
+      case 90: { const v = r.nonEmpty(); if (v !== undefined) s.externalTrafficPolicy = v; } break;
+      case 96: { const v = r.int32(); if (v !== 0) s.healthCheckNodePort = v; break; }
+      case 104: if (r.bool()) s.publishNotReadyAddresses = true; break;
       case 114: s.sessionAffinityConfig = readSessionAffinityConfig(r); break;
       case 138: s.ipFamilyPolicy = r.string(); break;
       case 146: s.clusterIPs = readStrings(r, s.clusterIPs); break;
@@ -119,10 +116,6 @@ function readSpec(r: Reader): V1ServiceSpec {
     }
   }
   r.close(end);
-  // omitempty plain fields: empty on the wire = absent in JSON.
-  for (const k of ['clusterIP', 'type', 'sessionAffinity', 'loadBalancerIP', 'externalName', 'externalTrafficPolicy'] as const) if (s[k] === '') delete s[k];
-  if (s.healthCheckNodePort === 0) delete s.healthCheckNodePort;
-  if (s.publishNotReadyAddresses === false) delete s.publishNotReadyAddresses;
   return s;
 }
 
@@ -145,14 +138,12 @@ function readIngress(r: Reader): V1LoadBalancerIngress {
   const i: V1LoadBalancerIngress = {};
   while (r.pos < end) {
     const t = r.uint();
-    if (t === 10) i.ip = r.string();
-    else if (t === 18) i.hostname = r.string();
+    if (t === 10) { const v = r.nonEmpty(); if (v !== undefined) i.ip = v; }
+    else if (t === 18) { const v = r.nonEmpty(); if (v !== undefined) i.hostname = v; }
     else if (t === 26) i.ipMode = r.string();
     else r.skip(t & 7);
   }
   r.close(end);
-  if (i.ip === '') delete i.ip;
-  if (i.hostname === '') delete i.hostname;
   return i;
 }
 
