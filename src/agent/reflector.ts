@@ -147,6 +147,8 @@ export class Reflector<T extends ApiObject> {
     while (!this.stopped) {
       try {
         if (this.resourceVersion === '') await this.list();
+        // stop() from the sink's listed() must not leave a watch open.
+        if (this.stopped) return;
         await this.watch();
         // A watch that ended cleanly (its timeout, the server closing it)
         // resumes at once from where it was.

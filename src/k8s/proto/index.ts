@@ -4,3 +4,4 @@ export { ProtoError } from './wire';
 export { PROTOBUF_CONTENT_TYPE, type OpenedList, type DecodedList } from './meta';
 export { openServiceList } from './service';
 export { openEndpointSliceList } from './endpointSlice';
+export { encodeList, canEncodeList } from './encode';

@@ -32,7 +32,7 @@ export interface DecodedList<T> {
   items: T[];
 }
 
-const MAGIC = Buffer.from('k8s\0', 'latin1');
+export const PROTOBUF_MAGIC = Buffer.from('k8s\0', 'latin1');
 export const PROTOBUF_CONTENT_TYPE = 'application/vnd.kubernetes.protobuf';
 
 /** Go's RFC 3339 with whole seconds, as metav1.Time's JSON (null for the zero time, which protobuf writes as an empty message). */
@@ -144,7 +144,7 @@ export interface OpenedList<T> {
 
 /** Open a protobuf list body of `kind` ("ServiceList"); `item` reads one length-delimited item. */
 export function openList<T>(body: Buffer, kind: string, item: (r: Reader) => T): OpenedList<T> {
-  if (body.length < 4 || body.compare(MAGIC, 0, 4, 0, 4) !== 0) throw new ProtoError('no "k8s\\0" protobuf magic');
+  if (body.length < 4 || body.compare(PROTOBUF_MAGIC, 0, 4, 0, 4) !== 0) throw new ProtoError('no "k8s\\0" protobuf magic');
   const r = new Reader(body, 4);
   let rawStart = -1;
   let rawEnd = -1;
