@@ -193,6 +193,16 @@ describe('built-in API: LIST as protobuf', () => {
       const [pj, pp] = [new StringPool(), new StringPool()];
       assert.deepStrictEqual(page.items().map((x) => slimService(x, pp)), jsonPage.items.map((x) => slimService(x, pj)));
       assert.equal((await asked('application/json, application/vnd.kubernetes.protobuf')).type, 'application/json');
+      // A stored object with a field of the wrong type: that page goes out as JSON, as it is.
+      api.store.create('services', { apiVersion: 'v1', kind: 'Service', metadata: { name: 'zz-bad', namespace: 'default' }, spec: { ports: [{ port: 80, nodePort: 'x' }] } } as never, { raw: true } as never);
+      const badPage = await (async () => {
+        const res = await conn.get('/api/v1/namespaces/default/services', { fieldSelector: 'metadata.name=zz-bad' }, undefined, `${PROTOBUF_CONTENT_TYPE}, application/json`);
+        const chunks: Buffer[] = [];
+        for await (const c of res) chunks.push(c as Buffer);
+        return { type: String(res.headers['content-type']), body: Buffer.concat(chunks).toString() };
+      })();
+      assert.equal(badPage.type, 'application/json');
+      assert.match(badPage.body, /"nodePort":"x"/);
       // The whole list through the reflector, protobuf pages of 2.
       const names: string[] = [];
       await new Promise<void>((resolve, reject) => {

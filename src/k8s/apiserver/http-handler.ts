@@ -11,7 +11,7 @@ import { ApiError, errors, successStatus } from './status';
 import type { ObjectStore } from './store';
 import type { KubeObject } from './types';
 import type { WatchHub } from './watch';
-import { canEncodeList, encodeList } from '../proto/encode';
+import { canEncodeList, encodeList, NotEncodable } from '../proto/encode';
 import { PROTOBUF_CONTENT_TYPE } from '../proto/meta';
 
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
@@ -86,6 +86,16 @@ function wantsProtobuf(req: IncomingMessage): boolean {
   return false;
 }
 
+/** The page in protobuf, or undefined when an object on it has a field of the wrong type (the page goes out as JSON: bad input reaches the client as it is). */
+function encodableList(...args: Parameters<typeof encodeList>): Buffer | undefined {
+  try {
+    return encodeList(...args);
+  } catch (err) {
+    if (err instanceof NotEncodable) return undefined;
+    throw err;
+  }
+}
+
 /** Stored objects already carry kind/apiVersion; serialize them in place rather than copying a big list. */
 function itemsJson(items: readonly KubeObject[]): string {
   return `[${items.map((o) => JSON.stringify(o)).join(',')}]`;
@@ -129,10 +139,12 @@ async function handleResource(req: IncomingMessage, res: ServerResponse, url: UR
           ...(q.get('continue') ? { continue: q.get('continue') as string } : {}),
         });
         if (wantsProtobuf(req) && canEncodeList(type.listKind)) {
-          const body = encodeList(type.apiVersion, type.listKind, { resourceVersion: String(list.resourceVersion), ...(list.continue ? { continue: list.continue } : {}) }, list.items);
-          res.writeHead(200, { 'Content-Type': PROTOBUF_CONTENT_TYPE, 'Content-Length': body.length });
-          res.end(body);
-          return;
+          const body = encodableList(type.apiVersion, type.listKind, { resourceVersion: String(list.resourceVersion), ...(list.continue ? { continue: list.continue } : {}) }, list.items);
+          if (body) {
+            res.writeHead(200, { 'Content-Type': PROTOBUF_CONTENT_TYPE, 'Content-Length': body.length });
+            res.end(body);
+            return;
+          }
         }
         const more = list.continue ? `,"continue":"${list.continue}"` : '';
         const text = `{"kind":"${type.listKind}","apiVersion":"${type.apiVersion}","metadata":{"resourceVersion":"${list.resourceVersion}"${more}},"items":${itemsJson(list.items)}}`;

@@ -10,17 +10,36 @@ import { Writer } from './writer';
 import { PROTOBUF_MAGIC } from './meta';
 
 type Obj = Record<string, unknown>;
-const o = (v: unknown): Obj => (v && typeof v === 'object' ? (v as Obj) : {});
-const s = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
-const n = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
-const b = (v: unknown): boolean | undefined => (typeof v === 'boolean' ? v : undefined);
-const list = (v: unknown): Obj[] => (Array.isArray(v) ? (v as Obj[]) : []);
-const strs = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []);
-const smap = (v: unknown): Record<string, string> => Object.fromEntries(Object.entries(o(v)).filter(([, x]) => typeof x === 'string')) as Record<string, string>;
+
+/**
+ * A stored object with a field of the wrong type (the built-in API keeps
+ * the bad objects the bad-input tests inject): not encodable, the caller
+ * answers that page in JSON, so the agent sees the object as it is.
+ */
+export class NotEncodable extends Error {}
+const wrong = (what: string, v: unknown): never => {
+  throw new NotEncodable(`${what}: ${JSON.stringify(v)?.slice(0, 40)}`);
+};
+const o = (v: unknown): Obj => (v === undefined || v === null ? {} : typeof v === 'object' && !Array.isArray(v) ? (v as Obj) : wrong('not an object', v));
+const s = (v: unknown): string | undefined => (v === undefined || v === null ? undefined : typeof v === 'string' ? v : wrong('not a string', v));
+const n = (v: unknown): number | undefined => (v === undefined || v === null ? undefined : Number.isSafeInteger(v) ? (v as number) : wrong('not an integer', v));
+const b = (v: unknown): boolean | undefined => (v === undefined || v === null ? undefined : typeof v === 'boolean' ? v : wrong('not a boolean', v));
+const list = (v: unknown): Obj[] => (v === undefined || v === null ? [] : Array.isArray(v) ? v.map(o) : wrong('not a list', v));
+const strs = (v: unknown): string[] => {
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v)) return wrong('not a list', v);
+  return v.map((x) => s(x) ?? wrong('not a string', x));
+};
+const smap = (v: unknown): Record<string, string> => {
+  const m = o(v);
+  for (const x of Object.values(m)) if (typeof x !== 'string') wrong('map value not a string', x);
+  return m as Record<string, string>;
+};
 
 function time(w: Writer, field: number, v: unknown): void {
+  if (v === undefined || v === null) return;
   const ms = typeof v === 'string' ? Date.parse(v) : NaN;
-  if (Number.isNaN(ms)) return;
+  if (Number.isNaN(ms)) wrong('not a time', v);
   w.message(field, () => w.int(1, Math.floor(ms / 1000)));
 }
 
@@ -49,8 +68,9 @@ function service(w: Writer, svc: Obj): void {
         w.string(2, s(p['protocol']));
         w.int(3, n(p['port']));
         const t = p['targetPort'];
-        if (typeof t === 'number') w.message(4, () => (w.int(1, 0), w.int(2, t)));
+        if (typeof t === 'number') w.message(4, () => (w.int(1, 0), w.int(2, n(t))));
         else if (typeof t === 'string') w.message(4, () => (w.int(1, 1), w.string(3, t)));
+        else if (t !== undefined && t !== null) wrong('targetPort', t);
         w.int(5, n(p['nodePort']));
         w.string(6, s(p['appProtocol']));
       });
@@ -66,10 +86,10 @@ function service(w: Writer, svc: Obj): void {
     w.string(11, s(spec['externalTrafficPolicy']));
     w.int(12, n(spec['healthCheckNodePort']));
     w.int(13, b(spec['publishNotReadyAddresses']));
-    if (spec['sessionAffinityConfig'] && typeof spec['sessionAffinityConfig'] === 'object') {
+    if (spec['sessionAffinityConfig'] !== undefined && spec['sessionAffinityConfig'] !== null) {
       const clientIP = o(spec['sessionAffinityConfig'])['clientIP'];
       w.message(14, () => {
-        if (clientIP && typeof clientIP === 'object') w.message(1, () => w.int(1, n(o(clientIP)['timeoutSeconds'])));
+        if (clientIP !== undefined && clientIP !== null) w.message(1, () => w.int(1, n(o(clientIP)['timeoutSeconds'])));
       });
     }
     w.string(17, s(spec['ipFamilyPolicy']));
@@ -91,14 +111,14 @@ function endpointSlice(w: Writer, slice: Obj): void {
   for (const e of list(slice['endpoints'])) {
     w.message(2, () => {
       w.strings(1, strs(e['addresses']));
-      if (e['conditions'] && typeof e['conditions'] === 'object') {
+      if (e['conditions'] !== undefined && e['conditions'] !== null) {
         const c = o(e['conditions']);
         w.message(2, () => (w.int(1, b(c['ready'])), w.int(2, b(c['serving'])), w.int(3, b(c['terminating']))));
       }
       w.string(3, s(e['hostname']));
       w.string(6, s(e['nodeName']));
       w.string(7, s(e['zone']));
-      if (e['hints'] && typeof e['hints'] === 'object') {
+      if (e['hints'] !== undefined && e['hints'] !== null) {
         const h = o(e['hints']);
         w.message(8, () => {
           for (const z of list(h['forZones'])) w.message(1, () => w.string(1, s(z['name'])));
@@ -118,7 +138,7 @@ const ENCODERS: Record<string, (w: Writer, item: Obj) => void> = { ServiceList: 
 /** Whether encodeList can write a list of this kind. */
 export const canEncodeList = (listKind: string): boolean => listKind in ENCODERS;
 
-/** "k8s\0" + runtime.Unknown{typeMeta, raw = the list} for a list of stored objects. */
+/** "k8s\0" + runtime.Unknown{typeMeta, raw = the list} for a list of stored objects; NotEncodable when one has a field of the wrong type. */
 export function encodeList(apiVersion: string, listKind: string, meta: { resourceVersion: string; continue?: string }, items: readonly unknown[]): Buffer {
   const item = ENCODERS[listKind];
   if (!item) throw new Error(`no protobuf encoding for ${listKind}`);
