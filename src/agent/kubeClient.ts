@@ -20,8 +20,11 @@ const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 export interface KubeConnection {
   /** The API server's base URL, without a trailing slash. */
   readonly server: string;
-  /** A GET; the response is not read (lists read it page by page, watches line by line). */
-  get(apiPath: string, query: Record<string, string | undefined>, signal?: AbortSignal): Promise<http.IncomingMessage>;
+  /**
+   * A GET; the response is not read (lists read it page by page, watches line by line).
+   * `accept` replaces `application/json` (list pages ask for protobuf too: reflector.ts).
+   */
+  get(apiPath: string, query: Record<string, string | undefined>, signal?: AbortSignal, accept?: string): Promise<http.IncomingMessage>;
 }
 
 interface ConnectionParams {
@@ -65,10 +68,10 @@ class HttpConnection implements KubeConnection {
     return this.p.server;
   }
 
-  get(apiPath: string, query: Record<string, string | undefined>, signal?: AbortSignal): Promise<http.IncomingMessage> {
+  get(apiPath: string, query: Record<string, string | undefined>, signal?: AbortSignal, accept = 'application/json'): Promise<http.IncomingMessage> {
     const url = new URL(this.p.server + apiPath);
     for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, v);
-    const headers: Record<string, string> = { Accept: 'application/json', ...this.p.headers };
+    const headers: Record<string, string> = { Accept: accept, ...this.p.headers };
     const token = this.p.token?.();
     if (token) headers['Authorization'] = `Bearer ${token}`;
     const request = this.secure ? https.request : http.request;

@@ -18,6 +18,7 @@
 // the ones that went away while the watch was down.
 import type { IncomingMessage } from 'node:http';
 import type { KubeConnection } from './kubeClient';
+import { PROTOBUF_CONTENT_TYPE, type OpenedList } from '../k8s/proto';
 
 export interface ApiObject {
   metadata?: { name?: string; namespace?: string; resourceVersion?: string };
@@ -40,6 +41,18 @@ export interface ReflectorOptions {
   /** Watch timeouts are drawn from [min, 2*min) seconds (client-go: 5 min). */
   minWatchTimeoutSeconds?: number;
   backoff?: BackoffOptions;
+  /**
+   * Ask for LIST pages as Kubernetes protobuf (JSON still accepted) and
+   * decode them with this (src/k8s/proto): the fields the agent reads, the
+   * rest skipped by length. Watches stay JSON.
+   */
+  protobuf?: (body: Buffer) => OpenedList<unknown>;
+}
+
+/** A list page, opened: metadata (the continue token) at once, items when asked. */
+interface Page<T> {
+  metadata: { resourceVersion?: string; continue?: string };
+  items(): T[];
 }
 
 export interface ReflectorEvents {
@@ -134,6 +147,8 @@ export class Reflector<T extends ApiObject> {
     while (!this.stopped) {
       try {
         if (this.resourceVersion === '') await this.list();
+        // stop() from the sink's listed() must not leave a watch open.
+        if (this.stopped) return;
         await this.watch();
         // A watch that ended cleanly (its timeout, the server closing it)
         // resumes at once from where it was.
@@ -168,29 +183,23 @@ export class Reflector<T extends ApiObject> {
       page.catch(() => undefined); // awaited below; a page left behind by a failure must not go unhandled
       return page;
     };
-    let next: Promise<Buffer> | undefined = fetchPage(undefined);
+    let next: Promise<{ body: Buffer; type: string }> | undefined = fetchPage(undefined);
     let listRv = '';
     while (next) {
-      const body: Buffer = await next;
+      const { body, type } = await next;
       next = undefined;
-      // The continue token sits in the list's metadata, which the API server
-      // writes first: ask for the next page before decoding this one.
-      const head = body.subarray(0, 4096).toString('utf8');
-      const token = /"continue":"([^"]*)"/.exec(head)?.[1];
-      if (token) next = fetchPage(token);
       const t0 = performance.now();
-      let page: { metadata?: { resourceVersion?: string; continue?: string }; items?: T[] };
-      try {
-        page = JSON.parse(body.toString('utf8')) as typeof page;
-      } catch (err) {
-        throw new Error(`list ${this.o.path}: response is not JSON: ${(err as Error).message}`);
-      }
-      if (!token && page.metadata?.continue) next = fetchPage(page.metadata.continue);
-      if (listRv === '') listRv = page.metadata?.resourceVersion ?? '';
-      for (const item of page.items ?? []) {
+      const page = this.open(body, type);
+      // The continue token sits in the list's metadata, which the API server
+      // writes first: ask for the next page before decoding this one's items.
+      if (page.metadata.continue) next = fetchPage(page.metadata.continue);
+      for (const item of this.items(page)) {
         seen.add(objectKey(item));
         this.sink.upsert(item);
       }
+      // (JSON: the whole metadata is known once the page is parsed.)
+      if (!next && page.metadata.continue) next = fetchPage(page.metadata.continue);
+      if (listRv === '') listRv = page.metadata.resourceVersion ?? '';
       this.stats.pages++;
       this.events.onPage?.(this.o.name, body.length, performance.now() - t0);
       if (this.stopped) return;
@@ -201,12 +210,44 @@ export class Reflector<T extends ApiObject> {
   }
 
   /** GET, whole body, status checked. */
-  private async get(query: Record<string, string | undefined>): Promise<Buffer> {
+  private async get(query: Record<string, string | undefined>): Promise<{ body: Buffer; type: string }> {
     this.abort = new AbortController();
-    const res = await this.api.get(this.o.path, query, this.abort.signal);
+    const accept = this.o.protobuf ? `${PROTOBUF_CONTENT_TYPE}, application/json` : undefined;
+    const res = await this.api.get(this.o.path, query, this.abort.signal, accept);
     const body = await readAll(res);
     if (res.statusCode !== 200) throw statusError(`list ${this.o.path}`, res.statusCode ?? 0, body);
-    return body;
+    return { body, type: String(res.headers['content-type'] ?? '') };
+  }
+
+  /** A page by its Content-Type: protobuf when asked for and answered, else JSON (older servers answer JSON). */
+  private open(body: Buffer, type: string): Page<T> & { format: string } {
+    if (this.o.protobuf && type.startsWith(PROTOBUF_CONTENT_TYPE)) {
+      try {
+        return { ...(this.o.protobuf(body) as Page<T>), format: 'protobuf' };
+      } catch (err) {
+        throw new Error(`list ${this.o.path}: malformed protobuf page: ${(err as Error).message}`);
+      }
+    }
+    // JSON: the token from the head of the text (no parse needed for it), the rest when parsed.
+    const token = /"continue":"([^"]*)"/.exec(body.subarray(0, 4096).toString('utf8'))?.[1];
+    const metadata: Page<T>['metadata'] = token ? { continue: token } : {};
+    return {
+      metadata,
+      format: 'JSON',
+      items: () => {
+        const page = JSON.parse(body.toString('utf8')) as { metadata?: Page<T>['metadata']; items?: T[] };
+        Object.assign(metadata, page.metadata);
+        return page.items ?? [];
+      },
+    };
+  }
+
+  private items(page: Page<T> & { format: string }): T[] {
+    try {
+      return page.items();
+    } catch (err) {
+      throw new Error(`list ${this.o.path}: malformed ${page.format} page: ${(err as Error).message}`);
+    }
   }
 
   /** One watch from resourceVersion until it ends; events go to the sink as they arrive. */

@@ -10,7 +10,8 @@ import { PROXY_LABEL_SELECTOR, LABEL_SERVICE_NAME } from '../translate';
 import type { ClusterState } from './store';
 import type { AgentMetrics } from './metrics';
 import type { KubeConnection } from './kubeClient';
-import { Reflector, type ReflectorSink, type ApiObject } from './reflector';
+import { Reflector, type ReflectorSink, type ApiObject, type ReflectorOptions } from './reflector';
+import { openEndpointSliceList, openServiceList } from '../k8s/proto';
 
 /** kube-proxy watches only slices that name their Service. */
 export const SLICE_LABEL_SELECTOR = `${LABEL_SERVICE_NAME},${PROXY_LABEL_SELECTOR}`;
@@ -39,8 +40,8 @@ export class ClusterWatch {
     private readonly log: Logger,
     options: { pageSize?: number; minWatchTimeoutSeconds?: number } = {},
   ) {
-    const reflect = <T extends ApiObject>(name: string, path: string, query: { labelSelector?: string; fieldSelector?: string }, sink: Omit<ReflectorSink<T>, 'listed'> & { retain(seen: Set<string>): void }) => {
-      const r: Reflector<T> = new Reflector<T>(api, { name, path, query, ...options }, {
+    const reflect = <T extends ApiObject>(name: string, path: string, query: { labelSelector?: string; fieldSelector?: string }, sink: Omit<ReflectorSink<T>, 'listed'> & { retain(seen: Set<string>): void }, protobuf?: ReflectorOptions['protobuf']) => {
+      const r: Reflector<T> = new Reflector<T>(api, { name, path, query, protobuf, ...options }, {
         upsert: (o) => sink.upsert(o),
         delete: (o) => sink.delete(o),
         listed: (seen) => {
@@ -59,10 +60,10 @@ export class ClusterWatch {
     };
     reflect<V1Service>('services', '/api/v1/services', { labelSelector: PROXY_LABEL_SELECTOR }, {
       upsert: (s) => state.upsertService(s), delete: (s) => state.deleteService(s), retain: (seen) => state.retainServices(seen),
-    });
+    }, openServiceList);
     reflect<V1EndpointSlice>('endpointslices', '/apis/discovery.k8s.io/v1/endpointslices', { labelSelector: SLICE_LABEL_SELECTOR }, {
       upsert: (s) => state.upsertSlice(s), delete: (s) => state.deleteSlice(s), retain: (seen) => state.retainSlices(seen),
-    });
+    }, openEndpointSliceList);
     reflect<V1Node>('node', '/api/v1/nodes', { fieldSelector: `metadata.name=${nodeName}` }, {
       upsert: (n) => state.setNode(n), delete: () => state.setNode(undefined),
       retain: (seen) => (seen.size === 0 ? state.setNode(undefined) : undefined),

@@ -11,6 +11,8 @@ import { ApiError, errors, successStatus } from './status';
 import type { ObjectStore } from './store';
 import type { KubeObject } from './types';
 import type { WatchHub } from './watch';
+import { canEncodeList, encodeList, NotEncodable } from '../proto/encode';
+import { PROTOBUF_CONTENT_TYPE } from '../proto/meta';
 
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
 const HEALTH_PATHS = new Set(['/healthz', '/readyz', '/livez']);
@@ -69,6 +71,31 @@ function flag(value: string | null): boolean {
   return value === 'true' || value === '1';
 }
 
+/**
+ * A LIST that asks for Kubernetes protobuf before JSON (the agent's
+ * reflector: "application/vnd.kubernetes.protobuf, application/json") gets
+ * it for the kinds src/k8s/proto encodes (Services, EndpointSlices); every
+ * other request, and every other kind, is answered in JSON as before.
+ */
+function wantsProtobuf(req: IncomingMessage): boolean {
+  for (const part of (req.headers.accept ?? '').split(',')) {
+    const media = part.split(';')[0]!.trim();
+    if (media === PROTOBUF_CONTENT_TYPE) return true;
+    if (media === 'application/json' || media === '*/*' || media === 'application/*') return false;
+  }
+  return false;
+}
+
+/** The page in protobuf, or undefined when an object on it has a field of the wrong type (the page goes out as JSON: bad input reaches the client as it is). */
+function encodableList(...args: Parameters<typeof encodeList>): Buffer | undefined {
+  try {
+    return encodeList(...args);
+  } catch (err) {
+    if (err instanceof NotEncodable) return undefined;
+    throw err;
+  }
+}
+
 /** Stored objects already carry kind/apiVersion; serialize them in place rather than copying a big list. */
 function itemsJson(items: readonly KubeObject[]): string {
   return `[${items.map((o) => JSON.stringify(o)).join(',')}]`;
@@ -111,6 +138,14 @@ async function handleResource(req: IncomingMessage, res: ServerResponse, url: UR
           ...(limit > 0 ? { limit } : {}),
           ...(q.get('continue') ? { continue: q.get('continue') as string } : {}),
         });
+        if (wantsProtobuf(req) && canEncodeList(type.listKind)) {
+          const body = encodableList(type.apiVersion, type.listKind, { resourceVersion: String(list.resourceVersion), ...(list.continue ? { continue: list.continue } : {}) }, list.items);
+          if (body) {
+            res.writeHead(200, { 'Content-Type': PROTOBUF_CONTENT_TYPE, 'Content-Length': body.length });
+            res.end(body);
+            return;
+          }
+        }
         const more = list.continue ? `,"continue":"${list.continue}"` : '';
         const text = `{"kind":"${type.listKind}","apiVersion":"${type.apiVersion}","metadata":{"resourceVersion":"${list.resourceVersion}"${more}},"items":${itemsJson(list.items)}}`;
         res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
