@@ -29,7 +29,9 @@
 // programmer naming the map (the node was said to serve no IPv6).
 //
 // sluice_maglev4 is an ARRAY_OF_MAPS indexed by rev-NAT id and scope: with
-// a rev-NAT capacity in maxEntries it is asked for at twice that.
+// a rev-NAT capacity in maxEntries it is asked for at twice that, and so is
+// the names map (sluice_svcname: rev-NAT id and protocol) when that is
+// more than its default.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as abi from '../abi/generated';
@@ -75,6 +77,11 @@ export function mapCapacities(maxEntries: Record<string, number>, bpffs: string,
   // Maglev tables are indexed by rev-NAT id and scope (bpf/lib/maglev.h): two entries per rev-NAT id.
   const revNats = maxEntries[abi.SLUICE_MAP_REVNAT4];
   if (revNats !== undefined) out[abi.SLUICE_MAP_MAGLEV4] ??= 2 * revNats;
+  // The CLI's names: one entry per rev-NAT id and protocol (ids come from
+  // one pool for both families; TCP and UDP on one address:port share an
+  // id), so a rev-NAT capacity whose double passes the names map's default
+  // raises it (at 100 000 Services x 2 ports the default filled).
+  if (revNats !== undefined && 2 * revNats > abi.SLUICE_MAX_SVC_NAMES) out[abi.SLUICE_MAP_SVC_NAMES] ??= 2 * revNats;
   if (ipv6) {
     for (const [v6, v4] of IPV6_ID_ARRAYS) out[v6] ??= maxEntries[v4] ?? abi.MAP_SPECS[v4]!.maxEntries;
     return out;

@@ -743,6 +743,10 @@ export class Syncer {
       this.metrics.errors.inc({ reason });
       this.log.error({ frontend: failure.frontend, owner: failure.owner, reason }, `${failure.owner ?? failure.frontend}: not programmed: ${failure.error.message}`);
     }
+    if (result.serviceNamesError) {
+      this.metrics.errors.inc({ reason: 'service_names_failed' });
+      this.log.warn({ reason: 'service_names_failed' }, `${abi.SLUICE_MAP_SVC_NAMES}: Service names not written (the frontends are programmed; \`sluice services\` shows no Service for them): ${result.serviceNamesError.message}`);
+    }
     outcome.written += result.frontendsWritten;
     outcome.deleted += result.frontendsDeleted;
     outcome.count += result.failures.length;

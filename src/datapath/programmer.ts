@@ -83,6 +83,8 @@ export interface ApplyResult {
   deletedBackendIds: number[];
   unchanged: number;
   failures: Array<{ frontend: string; owner?: string; error: Error }>;
+  /** The CLI's names map refused this apply's names (informational: the frontends are programmed). */
+  serviceNamesError?: Error;
 }
 
 /** What adoptAndRepair() removed: entries a crash mid-apply (or mid-delete) left behind. */
@@ -456,7 +458,13 @@ export class LbProgrammer {
     this.maglev?.flushRemovals();
     result.deletedBackendIds = this.collectGarbage();
     result.backendsDeleted = result.deletedBackendIds.length;
-    this.recordServiceNames(wanted);
+    try {
+      this.recordServiceNames(wanted);
+    } catch (error) {
+      // Names only serve the CLI: a full names map must not fail a pass
+      // whose frontends are all programmed (the syncer would retry it forever).
+      result.serviceNamesError = error as Error;
+    }
     return result;
   }
 

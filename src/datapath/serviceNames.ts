@@ -128,8 +128,13 @@ export class ServiceNameWriter {
       writeFixed(values, i * vs + NAME_OFFSETS.portName, name.portName, FIELD_SIZES.portName);
       i++;
     }
-    this.map.map.updateBatch(keys, values, changed.size);
-    for (const [k, { name }] of changed) this.known.set(k, name);
+    try {
+      this.map.map.updateBatch(keys, values, changed.size);
+    } finally {
+      // Also on a failure (a full map): the names that did not fit are not
+      // sent again with every pass; they are retried when they change.
+      for (const [k, { name }] of changed) this.known.set(k, name);
+    }
   }
 
   forget(revNatId: number, proto: ProtoName): void {

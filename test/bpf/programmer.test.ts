@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { installSockLb, uninstall } from '../../src/datapath/sockLb';
 import { openSockLbMaps, type SockLbMaps } from '../../src/datapath/maps';
 import { LbProgrammer, type FrontendSpec } from '../../src/datapath/programmer';
-import { LB_BACKEND_FLAG_TERMINATING, LB_SVC_FLAG_CLUSTER_IP, LB_SVC_FLAG_NODEPORT, SLUICE_MAP_SERVICES4, SLUICE_MAP_BACKENDS4, SLUICE_MAP_BACKENDS6, SLUICE_MAP_RANGES4 } from '../../src/abi/generated';
+import { LB_BACKEND_FLAG_TERMINATING, LB_SVC_FLAG_CLUSTER_IP, LB_SVC_FLAG_NODEPORT, SLUICE_MAP_SERVICES4, SLUICE_MAP_BACKENDS4, SLUICE_MAP_BACKENDS6, SLUICE_MAP_RANGES4, SLUICE_MAP_SVC_NAMES } from '../../src/abi/generated';
 import { bytesToIp6, ip6ToBytes } from '../../src/datapath/addr';
 import { decodeServiceName, encodeServiceName, readServiceNames } from '../../src/datapath/serviceNames';
 import { cgroup2Root, bpffsRoot } from '../helpers/sandbox';
@@ -230,6 +230,30 @@ test('the Service names of one apply go to the names map in one batched update, 
   p.apply(specs, { prune: true });
   assert.deepEqual(batches, [1]);
   assert.equal(single.length, 0);
+});
+
+test('a full names map costs only the names: every frontend is programmed, the error names the map, and the next pass does not send the same batch again', () => {
+  maps.close();
+  uninstall(bpffs);
+  fs.rmdirSync(cgroup);
+  install({ [SLUICE_MAP_SVC_NAMES]: 4 });
+  const p = LbProgrammer.adopt(maps);
+  const specs = Array.from({ length: 10 }, (_, i) => ({ ...fe(`10.96.7.${i + 1}`, 80, backends(1, 2)), service: { namespace: 'default', name: `s${i}`, portName: 'http' } }));
+  const r = p.apply(specs, { prune: true });
+  assert.equal(r.failures.length, 0);
+  assert.equal(r.frontendsWritten, 10);
+  assert.equal(maps.services.readAll().length, 10, 'every master written');
+  assert.match(String(r.serviceNamesError?.message), /sluice_svcname/);
+  assert.equal(readServiceNames(maps.serviceNames!).size, 4, 'the names that fit are there');
+  const batches: number[] = [];
+  const updateBatch = maps.serviceNames!.map.updateBatch.bind(maps.serviceNames!.map);
+  maps.serviceNames!.map.updateBatch = (keys, values, count, flags) => {
+    batches.push(count);
+    updateBatch(keys, values, count, flags);
+  };
+  const again = p.apply(specs, { prune: true });
+  assert.equal(again.serviceNamesError, undefined);
+  assert.deepEqual(batches, [], 'names that did not fit are not retried on every pass');
 });
 
 test('names written in place equal the codec\'s: over-long fields cut at a character boundary, full-length fields kept, both scopes one entry', () => {

@@ -41,6 +41,19 @@ test('nodeServesIpv6: the config decides when not auto; unknown counts as IPv6',
   assert.match(r.why, /refused/);
 });
 
+test('mapCapacities: the names map (rev-NAT id and protocol) is asked for at twice sluice_revnat4 when that passes its default, unless asked for (at 100 000 Services x 2 ports the default filled)', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mapsz-'));
+  try {
+    assert.equal(mapCapacities({ sluice_revnat4: 200000 }, dir, true).sluice_svcname, 400000);
+    assert.equal(mapCapacities({ sluice_revnat4: 200000, sluice_svcname: 1000 }, dir, true).sluice_svcname, 1000, 'maxEntries wins');
+    assert.equal(mapCapacities({ sluice_revnat4: 65536 }, dir, true).sluice_svcname, undefined, 'the object\'s default already covers it');
+    assert.equal(mapCapacities({ sluice_revnat4: 1024 }, dir, true).sluice_svcname, undefined, 'never below the object\'s default');
+    assert.equal(mapCapacities({}, dir, false).sluice_svcname, undefined);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('mapCapacities: the Maglev array of maps (indexed by rev-NAT id and scope) follows sluice_revnat4 at twice its size, unless asked for', () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mapsz-'));
   try {
