@@ -28,6 +28,11 @@ export function backendKeyOf(b: { address: string; port: number; proto: string }
   return b.address.includes(':') ? [b.address, ':', b.port, '/', b.proto].join('') : ip4ToNumber(b.address) * 131072 + b.port * 2 + (b.proto === 'udp' ? 1 : 0);
 }
 
+/** An IPv4 backend's identity number (backendKeyOf) back into its parts. */
+export function ip4BackendOfKey(key: number): { address: number; port: number; udp: boolean } {
+  return { address: Math.floor(key / 131072), port: Math.floor(key / 2) % 65536, udp: key % 2 === 1 };
+}
+
 const PRESENT = 1;
 const UDP = 2;
 
@@ -89,10 +94,11 @@ export class BackendTable {
   setIp4(id: number, key: number, flags: number, zone: number): void {
     this.grow(id);
     this.byNumber.set(key, id);
-    this.addr[id] = Math.floor(key / 131072);
+    const b = ip4BackendOfKey(key);
+    this.addr[id] = b.address;
     if (this.addr6.size > 0) this.addr6.delete(id);
-    this.port[id] = Math.floor(key / 2) % 65536;
-    this.bits[id] = PRESENT | (key % 2 === 1 ? UDP : 0);
+    this.port[id] = b.port;
+    this.bits[id] = PRESENT | (b.udp ? UDP : 0);
     this.flagsOf[id] = flags;
     this.zoneOf[id] = zone;
   }

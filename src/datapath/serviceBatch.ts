@@ -5,6 +5,7 @@
 // garbage collection.
 import * as abi from '../abi/generated';
 import type { TypedMap } from './typedMap';
+import { ip4BackendOfKey } from './backendTable';
 
 const KEY = abi.LB4_FRONTEND_KEY_SIZE;
 const VALUE = abi.LB4_SERVICE_SIZE;
@@ -97,6 +98,7 @@ export class BackendBatch {
   /** backendKeyOf() of each entry (address * 2^17 + port * 2 + udp). */
   private keys: Float64Array;
   private values: Buffer;
+  private readonly scratch: abi.Lb4Backend = { address: 0, port: 0, proto: 0, flags: 0, zone: 0 };
   count = 0;
 
   constructor(capacity = 1024) {
@@ -111,18 +113,20 @@ export class BackendBatch {
     const i = this.count++;
     this.ids[i] = id;
     this.keys[i] = key;
-    const off = i * BACKEND;
-    this.values.writeUInt32BE(Math.floor(key / 131072), off);
-    this.values.writeUInt16BE(Math.floor(key / 2) % 65536, off + 4);
-    this.values[off + 6] = key % 2 === 1 ? abi.LB_PROTO_UDP : abi.LB_PROTO_TCP;
     this.setMeta(i, flags, zone);
     return i;
   }
 
+  /** (Re)encodes entry i with these flags and zone, through the generated codec (one scratch record, no allocation). */
   setMeta(i: number, flags: number, zone: number): void {
-    const off = i * BACKEND;
-    this.values[off + 7] = flags & 0xff;
-    this.values.writeUInt32LE(zone >>> 0, off + 8);
+    const b = ip4BackendOfKey(this.keys[i]!);
+    const v = this.scratch;
+    v.address = b.address;
+    v.port = b.port;
+    v.proto = b.udp ? abi.LB_PROTO_UDP : abi.LB_PROTO_TCP;
+    v.flags = flags;
+    v.zone = zone;
+    abi.encodeLb4Backend(v, this.values, i * BACKEND);
   }
 
   idAt(i: number): number {
