@@ -97,6 +97,8 @@ export class BackendBatch {
   private ids: Uint32Array;
   /** backendKeyOf() of each entry (address * 2^17 + port * 2 + udp). */
   private keys: Float64Array;
+  private flags: Uint8Array;
+  private zones: Uint32Array;
   private values: Buffer;
   private readonly scratch: abi.Lb4Backend = { address: 0, port: 0, proto: 0, flags: 0, zone: 0 };
   count = 0;
@@ -104,6 +106,8 @@ export class BackendBatch {
   constructor(capacity = 1024) {
     this.ids = new Uint32Array(capacity);
     this.keys = new Float64Array(capacity);
+    this.flags = new Uint8Array(capacity);
+    this.zones = new Uint32Array(capacity);
     this.values = Buffer.alloc(capacity * BACKEND);
   }
 
@@ -119,6 +123,8 @@ export class BackendBatch {
 
   /** (Re)encodes entry i with these flags and zone, through the generated codec (one scratch record, no allocation). */
   setMeta(i: number, flags: number, zone: number): void {
+    this.flags[i] = flags;
+    this.zones[i] = zone;
     const b = ip4BackendOfKey(this.keys[i]!);
     const v = this.scratch;
     v.address = b.address;
@@ -138,11 +144,11 @@ export class BackendBatch {
   }
 
   flagsAt(i: number): number {
-    return this.values[i * BACKEND + 7]!;
+    return this.flags[i]!;
   }
 
   zoneAt(i: number): number {
-    return this.values.readUInt32LE(i * BACKEND + 8);
+    return this.zones[i]!;
   }
 
   /** One batch update (no-op when empty). */
@@ -154,12 +160,18 @@ export class BackendBatch {
   private grow(): void {
     const ids = new Uint32Array(this.ids.length * 2);
     const keys = new Float64Array(this.keys.length * 2);
+    const flags = new Uint8Array(this.flags.length * 2);
+    const zones = new Uint32Array(this.zones.length * 2);
     const values = Buffer.alloc(this.values.length * 2);
     ids.set(this.ids);
     keys.set(this.keys);
+    flags.set(this.flags);
+    zones.set(this.zones);
     this.values.copy(values);
     this.ids = ids;
     this.keys = keys;
+    this.flags = flags;
+    this.zones = zones;
     this.values = values;
   }
 }
